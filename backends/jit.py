@@ -1,0 +1,52 @@
+"""Optional compilation of hot loops with numba.
+
+``njit`` compiles a function with numba when numba imports (and ``SPECSCHED_NO_JIT`` is not
+set); otherwise it returns the function unchanged, so the same source runs as plain Python.
+Functions written for it must therefore stay inside the subset of Python and NumPy that numba
+compiles (scalars, NumPy arrays, loops; no Python objects), and must give the same results
+compiled or not: integer arithmetic that could overflow 64 bits is masked explicitly.
+"""
+
+from __future__ import annotations
+
+import os
+import warnings
+
+__all__ = ["njit", "JIT_ENABLED", "jit_status"]
+
+_reason = ""
+if os.environ.get("SPECSCHED_NO_JIT", "") not in ("", "0"):
+    _numba = None
+    _reason = "disabled by SPECSCHED_NO_JIT"
+else:
+    try:
+        import numba as _numba
+    except Exception as exc:  # ImportError, or numba refusing this NumPy version
+        _numba = None
+        _reason = f"numba unavailable ({type(exc).__name__}: {exc})"
+
+JIT_ENABLED = _numba is not None
+
+
+def njit(fn=None, **kwargs):
+    """``numba.njit(cache=True, ...)`` when numba is available, else the identity."""
+    def wrap(f):
+        if _numba is None:
+            return f
+        opts = {"cache": True, "nogil": True}
+        opts.update(kwargs)
+        return _numba.njit(**opts)(f)
+
+    return wrap(fn) if fn is not None else wrap
+
+
+def jit_status() -> str:
+    """One line for logs and summaries: whether hot loops are compiled, and why not."""
+    if JIT_ENABLED:
+        return f"numba {_numba.__version__}"
+    return f"pure Python ({_reason})"
+
+
+if not JIT_ENABLED and _reason.startswith("numba unavailable"):
+    warnings.warn(f"specsched: {_reason}; hot loops run as plain Python (slower, same results)",
+                  RuntimeWarning, stacklevel=2)

@@ -1,0 +1,206 @@
+"""Latency tables: forward-pass latency as a function of shape, on grids, evaluated fast.
+
+A :class:`LatencyTable` holds one grid per kind of forward pass:
+
+========================  ======================================================  ============
+grid                      axes (in this order)                                    value
+========================  ======================================================  ============
+``verify_graph``          padded batch size, width (query rows per request),      seconds
+                          KV length per request
+``verify_eager``          batch size, width, KV length per request                seconds
+``draft_graph``           padded batch size, KV length per request                seconds/pass
+``draft_eager``           batch size, KV length per request                       seconds/pass
+``prefill``               tokens in the pass, mean prefix (tokens already cached) seconds
+========================  ======================================================  ============
+
+Evaluation is multilinear between grid points, exact on them, and beyond the grid it
+extrapolates linearly from the last segment of each axis (below the first point it holds the
+first value); any evaluation outside the grid is flagged so the summary can warn.  Values are
+made non-decreasing along every axis when a table is built (a running maximum), so
+interpolation is monotone and extrapolation never decreases.
+
+How a batch maps onto the axes (the same rule for every table executor, and for the engine's
+compiled fast path, which calls the same functions):
+
+- verify: width = the launch width for uniform launches, ``sum(widths) / bs`` (fractional)
+  for ragged and unsafe-derived ones; KV = ``sum(kv_lens) / bs_padded`` -- padded rows carry
+  SGLang's fill length, which is negligible, so this keeps the total KV read equal.
+- draft: KV likewise; the phase costs ``passes`` times the per-pass value.
+- prefill: tokens = the pass's total; prefix = token-weighted mean prefix.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+from backends.jit import njit
+from backends.protocol import DraftBatch, PrefillBatch, VerifyBatch, VerifyTiming
+
+__all__ = ["Grid", "LatencyTable", "TableExecutor", "interp2", "interp3", "verify_axes",
+           "draft_axes", "prefill_axes"]
+
+
+@dataclass(frozen=True)
+class Grid:
+    """Values on a rectilinear grid.  ``axes[i]`` strictly increasing float64; ``values.shape``
+    equals ``tuple(len(a) for a in axes)``."""
+
+    axes: tuple[np.ndarray, ...]
+    values: np.ndarray
+
+    @staticmethod
+    def build(axes, values, *, name: str = "grid") -> "Grid":
+        ax = tuple(np.ascontiguousarray(np.asarray(a, dtype=np.float64)) for a in axes)
+        v = np.ascontiguousarray(np.asarray(values, dtype=np.float64))
+        shape = tuple(len(a) for a in ax)
+        if v.shape != shape:
+            raise ValueError(f"{name}: values have shape {v.shape}, axes give {shape}")
+        for i, a in enumerate(ax):
+            if len(a) == 0 or (len(a) > 1 and np.any(np.diff(a) <= 0)):
+                raise ValueError(f"{name}: axis {i} must be non-empty and strictly increasing")
+        if not np.all(np.isfinite(v)) or np.any(v <= 0):
+            raise ValueError(f"{name}: latencies must be finite and > 0")
+        for i in range(v.ndim):  # monotone non-decreasing along every axis
+            v = np.maximum.accumulate(v, axis=i)
+        return Grid(ax, v)
+
+
+@njit
+def _locate(axis, x):
+    """Segment index i and weight t with x = axis[i] + t*(axis[i+1]-axis[i]); t < 0 is held at 0,
+    t > 1 extrapolates.  Returns (i, t, outside)."""
+    n = axis.shape[0]
+    if n == 1:
+        return 0, 0.0, x != axis[0]
+    if x <= axis[0]:
+        return 0, 0.0, x < axis[0]
+    if x >= axis[n - 1]:
+        i = n - 2
+        t = (x - axis[i]) / (axis[i + 1] - axis[i])
+        return i, t, x > axis[n - 1]
+    lo = 0
+    hi = n - 1
+    while hi - lo > 1:
+        mid = (lo + hi) // 2
+        if axis[mid] <= x:
+            lo = mid
+        else:
+            hi = mid
+    return lo, (x - axis[lo]) / (axis[lo + 1] - axis[lo]), False
+
+
+@njit
+def interp2(a0, a1, v, x0, x1):
+    """Bilinear interpolation (linear extrapolation above the grid).  Returns (value, outside)."""
+    i, t, o0 = _locate(a0, x0)
+    j, u, o1 = _locate(a1, x1)
+    i1 = min(i + 1, a0.shape[0] - 1)
+    j1 = min(j + 1, a1.shape[0] - 1)
+    r0 = v[i, j] + u * (v[i, j1] - v[i, j])
+    r1 = v[i1, j] + u * (v[i1, j1] - v[i1, j])
+    return r0 + t * (r1 - r0), (o0 or o1)
+
+
+@njit
+def interp3(a0, a1, a2, v, x0, x1, x2):
+    """Trilinear interpolation (linear extrapolation above the grid).  Returns (value, outside)."""
+    i, t, o0 = _locate(a0, x0)
+    j, u, o1 = _locate(a1, x1)
+    k, s, o2 = _locate(a2, x2)
+    i1 = min(i + 1, a0.shape[0] - 1)
+    j1 = min(j + 1, a1.shape[0] - 1)
+    k1 = min(k + 1, a2.shape[0] - 1)
+    c00 = v[i, j, k] + s * (v[i, j, k1] - v[i, j, k])
+    c01 = v[i, j1, k] + s * (v[i, j1, k1] - v[i, j1, k])
+    c10 = v[i1, j, k] + s * (v[i1, j, k1] - v[i1, j, k])
+    c11 = v[i1, j1, k] + s * (v[i1, j1, k1] - v[i1, j1, k])
+    c0 = c00 + u * (c01 - c00)
+    c1 = c10 + u * (c11 - c10)
+    return c0 + t * (c1 - c0), (o0 or o1 or o2)
+
+
+def verify_axes(batch: VerifyBatch) -> tuple[float, float, float]:
+    """(batch size, width, KV length) at which a verify launch is looked up."""
+    bs = batch.bs_padded if batch.graph else batch.bs_real
+    if batch.mode == "uniform":
+        width = float(batch.launch_width)
+    else:
+        width = float(np.sum(batch.widths)) / batch.bs_real
+    kv = float(np.sum(batch.kv_lens)) / bs
+    return float(bs), width, kv
+
+
+def draft_axes(batch: DraftBatch) -> tuple[float, float]:
+    """(batch size, KV length) at which one draft pass is looked up."""
+    bs = batch.bs_padded if batch.graph else batch.bs_real
+    return float(bs), float(np.sum(batch.kv_lens)) / bs
+
+
+def prefill_axes(batch: PrefillBatch) -> tuple[float, float]:
+    """(tokens, mean prefix) at which a prefill pass is looked up."""
+    tokens = float(np.sum(batch.tokens))
+    prefix = float(np.sum(batch.tokens * batch.prefix)) / tokens if tokens else 0.0
+    return tokens, prefix
+
+
+@dataclass(frozen=True)
+class LatencyTable:
+    """Every kind of forward pass's latency on grids (see the module docstring)."""
+
+    verify_graph: Grid
+    verify_eager: Grid
+    draft_graph: Grid
+    draft_eager: Grid
+    prefill: Grid
+    source: dict[str, Any] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        for name, ndim in (("verify_graph", 3), ("verify_eager", 3), ("draft_graph", 2),
+                           ("draft_eager", 2), ("prefill", 2)):
+            g = getattr(self, name)
+            if len(g.axes) != ndim:
+                raise ValueError(f"LatencyTable.{name} needs {ndim} axes, got {len(g.axes)}")
+
+    def verify_s(self, bs: float, width: float, kv: float, graph: bool) -> tuple[float, bool]:
+        g = self.verify_graph if graph else self.verify_eager
+        value, outside = interp3(g.axes[0], g.axes[1], g.axes[2], g.values, bs, width, kv)
+        return float(value), bool(outside)
+
+    def draft_pass_s(self, bs: float, kv: float, graph: bool) -> tuple[float, bool]:
+        g = self.draft_graph if graph else self.draft_eager
+        value, outside = interp2(g.axes[0], g.axes[1], g.values, bs, kv)
+        return float(value), bool(outside)
+
+    def prefill_s(self, tokens: float, prefix: float) -> tuple[float, bool]:
+        g = self.prefill
+        value, outside = interp2(g.axes[0], g.axes[1], g.values, tokens, prefix)
+        return float(value), bool(outside)
+
+
+class TableExecutor:
+    """An :class:`~backends.protocol.Executor` whose every latency comes from a LatencyTable."""
+
+    def __init__(self, name: str, table: LatencyTable, description: dict[str, Any] | None = None):
+        self.name = name
+        self._table = table
+        self._description = dict(description or {})
+
+    def latency_table(self) -> LatencyTable:
+        return self._table
+
+    def prefill(self, batch: PrefillBatch) -> float:
+        return self._table.prefill_s(*prefill_axes(batch))[0]
+
+    def draft(self, batch: DraftBatch) -> float:
+        bs, kv = draft_axes(batch)
+        return batch.passes * self._table.draft_pass_s(bs, kv, batch.graph)[0]
+
+    def verify(self, batch: VerifyBatch) -> VerifyTiming:
+        value, outside = self._table.verify_s(*verify_axes(batch), batch.graph)
+        return VerifyTiming(latency_s=value, out_of_grid=outside)
+
+    def describe(self) -> dict[str, Any]:
+        return {"backend": self.name, **self._description, "table": dict(self._table.source)}

@@ -1,0 +1,3 @@
+from specsched.cli import main
+
+main()

@@ -1,0 +1,89 @@
+"""The ``specsched`` command line: a thin layer over the packages' own functions.
+
+Each package keeps its commands in its own ``cli`` module; this group only wires them up,
+loading a command's module when that command is used (so ``specsched --help`` never imports
+torch, and a broken GPU stack cannot break ``specsched trace``).
+
+User errors (:class:`traces.errors.SpecschedError`) become one message on stderr and exit 2.
+"""
+
+from __future__ import annotations
+
+import importlib
+import sys
+
+import click
+
+from specsched import __version__
+from traces.errors import SpecschedError
+
+# command name -> (module, attribute, one-line help shown by `specsched --help`)
+COMMANDS: dict[str, tuple[str, str, str]] = {
+    "simulate": ("simulator.cli", "simulate", "Replay a trace through the engine and write a results folder."),
+    "trace": ("traces.cli", "trace", "Convert, synthesise, inspect and validate traces."),
+    "verify-metadata": ("backends.cli", "verify_metadata", "Print the AITER verify metadata a batch would get."),
+    "profile": ("backends.cli", "profile", "Record a latency profile on the GPU (AITER executor)."),
+    "fidelity": ("analysis.cli", "fidelity", "Compare the profile backend with live GPU replay."),
+    "report": ("analysis.cli", "report", "Summarise results folders as one HTML report."),
+    "plan": ("analysis.cli", "plan", "Find the highest rate one replica sustains under an SLO."),
+    "uniformity": ("analysis.cli", "uniformity", "How often verify batches mix widths, and what each remedy costs."),
+    "sweep": ("analysis.cli", "sweep", "Run a grid of simulations locally or on Ray."),
+}
+
+
+class _LazyGroup(click.Group):
+    def list_commands(self, ctx: click.Context) -> list[str]:
+        return sorted(COMMANDS)
+
+    def get_command(self, ctx: click.Context, name: str) -> click.Command | None:
+        if name not in COMMANDS:
+            return None
+        module, attr, _ = COMMANDS[name]
+        return getattr(importlib.import_module(module), attr)
+
+    def format_commands(self, ctx: click.Context, formatter: click.HelpFormatter) -> None:
+        rows = [(name, COMMANDS[name][2]) for name in sorted(COMMANDS)]
+        with formatter.section("Commands"):
+            formatter.write_dl(rows)
+
+
+@click.group(cls=_LazyGroup, context_settings={"help_option_names": ["-h", "--help"]})
+@click.version_option(__version__, prog_name="specsched")
+def cli() -> None:
+    """Simulate speculative-decoding serving with real verify-kernel constraints.
+
+    \b
+    Quick start:
+      specsched simulate --trace traces/samples/azure_conv_eagle_2k.parquet
+    """
+
+
+def run_cli(command: click.Command, args: list[str] | None = None) -> None:
+    """Run a click command with specsched's error policy: user errors exit 2 without a traceback."""
+    try:
+        command.main(args=args, prog_name=None, standalone_mode=False)
+    except SpecschedError as err:
+        click.echo(f"error: {err}", err=True)
+        sys.exit(err.exit_code)
+    except click.exceptions.Abort:
+        click.echo("aborted", err=True)
+        sys.exit(130)
+    except click.ClickException as err:
+        err.show()
+        sys.exit(2 if err.exit_code == 2 else err.exit_code)
+    except KeyboardInterrupt:
+        click.echo("interrupted; nothing was written", err=True)
+        sys.exit(130)
+    sys.exit(0)
+
+
+def main() -> None:
+    """Entry point of the ``specsched`` console script."""
+    run_cli(cli)
+
+
+def simulate_main() -> None:
+    """Entry point of the ``simulate`` console script (same as ``specsched simulate``)."""
+    from simulator.cli import simulate
+
+    run_cli(simulate)
