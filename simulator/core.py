@@ -1,0 +1,962 @@
+"""The engine's compiled core: one replica's iterations over array state.
+
+Everything here is a plain function over NumPy arrays and scalars, compiled with numba when it
+is available (``backends.jit.njit``) and run as plain Python otherwise, with identical results.
+The SimPy layer (:mod:`simulator.engine`) owns time and events; this module owns what one
+replica does between two external events: decide an iteration (which forward passes, which
+requests, which widths), time it (from a latency table, or by handing the passes back to a live
+executor), and apply it when it ends (acceptance, KV pages, finished requests).
+
+Semantics follow SGLang's scheduler with speculative decoding (chain drafting, top-k 1):
+
+* Prefill first.  Waiting requests are admitted FCFS (strictly: the head blocks the rest)
+  while the paged KV cache has room for their whole context plus a growth reserve for every
+  running request; a prefill pass holds at most ``chunked_prefill_size`` tokens and the last
+  request of a pass may be chunked, continuing in the next pass (SGLang ``chunked_req``).
+  Every completed prefill emits one token (the first token, or the next one after a
+  retraction, as SGLang's re-prefill does).
+* Otherwise a decode iteration over the running requests: a draft phase (as many draft-model
+  passes as the longest draft), then the verify launches the policy makes.
+* Before a decode iteration every running request needs KV slots for its context plus its
+  verify width; if the pool cannot hold them, requests are retracted (SGLang's order: fewest
+  generated tokens first, ties to the longest prompt), their pages freed, and they go back to
+  the front of the waiting queue to be re-prefilled (prompt + generated tokens) later.
+
+A scheduling decision reads only what a real scheduler knows: the proposed draft counts and
+history.  The recorded acceptance of a step (``acc``) is read only in :func:`_apply_decode`,
+after the step's latency has been fixed.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from backends.jit import njit
+from backends.latency_table import interp2, interp3
+
+# ---------------------------------------------------------------- per-request int state R[n, NR]
+R_REPLICA = 0
+R_STATUS = 1      # ST_* below
+R_GEN = 2         # output tokens generated so far (first token included)
+R_KV = 3          # tokens whose KV is cached
+R_PAGES = 4       # KV pages held
+R_STEPK = 5       # index of the next verify step in the request's recorded lists
+R_PDONE = 6       # tokens of the current prefill target already computed
+R_PTARGET = 7     # tokens the current (re)prefill must compute
+R_STEPS = 8       # verify steps taken
+R_DRAFTED = 9     # drafts proposed
+R_VERIFIED = 10   # real drafts verified (after the policy)
+R_ACCEPTED = 11   # drafts accepted
+R_TRUNC = 12      # proposed drafts the policy dropped
+R_PADDED = 13     # verify slots holding no token of the request (width padding)
+R_RETRACT = 14    # retractions
+R_ADMITTED = 15   # 1 once admitted for the first time
+NR = 16
+
+ST_QUEUED = 0
+ST_PREFILL = 1
+ST_RUNNING = 2
+ST_DONE = 3
+
+# ---------------------------------------------------------------- per-request float state RF[n, NRF]
+F_ADMIT = 0
+F_FIRST = 1
+F_FINISH = 2
+F_LAST = 3        # last token delivery
+F_MAXGAP = 4      # longest time between two deliveries
+NRF = 5
+
+# ---------------------------------------------------------------- per-replica int state E[r, NE]
+E_FREE = 0        # free KV pages
+E_QHEAD = 1       # waiting queue: ring buffer Q[r, :], head index
+E_QLEN = 2        # waiting queue length
+E_NRUN = 3        # running requests (RUN[r, :E_NRUN])
+E_ITER = 4        # iterations started
+E_CHUNKED = 5     # request whose prefill is chunked and unfinished, or -1
+E_PENDING = 6     # 0 none, 1 prefill pass decided, 2 decode iteration decided
+E_NPASS = 7       # passes of the pending iteration
+E_NMEM = 8        # members of the pending iteration
+E_TIMED = 9       # 1 once the pending passes have latencies
+E_OUTSTANDING = 10  # prompt + generated tokens of unfinished requests routed here
+E_ITERDISTINCT = 11  # distinct proposed widths in the pending decode iteration
+E_FINISHED = 12   # requests finished on this replica
+NE = 13
+
+EF_CLOCK = 0      # the replica's clock: the start of its next decision
+EF_PEND_END = 1   # end time of the pending iteration
+EF_BUSY = 2       # seconds spent in forward passes
+NEF = 3
+
+# ---------------------------------------------------------------- pending passes PI[r, p, NPI], PF[r, p, NPF]
+P_KIND = 0        # KIND_* below
+P_BS = 1
+P_BSPAD = 2
+P_WIDTH = 3       # launch width (uniform) or sum(widths)//bs (ragged / unsafe-derived)
+P_MINW = 4        # of proposed widths of the members
+P_MAXW = 5
+P_DISTINCT = 6
+P_TOKENS = 7      # real query tokens (verify), prompt tokens (prefill), bs (draft, per pass)
+P_PADSLOTS = 8    # width padding slots
+P_GRAPH = 9
+P_PASSES = 10     # draft passes (draft rows)
+P_MODE = 11       # MODE_* below
+P_VIOL = 12       # misattributed query rows (unsafe-derived)
+P_OOG = 13        # looked up outside the latency table's grid
+P_KVMAX = 14
+P_MSTART = 15     # members [P_MSTART, P_MSTART + P_MCOUNT) of MB
+P_MCOUNT = 16
+P_MAXVW = 17      # widest verify width of a member (buffers of a ragged launch)
+NPI = 18
+PF_LAT = 0
+PF_KVMEAN = 1
+PF_KVSUM = 2
+PF_PREFIX = 3     # token-weighted mean prefix (prefill)
+PF_ERR = 4        # measured max |output error| (live executor, unsafe-derived), else NaN
+NPF = 5
+
+KIND_PREFILL = 0
+KIND_DRAFT = 1
+KIND_VERIFY = 2
+MODE_UNIFORM = 0
+MODE_RAGGED = 1
+MODE_UNSAFE = 2
+
+# ---------------------------------------------------------------- members MB[r, j, NMB]
+M_REQ = 0
+M_LAUNCH = 1
+M_V = 2           # verify width after the policy (slots incl. the last committed token)
+M_R = 3           # real drafts verified
+M_D = 4           # drafts proposed (recorded, capped by max_draft)
+M_KV = 5          # KV tokens before the pass
+M_TOK = 6         # prefill: tokens computed in this pass
+NMB = 7
+
+# ---------------------------------------------------------------- config CI[NCI], CF[NCF]
+C_PAGE = 0
+C_MAXRUN = 1
+C_CHUNK = 2
+C_POLICY = 3
+C_FIXED = 4
+C_WIDEN = 5       # 1: widths raised by a policy hold real drafts; 0: padding
+C_MAXDRAFT = 6    # cap on proposals, 0 = none
+C_SEED = 7
+C_RESERVE = 8     # tokens reserved per running request at admission
+C_MAXCAPBS = 9    # largest captured batch size (0: no graphs)
+C_FAST = 10       # 1: time passes from the latency table here
+C_MAXPREFILL = 11  # max tokens of one prefill pass (SGLang max_prefill_tokens)
+C_RECORD_RS = 12  # record request steps
+NCI = 13
+CF_OVERHEAD = 0   # scheduler overhead per iteration, seconds
+NCF = 1
+
+POL_PAD = 0
+POL_SPLIT = 1
+POL_BUCKET = 2
+POL_TRUNCATE = 3
+POL_FIXED = 4
+POL_RAGGED = 5
+POL_UNSAFE = 6
+POLICY_CODES = {"pad": POL_PAD, "split": POL_SPLIT, "bucket": POL_BUCKET,
+                "truncate": POL_TRUNCATE, "fixed": POL_FIXED, "ragged": POL_RAGGED,
+                "unsafe-derived": POL_UNSAFE}
+
+# ---------------------------------------------------------------- step buffer SI[c, NSI], SF[c, NSF]
+S_REPLICA = 0
+S_ITER = 1
+S_LAUNCH = 2
+S_KIND = 3
+S_BS = 4
+S_BSPAD = 5
+S_WIDTH = 6
+S_MINW = 7
+S_MAXW = 8
+S_DISTINCT = 9
+S_ITERDISTINCT = 10
+S_TOKENS = 11
+S_PADSLOTS = 12
+S_GPADSLOTS = 13
+S_GRAPH = 14
+S_PASSES = 15
+S_KVMAX = 16
+S_COMMITTED = 17
+S_VIOL = 18
+S_OOG = 19
+S_MODE = 20
+NSI = 21
+SF_START = 0
+SF_LAT = 1
+SF_KVMEAN = 2
+SF_ERR = 3
+NSF = 4
+
+# request-step buffer RSI[c, 2] (request, tokens), RSF[c] (delivery time)
+# global fill counters G[NG]
+G_SFILL = 0
+G_RSFILL = 1
+NG = 2
+
+# advance() results
+ADV_DONE = 0        # the queue is empty and nothing runs: wait for a new request
+ADV_HORIZON = 1     # the clock reached the horizon: let the external event happen first
+ADV_PENDING = 2     # the pending iteration ends after the horizon: wait for its end
+ADV_FULL = 3        # the step buffers are full: flush them
+ADV_TIMING = 4      # passes need latencies from a live executor
+ADV_STUCK = 5       # the queue head can never be admitted (a configuration the checks missed)
+
+MAXPASS = 2 + 64    # a draft row + at most 64 verify launches (or one prefill)
+
+MASK32 = 0xFFFFFFFF
+
+
+@njit
+def _mix32(x):
+    x = (((x >> 16) ^ x) * 0x45D9F3B) & MASK32
+    x = (((x >> 16) ^ x) * 0x45D9F3B) & MASK32
+    return (x >> 16) ^ x
+
+
+@njit
+def uniform_draw(seed, req, step, pos):
+    """A uniform draw in [0, 1) fixed by (seed, request, step, position): counter-based, so the
+    same request step sees the same draws under every policy and batch composition."""
+    h = _mix32((seed & MASK32) ^ 0x9E3779B9)
+    h = _mix32(h ^ (req & MASK32))
+    h = _mix32(h ^ (step & MASK32))
+    h = _mix32(h ^ (pos & MASK32))
+    return h / 4294967296.0
+
+
+@njit
+def accepted_under_width(rec_d, rec_a, r, pacc, seed, req, step):
+    """Drafts accepted when the step recorded (rec_d proposed, rec_a accepted) is verified with
+    r real drafts (DESIGN.md): fewer -> min(rec_a, r); more, after an earlier rejection -> rec_a;
+    more, with every recorded draft accepted -> extra positions drawn from ``pacc`` (the
+    conditional acceptance of position j given positions < j accepted)."""
+    if r <= rec_d:
+        return min(rec_a, r)
+    if rec_a < rec_d:
+        return rec_a
+    a = rec_d
+    npos = pacc.shape[0]
+    for pos in range(rec_d + 1, r + 1):
+        p = pacc[min(pos, npos) - 1]
+        if uniform_draw(seed, req, step, pos) < p:
+            a += 1
+        else:
+            break
+    return a
+
+
+@njit
+def misattributed_rows(widths, n):
+    """Query rows whose request under the derived ``qo_indptr`` (width ``T // bs``) is not their
+    real request; rows past ``bs * (T // bs)`` belong to no request and count too."""
+    total = 0
+    for j in range(n):
+        total += widths[j]
+    w = total // n
+    bad = 0
+    row = 0
+    for j in range(n):
+        for _ in range(widths[j]):
+            if w == 0 or row >= n * w or row // w != j:
+                bad += 1
+            row += 1
+    return bad
+
+
+@njit
+def pages_for(tokens, page):
+    return (tokens + page - 1) // page
+
+
+# ---------------------------------------------------------------- waiting queue (ring buffer)
+@njit
+def queue_push_back(Q, E, r, i):
+    cap = Q.shape[1]
+    Q[r, (E[r, E_QHEAD] + E[r, E_QLEN]) % cap] = i
+    E[r, E_QLEN] += 1
+
+
+@njit
+def _queue_push_front(Q, E, r, i):
+    cap = Q.shape[1]
+    E[r, E_QHEAD] = (E[r, E_QHEAD] - 1 + cap) % cap
+    Q[r, E[r, E_QHEAD]] = i
+    E[r, E_QLEN] += 1
+
+
+@njit
+def _queue_pop(Q, E, r):
+    cap = Q.shape[1]
+    i = Q[r, E[r, E_QHEAD]]
+    E[r, E_QHEAD] = (E[r, E_QHEAD] + 1) % cap
+    E[r, E_QLEN] -= 1
+    return i
+
+
+# ---------------------------------------------------------------- verify policies
+# Each policy fills, for members j < n of MB[r]: M_V (verify width), M_R (real drafts),
+# M_LAUNCH (launch index), and returns the number of launches; lw[L] is launch L's width.
+
+@njit
+def _policy_pad(mb, n, lw):
+    w = 0
+    for j in range(n):
+        w = max(w, mb[j, M_D] + 1)
+    for j in range(n):
+        mb[j, M_V] = w
+        mb[j, M_R] = mb[j, M_D]
+        mb[j, M_LAUNCH] = 0
+    lw[0] = w
+    return 1
+
+
+@njit
+def _distinct_sorted(vals, n, out):
+    """Distinct values of vals[:n] into out, ascending; returns how many."""
+    k = 0
+    for j in range(n):
+        v = vals[j]
+        pos = k
+        for q in range(k):
+            if out[q] == v:
+                pos = -1
+                break
+            if out[q] > v:
+                pos = q
+                break
+        if pos == -1:
+            continue
+        for q in range(k, pos, -1):
+            out[q] = out[q - 1]
+        out[pos] = v
+        k += 1
+    return k
+
+
+@njit
+def _policy_grouped(mb, n, lw, widths):
+    """One launch per distinct value of widths[:n] (ascending)."""
+    nl = _distinct_sorted(widths, n, lw)
+    for j in range(n):
+        for q in range(nl):
+            if lw[q] == widths[j]:
+                mb[j, M_LAUNCH] = q
+                break
+        mb[j, M_V] = widths[j]
+    return nl
+
+
+@njit
+def _policy_split(mb, n, lw, tmp):
+    for j in range(n):
+        tmp[j] = mb[j, M_D] + 1
+        mb[j, M_R] = mb[j, M_D]
+    return _policy_grouped(mb, n, lw, tmp)
+
+
+@njit
+def _policy_bucket(mb, n, lw, tmp, buckets, widen):
+    top = buckets[buckets.shape[0] - 1]
+    for j in range(n):
+        w = mb[j, M_D] + 1
+        b = top
+        for q in range(buckets.shape[0]):
+            if buckets[q] >= w:
+                b = buckets[q]
+                break
+        tmp[j] = b
+        mb[j, M_R] = b - 1 if widen == 1 else min(mb[j, M_D], b - 1)
+    return _policy_grouped(mb, n, lw, tmp)
+
+
+@njit
+def _policy_truncate(mb, n, lw):
+    w = 1 << 30
+    for j in range(n):
+        w = min(w, mb[j, M_D] + 1)
+    for j in range(n):
+        mb[j, M_V] = w
+        mb[j, M_R] = w - 1
+        mb[j, M_LAUNCH] = 0
+    lw[0] = w
+    return 1
+
+
+@njit
+def _policy_fixed(mb, n, lw, fixed, widen):
+    for j in range(n):
+        mb[j, M_V] = fixed
+        mb[j, M_R] = fixed - 1 if widen == 1 else min(mb[j, M_D], fixed - 1)
+        mb[j, M_LAUNCH] = 0
+    lw[0] = fixed
+    return 1
+
+
+@njit
+def _policy_exact(mb, n, lw):
+    """ragged and unsafe-derived: one launch, each request at its own width."""
+    total = 0
+    for j in range(n):
+        mb[j, M_V] = mb[j, M_D] + 1
+        mb[j, M_R] = mb[j, M_D]
+        mb[j, M_LAUNCH] = 0
+        total += mb[j, M_V]
+    lw[0] = total // n
+    return 1
+
+
+@njit
+def apply_policy(policy, mb, n, lw, tmp, buckets, fixed, widen):
+    """Turn the members' proposals into verify widths and launches; returns the launch count."""
+    if policy == POL_PAD:
+        return _policy_pad(mb, n, lw)
+    if policy == POL_SPLIT:
+        return _policy_split(mb, n, lw, tmp)
+    if policy == POL_BUCKET:
+        return _policy_bucket(mb, n, lw, tmp, buckets, widen)
+    if policy == POL_TRUNCATE:
+        return _policy_truncate(mb, n, lw)
+    if policy == POL_FIXED:
+        return _policy_fixed(mb, n, lw, fixed, widen)
+    return _policy_exact(mb, n, lw)
+
+
+# ---------------------------------------------------------------- deciding
+@njit
+def _proposal(i, R, off, draft, maxdraft):
+    k = R[i, R_STEPK]
+    ns = off[i + 1] - off[i]
+    if ns == 0:
+        return np.int64(0)
+    d = np.int64(draft[off[i] + k % ns])
+    if maxdraft > 0 and d > maxdraft:
+        d = maxdraft
+    return d
+
+
+@njit
+def _verify_need_pages(r, n, MB, R, page):
+    need = 0
+    for j in range(n):
+        i = MB[r, j, M_REQ]
+        need += pages_for(R[i, R_KV] + MB[r, j, M_V], page) - R[i, R_PAGES]
+    return need
+
+
+@njit
+def _retract(r, i, R, E, Q, RUN):
+    """Free request i's pages and put it back at the front of the waiting queue."""
+    E[r, E_FREE] += R[i, R_PAGES]
+    R[i, R_PAGES] = 0
+    R[i, R_KV] = 0
+    R[i, R_STATUS] = ST_QUEUED
+    R[i, R_PDONE] = 0
+    R[i, R_RETRACT] += 1
+    n = E[r, E_NRUN]
+    q = 0
+    for j in range(n):
+        if RUN[r, j] != i:
+            RUN[r, q] = RUN[r, j]
+            q += 1
+    E[r, E_NRUN] = q
+    _queue_push_front(Q, E, r, i)
+
+
+@njit
+def _fill_members(r, R, E, RUN, MB, off, draft, CI):
+    n = E[r, E_NRUN]
+    for j in range(n):
+        i = RUN[r, j]
+        MB[r, j, M_REQ] = i
+        MB[r, j, M_D] = _proposal(i, R, off, draft, CI[C_MAXDRAFT])
+        MB[r, j, M_KV] = R[i, R_KV]
+    return n
+
+
+@njit
+def _decide_decode(r, R, E, Q, RUN, MB, PI, PF, off, draft, prompt, CI, padmap, capw,
+                   buckets, lw, tmp):
+    page = CI[C_PAGE]
+    policy = CI[C_POLICY]
+    while True:
+        n = _fill_members(r, R, E, RUN, MB, off, draft, CI)
+        nl = apply_policy(policy, MB[r], n, lw, tmp, buckets, CI[C_FIXED], CI[C_WIDEN])
+        need = _verify_need_pages(r, n, MB, R, page)
+        if need <= E[r, E_FREE]:
+            break
+        if n == 1:
+            # the last running request must fit: make room by undoing a chunked prefill
+            # (the configuration check guarantees that one request alone always fits)
+            c = E[r, E_CHUNKED]
+            if c < 0:
+                break
+            E[r, E_CHUNKED] = -1
+            _retract(r, c, R, E, Q, RUN)
+            continue
+        # retract SGLang's victim: fewest generated tokens, ties to the longest prompt
+        victim = -1
+        for j in range(n):
+            i = RUN[r, j]
+            if victim == -1 or R[i, R_GEN] < R[victim, R_GEN] or (
+                    R[i, R_GEN] == R[victim, R_GEN] and prompt[i] > prompt[victim]):
+                victim = i
+        _retract(r, victim, R, E, Q, RUN)
+    # allocate the verify slots
+    for j in range(n):
+        i = MB[r, j, M_REQ]
+        p = pages_for(R[i, R_KV] + MB[r, j, M_V], page)
+        E[r, E_FREE] -= p - R[i, R_PAGES]
+        R[i, R_PAGES] = p
+    # iteration-level width mix (proposed widths)
+    for j in range(n):
+        tmp[j] = MB[r, j, M_D] + 1
+    E[r, E_ITERDISTINCT] = _distinct_sorted(tmp, n, tmp[n:])
+    # stable order of members by launch, so each launch is a contiguous range
+    for a in range(1, n):
+        b = a
+        while b > 0 and MB[r, b - 1, M_LAUNCH] > MB[r, b, M_LAUNCH]:
+            for f in range(NMB):
+                t = MB[r, b - 1, f]
+                MB[r, b - 1, f] = MB[r, b, f]
+                MB[r, b, f] = t
+            b -= 1
+    maxcap = CI[C_MAXCAPBS]
+    fixed_draft = policy == POL_FIXED and CI[C_WIDEN] == 1
+    # the draft phase
+    passes = 0
+    kvsum = 0
+    kvmax = 0
+    for j in range(n):
+        dr = MB[r, j, M_R] if fixed_draft else max(MB[r, j, M_D], MB[r, j, M_R])
+        passes = max(passes, dr)
+        kvsum += MB[r, j, M_KV]
+        kvmax = max(kvmax, MB[r, j, M_KV])
+    np_ = 0
+    if passes > 0:
+        graph = 1 if (n <= maxcap) else 0
+        PI[r, 0, P_KIND] = KIND_DRAFT
+        PI[r, 0, P_BS] = n
+        PI[r, 0, P_BSPAD] = padmap[n] if graph == 1 else n
+        PI[r, 0, P_WIDTH] = 1
+        PI[r, 0, P_TOKENS] = n
+        PI[r, 0, P_GRAPH] = graph
+        PI[r, 0, P_PASSES] = passes
+        PI[r, 0, P_MODE] = MODE_UNIFORM
+        PI[r, 0, P_KVMAX] = kvmax
+        PI[r, 0, P_MSTART] = 0
+        PI[r, 0, P_MCOUNT] = n
+        PF[r, 0, PF_KVSUM] = kvsum
+        PF[r, 0, PF_KVMEAN] = kvsum / n
+        np_ = 1
+    # verify launches
+    j0 = 0
+    for L in range(nl):
+        j1 = j0
+        while j1 < n and MB[r, j1, M_LAUNCH] == L:
+            j1 += 1
+        bs = j1 - j0
+        p = np_
+        np_ += 1
+        minw = 1 << 30
+        maxw = 0
+        maxvw = 0
+        toks = 0
+        pad = 0
+        kvsum = 0
+        kvmax = 0
+        for j in range(j0, j1):
+            w = MB[r, j, M_D] + 1
+            minw = min(minw, w)
+            maxw = max(maxw, w)
+            maxvw = max(maxvw, MB[r, j, M_V])
+            toks += MB[r, j, M_V]
+            pad += MB[r, j, M_V] - 1 - MB[r, j, M_R]
+            kvsum += MB[r, j, M_KV]
+            kvmax = max(kvmax, MB[r, j, M_KV])
+        for j in range(j0, j1):
+            tmp[j - j0] = MB[r, j, M_D] + 1
+        distinct = _distinct_sorted(tmp, bs, tmp[bs:])
+        mode = MODE_UNIFORM
+        if policy == POL_RAGGED:
+            mode = MODE_RAGGED
+        elif policy == POL_UNSAFE:
+            mode = MODE_UNSAFE
+        width = lw[L] if mode == MODE_UNIFORM else toks // bs
+        gw = width if mode == MODE_UNIFORM else maxvw
+        graph = 1 if (bs <= maxcap and gw < capw.shape[0] and capw[gw]) else 0
+        viol = 0
+        if mode == MODE_UNSAFE:
+            for j in range(j0, j1):
+                tmp[j - j0] = MB[r, j, M_V]
+            viol = misattributed_rows(tmp, bs)
+        PI[r, p, P_KIND] = KIND_VERIFY
+        PI[r, p, P_BS] = bs
+        PI[r, p, P_BSPAD] = padmap[bs] if graph == 1 else bs
+        PI[r, p, P_WIDTH] = width
+        PI[r, p, P_MINW] = minw
+        PI[r, p, P_MAXW] = maxw
+        PI[r, p, P_DISTINCT] = distinct
+        PI[r, p, P_TOKENS] = toks
+        PI[r, p, P_PADSLOTS] = pad
+        PI[r, p, P_GRAPH] = graph
+        PI[r, p, P_PASSES] = 1
+        PI[r, p, P_MODE] = mode
+        PI[r, p, P_VIOL] = viol
+        PI[r, p, P_KVMAX] = kvmax
+        PI[r, p, P_MSTART] = j0
+        PI[r, p, P_MCOUNT] = bs
+        PI[r, p, P_MAXVW] = maxvw
+        PF[r, p, PF_KVSUM] = kvsum
+        PF[r, p, PF_KVMEAN] = kvsum / bs
+        j0 = j1
+    E[r, E_NPASS] = np_
+    E[r, E_NMEM] = n
+    E[r, E_PENDING] = 2
+
+
+@njit
+def _decide_prefill(r, clock, R, RF, E, Q, RUN, MB, PI, PF, arrival, prompt, CI):
+    """Build a prefill pass if anything can be prefilled now; returns whether one was built."""
+    page = CI[C_PAGE]
+    budget = min(CI[C_CHUNK], CI[C_MAXPREFILL])
+    nmem = 0
+    tokens = 0
+    wprefix = 0.0
+    kvmax = 0
+    nrun = E[r, E_NRUN]
+    # continue a chunked prefill first
+    c = E[r, E_CHUNKED]
+    if c >= 0:
+        take = min(R[c, R_PTARGET] - R[c, R_PDONE], budget)
+        MB[r, 0, M_REQ] = c
+        MB[r, 0, M_TOK] = take
+        MB[r, 0, M_KV] = R[c, R_PDONE]
+        nmem = 1
+        tokens += take
+        wprefix += take * R[c, R_PDONE]
+        kvmax = R[c, R_PDONE]
+        budget -= take
+        if R[c, R_PDONE] + take < R[c, R_PTARGET]:
+            budget = 0
+    reserve = pages_for(CI[C_RESERVE], page) if CI[C_RESERVE] > 0 else 0
+    while budget > 0 and E[r, E_QLEN] > 0 and nrun + nmem < CI[C_MAXRUN]:
+        i = Q[r, E[r, E_QHEAD]]
+        if arrival[i] > clock:
+            break
+        target = prompt[i] + R[i, R_GEN]
+        need = pages_for(target, page)
+        held = nrun + nmem  # requests that will keep growing
+        if held > 0 and need + (held + 1) * reserve > E[r, E_FREE]:
+            break  # strict FCFS: the head waits for room
+        if need > E[r, E_FREE]:
+            break
+        _queue_pop(Q, E, r)
+        if R[i, R_ADMITTED] == 0:
+            R[i, R_ADMITTED] = 1
+            RF[i, F_ADMIT] = clock
+        R[i, R_STATUS] = ST_PREFILL
+        R[i, R_PTARGET] = target
+        R[i, R_PDONE] = 0
+        R[i, R_PAGES] = need
+        E[r, E_FREE] -= need
+        take = min(target, budget)
+        MB[r, nmem, M_REQ] = i
+        MB[r, nmem, M_TOK] = take
+        MB[r, nmem, M_KV] = 0
+        nmem += 1
+        tokens += take
+        budget -= take
+        if take < target:
+            E[r, E_CHUNKED] = i
+            break
+    if nmem == 0:
+        return False
+    PI[r, 0, P_KIND] = KIND_PREFILL
+    PI[r, 0, P_BS] = nmem
+    PI[r, 0, P_BSPAD] = nmem
+    PI[r, 0, P_WIDTH] = 0
+    PI[r, 0, P_MINW] = 0
+    PI[r, 0, P_MAXW] = 0
+    PI[r, 0, P_DISTINCT] = 0
+    PI[r, 0, P_TOKENS] = tokens
+    PI[r, 0, P_PADSLOTS] = 0
+    PI[r, 0, P_GRAPH] = 0
+    PI[r, 0, P_PASSES] = 1
+    PI[r, 0, P_MODE] = MODE_UNIFORM
+    PI[r, 0, P_VIOL] = 0
+    PI[r, 0, P_KVMAX] = kvmax
+    PI[r, 0, P_MSTART] = 0
+    PI[r, 0, P_MCOUNT] = nmem
+    PF[r, 0, PF_KVSUM] = wprefix
+    PF[r, 0, PF_PREFIX] = wprefix / tokens if tokens > 0 else 0.0
+    PF[r, 0, PF_KVMEAN] = PF[r, 0, PF_PREFIX]
+    E[r, E_NPASS] = 1
+    E[r, E_NMEM] = nmem
+    E[r, E_PENDING] = 1
+    return True
+
+
+# ---------------------------------------------------------------- timing from a table
+@njit
+def _time_passes(r, PI, PF, E, tab):
+    """Latency of every pending pass from the latency table (the fast path)."""
+    (vg0, vg1, vg2, vgv, ve0, ve1, ve2, vev, dg0, dg1, dgv, de0, de1, dev, pf0, pf1, pfv) = tab
+    for p in range(E[r, E_NPASS]):
+        kind = PI[r, p, P_KIND]
+        oog = False
+        if kind == KIND_PREFILL:
+            lat, oog = interp2(pf0, pf1, pfv, float(PI[r, p, P_TOKENS]), PF[r, p, PF_PREFIX])
+        elif kind == KIND_DRAFT:
+            bs = float(PI[r, p, P_BSPAD])
+            kv = PF[r, p, PF_KVSUM] / bs
+            if PI[r, p, P_GRAPH] == 1:
+                lat, oog = interp2(dg0, dg1, dgv, bs, kv)
+            else:
+                lat, oog = interp2(de0, de1, dev, bs, kv)
+            lat = lat * PI[r, p, P_PASSES]
+        else:
+            bs = float(PI[r, p, P_BSPAD])
+            kv = PF[r, p, PF_KVSUM] / bs
+            if PI[r, p, P_MODE] == MODE_UNIFORM:
+                w = float(PI[r, p, P_WIDTH])
+            else:
+                w = PI[r, p, P_TOKENS] / float(PI[r, p, P_BS])
+            if PI[r, p, P_GRAPH] == 1:
+                lat, oog = interp3(vg0, vg1, vg2, vgv, bs, w, kv)
+            else:
+                lat, oog = interp3(ve0, ve1, ve2, vev, bs, w, kv)
+        PF[r, p, PF_LAT] = lat
+        PF[r, p, PF_ERR] = np.nan
+        PI[r, p, P_OOG] = 1 if oog else 0
+    E[r, E_TIMED] = 1
+
+
+# ---------------------------------------------------------------- applying
+@njit
+def _deliver(i, t, tokens, RF, RSI, RSF, G, record):
+    if RF[i, F_LAST] >= 0.0:
+        gap = t - RF[i, F_LAST]
+        if gap > RF[i, F_MAXGAP]:
+            RF[i, F_MAXGAP] = gap
+    RF[i, F_LAST] = t
+    if record == 1:
+        k = G[G_RSFILL]
+        RSI[k, 0] = i
+        RSI[k, 1] = tokens
+        RSF[k] = t
+        G[G_RSFILL] = k + 1
+
+
+@njit
+def _finish(r, i, t, R, RF, E, prompt):
+    R[i, R_STATUS] = ST_DONE
+    RF[i, F_FINISH] = t
+    E[r, E_FREE] += R[i, R_PAGES]
+    R[i, R_PAGES] = 0
+    E[r, E_OUTSTANDING] -= prompt[i] + R[i, R_GEN]
+    E[r, E_FINISHED] += 1
+
+
+@njit
+def _apply_prefill(r, t, R, RF, E, RUN, MB, prompt, output, RSI, RSF, G, CI):
+    """Prefill chunks computed; completed prefills emit a token.  Returns tokens emitted."""
+    page = CI[C_PAGE]
+    emitted = 0
+    for j in range(E[r, E_NMEM]):
+        i = MB[r, j, M_REQ]
+        R[i, R_PDONE] += MB[r, j, M_TOK]
+        R[i, R_KV] = R[i, R_PDONE]
+        if R[i, R_PDONE] < R[i, R_PTARGET]:
+            continue
+        if E[r, E_CHUNKED] == i:
+            E[r, E_CHUNKED] = -1
+        # the prefill emits one token
+        if R[i, R_GEN] == 0:
+            RF[i, F_FIRST] = t
+        R[i, R_GEN] += 1
+        emitted += 1
+        E[r, E_OUTSTANDING] += 1
+        _deliver(i, t, 1, RF, RSI, RSF, G, CI[C_RECORD_RS])
+        p = pages_for(R[i, R_KV], page)
+        E[r, E_FREE] += R[i, R_PAGES] - p
+        R[i, R_PAGES] = p
+        if R[i, R_GEN] >= output[i]:
+            _finish(r, i, t, R, RF, E, prompt)
+        else:
+            R[i, R_STATUS] = ST_RUNNING
+            RUN[r, E[r, E_NRUN]] = i
+            E[r, E_NRUN] += 1
+    return emitted
+
+
+@njit
+def _apply_decode(r, t, R, RF, E, RUN, MB, prompt, output, off, draft, acc, pacc, RSI, RSF,
+                  G, CI, committed):
+    """Acceptance, KV and finishes of a decode iteration that ended at t; committed[L] gets the
+    tokens committed by launch L."""
+    page = CI[C_PAGE]
+    seed = CI[C_SEED]
+    nfin = 0
+    for j in range(E[r, E_NMEM]):
+        i = MB[r, j, M_REQ]
+        k = R[i, R_STEPK]
+        ns = off[i + 1] - off[i]
+        rec_d = np.int64(0)
+        rec_a = np.int64(0)
+        if ns > 0:
+            idx = off[i] + k % ns
+            rec_d = np.int64(draft[idx])
+            rec_a = np.int64(acc[idx])
+        a = accepted_under_width(rec_d, rec_a, MB[r, j, M_R], pacc, seed, i, k)
+        c = min(a + 1, output[i] - R[i, R_GEN])
+        R[i, R_GEN] += c
+        R[i, R_KV] += c
+        R[i, R_STEPK] = k + 1
+        R[i, R_STEPS] += 1
+        R[i, R_DRAFTED] += MB[r, j, M_D]
+        R[i, R_VERIFIED] += MB[r, j, M_R]
+        R[i, R_ACCEPTED] += a
+        R[i, R_TRUNC] += max(0, MB[r, j, M_D] - MB[r, j, M_R])
+        R[i, R_PADDED] += MB[r, j, M_V] - 1 - MB[r, j, M_R]
+        E[r, E_OUTSTANDING] += c
+        committed[MB[r, j, M_LAUNCH]] += c
+        _deliver(i, t, c, RF, RSI, RSF, G, CI[C_RECORD_RS])
+        p = pages_for(R[i, R_KV], page)  # rejected drafts' slots are freed
+        E[r, E_FREE] += R[i, R_PAGES] - p
+        R[i, R_PAGES] = p
+        if R[i, R_GEN] >= output[i]:
+            _finish(r, i, t, R, RF, E, prompt)
+            nfin += 1
+    if nfin > 0:
+        n = E[r, E_NRUN]
+        q = 0
+        for j in range(n):
+            i = RUN[r, j]
+            if R[i, R_STATUS] != ST_DONE:
+                RUN[r, q] = i
+                q += 1
+        E[r, E_NRUN] = q
+
+
+@njit
+def _record_steps(r, t0, PI, PF, E, SI, SF, G, committed):
+    t = t0
+    for p in range(E[r, E_NPASS]):
+        k = G[G_SFILL]
+        G[G_SFILL] = k + 1
+        SI[k, S_REPLICA] = r
+        SI[k, S_ITER] = E[r, E_ITER]
+        SI[k, S_KIND] = PI[r, p, P_KIND]
+        SI[k, S_BS] = PI[r, p, P_BS]
+        SI[k, S_BSPAD] = PI[r, p, P_BSPAD]
+        SI[k, S_WIDTH] = PI[r, p, P_WIDTH]
+        SI[k, S_MINW] = PI[r, p, P_MINW]
+        SI[k, S_MAXW] = PI[r, p, P_MAXW]
+        SI[k, S_DISTINCT] = PI[r, p, P_DISTINCT]
+        SI[k, S_TOKENS] = PI[r, p, P_TOKENS]
+        SI[k, S_PADSLOTS] = PI[r, p, P_PADSLOTS]
+        SI[k, S_GRAPH] = PI[r, p, P_GRAPH]
+        SI[k, S_PASSES] = PI[r, p, P_PASSES]
+        SI[k, S_KVMAX] = PI[r, p, P_KVMAX]
+        SI[k, S_VIOL] = PI[r, p, P_VIOL]
+        SI[k, S_OOG] = PI[r, p, P_OOG]
+        SI[k, S_MODE] = PI[r, p, P_MODE]
+        if PI[r, p, P_KIND] == KIND_VERIFY:
+            L = p - (1 if E[r, E_NPASS] > 0 and PI[r, 0, P_KIND] == KIND_DRAFT else 0)
+            SI[k, S_LAUNCH] = L
+            SI[k, S_ITERDISTINCT] = E[r, E_ITERDISTINCT]
+            SI[k, S_GPADSLOTS] = (PI[r, p, P_BSPAD] - PI[r, p, P_BS]) * PI[r, p, P_WIDTH]
+            SI[k, S_COMMITTED] = committed[L]
+        elif PI[r, p, P_KIND] == KIND_DRAFT:
+            SI[k, S_LAUNCH] = 0
+            SI[k, S_ITERDISTINCT] = E[r, E_ITERDISTINCT]
+            SI[k, S_GPADSLOTS] = PI[r, p, P_BSPAD] - PI[r, p, P_BS]
+            SI[k, S_COMMITTED] = 0
+        else:
+            SI[k, S_LAUNCH] = 0
+            SI[k, S_ITERDISTINCT] = 0
+            SI[k, S_GPADSLOTS] = 0
+            SI[k, S_COMMITTED] = committed[0]
+        SF[k, SF_START] = t
+        SF[k, SF_LAT] = PF[r, p, PF_LAT]
+        SF[k, SF_KVMEAN] = PF[r, p, PF_KVMEAN]
+        SF[k, SF_ERR] = PF[r, p, PF_ERR]
+        t += PF[r, p, PF_LAT]
+
+
+@njit
+def _apply_pending(r, R, RF, E, EF, RUN, MB, PI, PF, prompt, output, off, draft, acc, pacc,
+                   SI, SF, RSI, RSF, G, CI, CF, committed):
+    t_end = EF[r, EF_PEND_END]
+    t0 = EF[r, EF_CLOCK] + CF[CF_OVERHEAD]
+    for L in range(committed.shape[0]):
+        committed[L] = 0
+    if E[r, E_PENDING] == 1:
+        committed[0] = _apply_prefill(r, t_end, R, RF, E, RUN, MB, prompt, output, RSI, RSF,
+                                      G, CI)
+    else:
+        _apply_decode(r, t_end, R, RF, E, RUN, MB, prompt, output, off, draft, acc, pacc,
+                      RSI, RSF, G, CI, committed)
+    _record_steps(r, t0, PI, PF, E, SI, SF, G, committed)
+    EF[r, EF_BUSY] += t_end - t0
+    EF[r, EF_CLOCK] = t_end
+    E[r, E_ITER] += 1
+    E[r, E_PENDING] = 0
+    E[r, E_TIMED] = 0
+
+
+@njit
+def advance(r, horizon, arrival, prompt, output, off, draft, acc, pacc, R, RF, E, EF, Q, RUN,
+            MB, PI, PF, SI, SF, RSI, RSF, G, CI, CF, padmap, capw, buckets, tab):
+    """Run replica r's iterations until something outside it must happen.
+
+    Iterations are decided at the replica's clock, strictly before ``horizon`` (the next
+    external event: an arrival the router may send here); one whose end is at or before the
+    horizon is applied at once, one that ends later is left pending (``ADV_PENDING``: the caller
+    waits until its end).  Returns one of the ``ADV_*`` codes.
+    """
+    n_all = R.shape[0]
+    lw = np.zeros(MAXPASS, np.int64)
+    tmp = np.zeros(2 * RUN.shape[1] + 2, np.int64)
+    committed = np.zeros(MAXPASS, np.int64)
+    maxrun = RUN.shape[1]
+    while True:
+        if E[r, E_PENDING] != 0:
+            if E[r, E_TIMED] == 0:
+                if CI[C_FAST] == 1:
+                    _time_passes(r, PI, PF, E, tab)
+                else:
+                    return ADV_TIMING
+                total = CF[CF_OVERHEAD]
+                for p in range(E[r, E_NPASS]):
+                    total += PF[r, p, PF_LAT]
+                EF[r, EF_PEND_END] = EF[r, EF_CLOCK] + total
+            if EF[r, EF_PEND_END] > horizon:
+                return ADV_PENDING
+            if G[G_SFILL] + MAXPASS > SI.shape[0] or G[G_RSFILL] + maxrun > RSI.shape[0]:
+                return ADV_FULL
+            _apply_pending(r, R, RF, E, EF, RUN, MB, PI, PF, prompt, output, off, draft, acc,
+                           pacc, SI, SF, RSI, RSF, G, CI, CF, committed)
+            continue
+        clock = EF[r, EF_CLOCK]
+        if clock >= horizon:
+            return ADV_HORIZON
+        if _decide_prefill(r, clock, R, RF, E, Q, RUN, MB, PI, PF, arrival, prompt, CI):
+            continue
+        if E[r, E_NRUN] > 0:
+            _decide_decode(r, R, E, Q, RUN, MB, PI, PF, off, draft, prompt, CI, padmap, capw,
+                           buckets, lw, tmp)
+            continue
+        # idle: jump to the next queued arrival, if it comes before the horizon
+        if E[r, E_QLEN] == 0:
+            return ADV_DONE
+        nxt = arrival[Q[r, E[r, E_QHEAD]]]
+        if nxt <= clock:
+            return ADV_STUCK
+        if nxt >= horizon:
+            EF[r, EF_CLOCK] = max(clock, horizon)
+            return ADV_HORIZON
+        EF[r, EF_CLOCK] = max(clock, nxt)
+    return ADV_DONE  # unreachable; keeps numba's type inference simple

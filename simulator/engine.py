@@ -1,0 +1,382 @@
+"""The discrete-event layer: a SimPy environment with one process per replica and one for arrivals.
+
+Request state lives in arrays (``simulator.core``), not in a process per request.  A replica
+process runs its engine loop through :func:`simulator.core.advance`, which executes iterations
+until something outside the replica must happen: the next arrival the router may send it (its
+*horizon*), the end of an iteration that crosses that horizon, full step buffers, or a live
+executor that must time the passes.  So SimPy events are spent only where replicas and the
+arrival process interact; between them the replica's own clock advances iteration by iteration,
+and the result is the same as one event per forward pass.
+
+Routing: ``round-robin`` does not depend on replica state, so every request is handed to its
+replica up front and the replica admits it once its clock reaches the arrival time.
+``least-outstanding-tokens`` reads replica state, so the arrival process routes each request at
+its arrival time, after every replica has applied the iterations that ended by then
+(completions at time t happen before arrivals at time t; decisions at t see arrivals at t).
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from dataclasses import dataclass
+from typing import Any, Callable
+
+import numpy as np
+import simpy
+
+from backends.latency_table import LatencyTable
+from backends.protocol import DraftBatch, Executor, PrefillBatch, VerifyBatch
+from simulator import core as C
+from simulator.config import SimConfig
+from traces.errors import SpecschedError
+
+__all__ = ["Simulation", "StepBuffers"]
+
+_INF = math.inf
+_MODES = ("uniform", "ragged", "unsafe-derived")
+
+
+def _table_tuple(table: LatencyTable | None) -> tuple:
+    """The 17 arrays the compiled core evaluates (dummies when there is no table)."""
+    if table is None:
+        one = np.ones(1)
+        return (one, one, one, np.ones((1, 1, 1)), one, one, one, np.ones((1, 1, 1)),
+                one, one, np.ones((1, 1)), one, one, np.ones((1, 1)), one, one, np.ones((1, 1)))
+    out = []
+    for g in (table.verify_graph, table.verify_eager, table.draft_graph, table.draft_eager,
+              table.prefill):
+        out.extend(g.axes)
+        out.append(g.values)
+    return tuple(out)
+
+
+class StepBuffers:
+    """Fixed-size buffers the core appends step rows to; flushed into chunks when full."""
+
+    def __init__(self, rows: int = 1 << 16, request_rows: int = 1 << 17):
+        self.SI = np.zeros((rows, C.NSI), np.int32)
+        self.SF = np.zeros((rows, C.NSF), np.float64)
+        self.RSI = np.zeros((request_rows, 2), np.int64)
+        self.RSF = np.zeros(request_rows, np.float64)
+        self.G = np.zeros(C.NG, np.int64)
+        self.si_chunks: list[np.ndarray] = []
+        self.sf_chunks: list[np.ndarray] = []
+        self.rsi_chunks: list[np.ndarray] = []
+        self.rsf_chunks: list[np.ndarray] = []
+
+    def flush(self) -> None:
+        k = int(self.G[C.G_SFILL])
+        if k:
+            self.si_chunks.append(self.SI[:k].copy())
+            self.sf_chunks.append(self.SF[:k].copy())
+        k = int(self.G[C.G_RSFILL])
+        if k:
+            self.rsi_chunks.append(self.RSI[:k].copy())
+            self.rsf_chunks.append(self.RSF[:k].copy())
+        self.G[:] = 0
+
+    def steps(self) -> tuple[list[np.ndarray], list[np.ndarray]]:
+        """The step rows recorded so far, as chunks (int columns, float columns)."""
+        self.flush()
+        if not self.si_chunks:
+            return [np.zeros((0, C.NSI), np.int32)], [np.zeros((0, C.NSF))]
+        return self.si_chunks, self.sf_chunks
+
+    def request_steps(self) -> tuple[np.ndarray, np.ndarray]:
+        self.flush()
+        if not self.rsi_chunks:
+            return np.zeros((0, 2), np.int64), np.zeros(0)
+        return np.concatenate(self.rsi_chunks), np.concatenate(self.rsf_chunks)
+
+
+@dataclass
+class _Inputs:
+    arrival: np.ndarray
+    prompt: np.ndarray
+    output: np.ndarray
+    off: np.ndarray
+    draft: np.ndarray
+    acc: np.ndarray
+    pacc: np.ndarray
+
+
+class Simulation:
+    """One run: the arrays, the SimPy environment and its processes.  Use :func:`simulator.run`."""
+
+    def __init__(self, trace, config: SimConfig, executor: Executor, *,
+                 kv_capacity_tokens: int, progress: Callable[[int, int], None] | None = None):
+        self.trace = trace
+        self.config = config
+        self.executor = executor
+        self.progress = progress
+        e = config.engine
+        n = len(trace.arrival_s)
+        if n == 0:
+            raise SpecschedError("the trace has no requests", path=getattr(trace, "path", None))
+        self.n = n
+        self.replicas = config.cluster.replicas
+        self.table = executor.latency_table()
+        arrival = np.ascontiguousarray(trace.arrival_s, dtype=np.float64) / config.rate_scale
+        self.inp = _Inputs(
+            arrival=arrival,
+            prompt=np.ascontiguousarray(trace.prompt_tokens, dtype=np.int64),
+            output=np.ascontiguousarray(trace.output_tokens, dtype=np.int64),
+            off=np.ascontiguousarray(trace.step_offsets, dtype=np.int64),
+            draft=np.ascontiguousarray(trace.draft_tokens, dtype=np.int16),
+            acc=np.ascontiguousarray(trace.accepted_tokens, dtype=np.int16),
+            pacc=np.ascontiguousarray(trace.acceptance["position_accept_prob"], dtype=np.float64),
+        )
+        if self.inp.pacc.ndim != 1 or len(self.inp.pacc) == 0:
+            raise SpecschedError("the trace's acceptance metadata has no position_accept_prob",
+                                 path=getattr(trace, "path", None))
+        # ---- the configuration the core reads
+        ladder = e.ladder
+        max_cap = max(ladder) if ladder else 0
+        padmap = np.zeros(max(max_cap, 1) + 1, np.int64)
+        j = 0
+        for b in range(1, max_cap + 1):
+            while ladder[j] < b:
+                j += 1
+            padmap[b] = ladder[j]
+        capw = np.zeros(65, np.int64)
+        for w in e.capture_widths:
+            capw[w] = 1
+        self.padmap, self.capw = padmap, capw
+        self.buckets = np.array(sorted(set(e.buckets)), np.int64)
+        fixed = e.fixed_width
+        if e.mla and e.policy == "fixed" and fixed == 3:
+            fixed = 4  # AITER's MLA kernels pad a query length of 3 to 4
+        self.CI = np.zeros(C.NCI, np.int64)
+        self.CI[C.C_PAGE] = e.page_size
+        self.CI[C.C_MAXRUN] = e.max_running
+        self.CI[C.C_CHUNK] = e.chunked_prefill_size
+        self.CI[C.C_POLICY] = C.POLICY_CODES[e.policy]
+        self.CI[C.C_FIXED] = fixed
+        self.CI[C.C_WIDEN] = 1 if e.widen_drafts else 0
+        self.CI[C.C_MAXDRAFT] = e.max_draft
+        self.CI[C.C_SEED] = config.seed & 0xFFFFFFFF
+        self.CI[C.C_RESERVE] = e.admission_reserve_tokens
+        self.CI[C.C_MAXCAPBS] = max_cap
+        self.CI[C.C_FAST] = 1 if self.table is not None else 0
+        self.CI[C.C_MAXPREFILL] = e.max_prefill_tokens
+        self.CI[C.C_RECORD_RS] = 1 if e.record_request_steps else 0
+        self.CF = np.zeros(C.NCF, np.float64)
+        self.CF[C.CF_OVERHEAD] = e.scheduler_overhead_s
+        self.tab = _table_tuple(self.table)
+        self._check_feasible(kv_capacity_tokens)
+        # ---- state
+        R = self.replicas
+        self.capacity_pages = kv_capacity_tokens // e.page_size
+        self.R = np.zeros((n, C.NR), np.int64)
+        self.RF = np.full((n, C.NRF), np.nan)
+        self.RF[:, C.F_LAST] = -1.0
+        self.RF[:, C.F_MAXGAP] = 0.0
+        self.E = np.zeros((R, C.NE), np.int64)
+        self.E[:, C.E_FREE] = self.capacity_pages
+        self.E[:, C.E_CHUNKED] = -1
+        self.EF = np.zeros((R, C.NEF), np.float64)
+        self.Q = np.zeros((R, n + 1), np.int64)
+        self.RUN = np.zeros((R, e.max_running), np.int64)
+        self.MB = np.zeros((R, e.max_running + 1, C.NMB), np.int64)
+        self.PI = np.zeros((R, C.MAXPASS, C.NPI), np.int64)
+        self.PF = np.zeros((R, C.MAXPASS, C.NPF), np.float64)
+        self.buf = StepBuffers()
+        # ---- events
+        self.env = simpy.Environment()
+        self.next_arrival = _INF
+        self.arrivals_done = False
+        self.wake: list[simpy.Event | None] = [None] * R
+        self.state_dependent = config.cluster.router == "least-outstanding-tokens"
+        self._rr = 0
+        self.finished = 0
+        self.live_errors: list[float] = []
+
+    # ------------------------------------------------------------------ checks
+    def _check_feasible(self, capacity_tokens: int) -> None:
+        e = self.config.engine
+        inp = self.inp
+        if capacity_tokens < e.page_size:
+            raise SpecschedError(f"the KV budget ({capacity_tokens} tokens) holds less than one "
+                                 f"page of {e.page_size} tokens")
+        d = inp.draft.astype(np.int64)
+        if e.max_draft:
+            d = np.minimum(d, e.max_draft)
+        widest = int(d.max()) + 1 if len(d) else 1
+        if e.policy == "fixed":
+            widest = max(widest, e.fixed_width)
+        if e.policy == "bucket":
+            widest = max(widest, int(max(e.buckets)))
+        if widest > 64:
+            raise SpecschedError(f"a request proposes {widest - 1} drafts in one step; the engine "
+                                 "verifies at most 64 tokens per request (set engine.max_draft)",
+                                 path=getattr(self.trace, "path", None))
+        page = e.page_size
+        need = ((inp.prompt + inp.output + widest + page - 1) // page) * page
+        worst = int(np.argmax(need))
+        if need[worst] > capacity_tokens:
+            rid = self.trace.request_id[worst]
+            rid = rid.as_py() if hasattr(rid, "as_py") else rid
+            raise SpecschedError(
+                f"the KV budget ({capacity_tokens} tokens) is smaller than one request needs: "
+                f"request '{rid}' (row {worst}) needs {int(need[worst])} tokens "
+                f"(prompt {int(inp.prompt[worst])} + output {int(inp.output[worst])} + verify "
+                f"width {widest}, in pages of {page})", path=getattr(self.trace, "path", None))
+
+    # ------------------------------------------------------------------ running
+    def _advance(self, r: int, horizon: float) -> int:
+        i = self.inp
+        b = self.buf
+        return int(C.advance(r, horizon, i.arrival, i.prompt, i.output, i.off, i.draft, i.acc,
+                             i.pacc, self.R, self.RF, self.E, self.EF, self.Q, self.RUN, self.MB,
+                             self.PI, self.PF, b.SI, b.SF, b.RSI, b.RSF, b.G, self.CI, self.CF,
+                             self.padmap, self.capw, self.buckets, self.tab))
+
+    def _route(self, i: int) -> int:
+        if self.state_dependent:
+            return int(np.argmin(self.E[:, C.E_OUTSTANDING]))  # ties: lowest index
+        r = self._rr
+        self._rr = (self._rr + 1) % self.replicas
+        return r
+
+    def _assign(self, i: int) -> int:
+        r = self._route(i)
+        self.R[i, C.R_REPLICA] = r
+        C.queue_push_back(self.Q, self.E, r, i)
+        self.E[r, C.E_OUTSTANDING] += int(self.inp.prompt[i])
+        return r
+
+    def _report(self) -> None:
+        if self.progress is not None:
+            self.progress(int(self.E[:, C.E_FINISHED].sum()), self.n)
+
+    def _replica(self, r: int):
+        env = self.env
+        while True:
+            horizon = self.next_arrival if self.state_dependent else _INF
+            status = self._advance(r, horizon)
+            if status == C.ADV_FULL:
+                self.buf.flush()
+                self._report()
+            elif status == C.ADV_TIMING:
+                self._time_live(r)
+            elif status == C.ADV_PENDING:
+                yield env.timeout(self.EF[r, C.EF_PEND_END] - env.now)
+            elif status == C.ADV_HORIZON:
+                yield env.timeout(max(self.EF[r, C.EF_CLOCK] - env.now, 0.0))
+            elif status == C.ADV_DONE:
+                yield env.timeout(max(self.EF[r, C.EF_CLOCK] - env.now, 0.0))
+                if not self.state_dependent or self.arrivals_done:
+                    return
+                self.wake[r] = env.event()
+                yield self.wake[r]
+                self.wake[r] = None
+                self.EF[r, C.EF_CLOCK] = max(self.EF[r, C.EF_CLOCK], env.now)
+            elif status == C.ADV_STUCK:
+                raise SpecschedError("a waiting request can never be admitted (KV budget too "
+                                     "small for it)")
+            else:  # pragma: no cover - a core bug
+                raise RuntimeError(f"unexpected core status {status}")
+
+    def _arrivals(self):
+        env = self.env
+        arrival = self.inp.arrival
+        for i in range(self.n):
+            t = float(arrival[i])
+            if t > env.now:
+                yield env.timeout(t - env.now)
+            r = self._assign(i)
+            self.next_arrival = float(arrival[i + 1]) if i + 1 < self.n else _INF
+            if self.wake[r] is not None and not self.wake[r].triggered:
+                self.wake[r].succeed()
+        self.arrivals_done = True
+        for ev in self.wake:
+            if ev is not None and not ev.triggered:
+                ev.succeed()
+
+    def run(self) -> None:
+        if self.state_dependent:
+            self.next_arrival = float(self.inp.arrival[0])
+            self.env.process(self._arrivals())
+        else:  # round-robin: routing does not depend on state, so hand everything out now
+            reps = np.arange(self.n, dtype=np.int64) % self.replicas
+            self.R[:, C.R_REPLICA] = reps
+            for r in range(self.replicas):
+                mine = np.flatnonzero(reps == r)
+                self.Q[r, :len(mine)] = mine
+                self.E[r, C.E_QHEAD] = 0
+                self.E[r, C.E_QLEN] = len(mine)
+                self.E[r, C.E_OUTSTANDING] = int(self.inp.prompt[mine].sum())
+            self.arrivals_done = True
+        for r in range(self.replicas):
+            self.env.process(self._replica(r))
+        self.env.run()
+        self._report()
+        unfinished = int((self.R[:, C.R_STATUS] != C.ST_DONE).sum())
+        if unfinished:  # pragma: no cover - a core bug
+            raise RuntimeError(f"{unfinished} requests did not finish")
+
+    # ------------------------------------------------------------------ live executors
+    def _time_live(self, r: int) -> None:
+        """Time the pending passes of replica r with a live executor (no latency table)."""
+        PI, PF, MB = self.PI[r], self.PF[r], self.MB[r]
+        total = float(self.CF[C.CF_OVERHEAD])
+        for p in range(int(self.E[r, C.E_NPASS])):
+            m0 = int(PI[p, C.P_MSTART])
+            m1 = m0 + int(PI[p, C.P_MCOUNT])
+            kind = int(PI[p, C.P_KIND])
+            err = math.nan
+            oog = False
+            if kind == C.KIND_PREFILL:
+                lat = self.executor.prefill(PrefillBatch(tokens=MB[m0:m1, C.M_TOK].copy(),
+                                                         prefix=MB[m0:m1, C.M_KV].copy()))
+            elif kind == C.KIND_DRAFT:
+                lat = self.executor.draft(DraftBatch(
+                    bs_real=int(PI[p, C.P_BS]), bs_padded=int(PI[p, C.P_BSPAD]),
+                    kv_lens=MB[m0:m1, C.M_KV].copy(), passes=int(PI[p, C.P_PASSES]),
+                    graph=bool(PI[p, C.P_GRAPH])))
+            else:
+                timing = self.executor.verify(VerifyBatch(
+                    bs_real=int(PI[p, C.P_BS]), bs_padded=int(PI[p, C.P_BSPAD]),
+                    widths=MB[m0:m1, C.M_V].copy(), kv_lens=MB[m0:m1, C.M_KV].copy(),
+                    launch_width=int(PI[p, C.P_WIDTH]), mode=_MODES[int(PI[p, C.P_MODE])],
+                    graph=bool(PI[p, C.P_GRAPH])))
+                lat = timing.latency_s
+                oog = timing.out_of_grid
+                if timing.max_abs_error is not None:
+                    err = float(timing.max_abs_error)
+            if not (lat > 0 and math.isfinite(lat)):
+                raise RuntimeError(f"executor {self.executor.name} returned latency {lat!r}")
+            PF[p, C.PF_LAT] = lat
+            PF[p, C.PF_ERR] = err
+            PI[p, C.P_OOG] = 1 if oog else 0
+            total += lat
+        self.E[r, C.E_TIMED] = 1
+        self.EF[r, C.EF_PEND_END] = self.EF[r, C.EF_CLOCK] + total
+
+    # ------------------------------------------------------------------ results
+    def request_arrays(self) -> dict[str, Any]:
+        R, RF = self.R, self.RF
+        return {
+            "replica": R[:, C.R_REPLICA].astype(np.int16),
+            "arrival_s": self.inp.arrival,
+            "admit_s": RF[:, C.F_ADMIT],
+            "first_token_s": RF[:, C.F_FIRST],
+            "finish_s": RF[:, C.F_FINISH],
+            "prompt_tokens": self.inp.prompt.astype(np.int32),
+            "output_tokens": self.inp.output.astype(np.int32),
+            "steps": R[:, C.R_STEPS].astype(np.int32),
+            "drafted_tokens": R[:, C.R_DRAFTED].astype(np.int32),
+            "verified_drafts": R[:, C.R_VERIFIED].astype(np.int32),
+            "accepted_tokens": R[:, C.R_ACCEPTED].astype(np.int32),
+            "truncated_drafts": R[:, C.R_TRUNC].astype(np.int32),
+            "padded_slots": R[:, C.R_PADDED].astype(np.int32),
+            "retractions": R[:, C.R_RETRACT].astype(np.int32),
+            "max_gap_s": RF[:, C.F_MAXGAP],
+        }
+
+
+def timed(fn: Callable[[], Any]) -> tuple[Any, float]:
+    t0 = time.perf_counter()
+    out = fn()
+    return out, time.perf_counter() - t0
