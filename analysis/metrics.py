@@ -212,7 +212,11 @@ def duration_s(run: RunResults) -> float:
 
 
 def kind_mask(steps: pa.Table, kind: str) -> np.ndarray:
-    return np.asarray(pc.equal(steps["kind"], kind).to_numpy(zero_copy_only=False), dtype=bool)
+    """Rows of steps.parquet whose ``kind`` is ``kind`` (plain or dictionary-encoded strings)."""
+    c = steps["kind"]
+    if pa.types.is_dictionary(c.type):
+        c = c.cast(pa.string())
+    return np.asarray(pc.equal(c, kind).to_numpy(zero_copy_only=False), dtype=bool)
 
 
 def verify_stats(run: RunResults) -> dict[str, Any]:

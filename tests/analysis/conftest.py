@@ -58,9 +58,12 @@ def table(rows, defaults, types):
     return pa.table(cols)
 
 
-def build_run(requests, steps, request_steps=None, name="run", summary=None):
+def build_run(requests, steps, request_steps=None, name="run", summary=None, dict_kind=True):
     req = table(requests, _REQ_DEFAULTS, _REQ_TYPES)
     st = table(steps, _STEP_DEFAULTS, _STEP_TYPES)
+    if dict_kind:  # the engine writes kind dictionary-encoded
+        i = st.column_names.index("kind")
+        st = st.set_column(i, "kind", st["kind"].dictionary_encode())
     rs = None
     if request_steps is not None:
         rs = pa.table({"request": pa.array([r[0] for r in request_steps], pa.int32()),

@@ -80,6 +80,15 @@ def test_verify_stats_by_hand(hand_run):
                                      "verify": {"graph": 3, "eager": 1}}
 
 
+def test_plain_string_kind_gives_same_stats(hand_run):
+    steps = hand_run.steps
+    i = steps.column_names.index("kind")
+    plain = steps.set_column(i, "kind", steps["kind"].cast(pa.string()))
+    run = from_tables("plain", hand_run.requests, plain, hand_run.request_steps)
+    assert verify_stats(run) == verify_stats(hand_run)
+    assert iteration_stats(run) == iteration_stats(hand_run)
+
+
 def test_iteration_stats_by_hand(hand_run):
     it = iteration_stats(hand_run)
     # decode iterations 1, 2, 3 (iteration 0 is a prefill only)
