@@ -1,0 +1,648 @@
+"""Acceptance models: fill ``draft_tokens`` / ``accepted_tokens`` for traces that lack them.
+
+A model is chosen by a spec string (``docs/traces.md`` documents each one):
+
+``specbench:PATH[,category=auto|mix|trace|NAME][,start=any|question][,drafts=stop|fixed][,k=K][,q=Q]``
+    Empirical, from a Spec-Bench ``model_answer`` JSONL (``choices[0].accept_lengths`` = tokens
+    committed per verify step, bonus included).  Each request replays whole per-question step
+    sequences of one category (concatenated when the request is longer), so the correlation
+    within a request is kept.  The draft count of each step is reconstructed from how the
+    method drafts (see ``drafts``).
+``geometric:k=K,alpha=A``
+    K drafts every step; each position is accepted with probability A, independently, until the
+    first rejection.
+``dynamic:k=K|LO-HI,alpha=A[,conc=C][,stop_right=P][,stop_wrong=P]``
+    A drafter whose draft count varies per request and per step: each request has its own
+    acceptance rate (Beta with mean A, concentration C) and its own maximum k (fixed, or drawn
+    uniformly from LO..HI); within a step the drafter stops early after a token it is not
+    confident about, a confidence that is informative but imperfect (it stops after a correct
+    token with probability ``stop_right`` and after a wrong one with probability ``stop_wrong``).
+
+Every model returns per-step lists that satisfy the trace rules (committed tokens
+1 + sum(accepted + 1) reach ``output_tokens``, the last step being needed) and metadata with
+``position_accept_prob`` (P(position j accepted | positions < j accepted), j = 1..>=8).
+All draws come from the ``numpy.random.Generator`` passed in, in a fixed order.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import math
+import os
+from abc import ABC, abstractmethod
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from traces.errors import SpecschedError
+from traces.schema import POSITION_PROB_MIN_LEN
+
+__all__ = [
+    "StepLists",
+    "AcceptanceModel",
+    "GeometricModel",
+    "DynamicModel",
+    "SpecBenchModel",
+    "SpecBenchData",
+    "parse_acceptance",
+    "estimate_position_accept_prob",
+    "multi_range",
+]
+
+
+@dataclass(frozen=True)
+class StepLists:
+    """Per-step lists of ``n`` requests: request i's steps are ``[offsets[i], offsets[i+1])``.
+
+    ``category`` is set by models that assign each request a class (``specbench``), else None.
+    """
+
+    offsets: np.ndarray          # int64 [n+1]
+    draft_tokens: np.ndarray     # int16 [steps]
+    accepted_tokens: np.ndarray  # int16 [steps]
+    category: np.ndarray | None = None   # object (str) [n]
+
+
+# --------------------------------------------------------------------------------------------
+# helpers
+
+
+def multi_range(starts: np.ndarray, lengths: np.ndarray) -> np.ndarray:
+    """Concatenation of ``arange(s, s + l)`` for each (s, l), vectorised (int64)."""
+    starts = np.asarray(starts, dtype=np.int64)
+    lengths = np.asarray(lengths, dtype=np.int64)
+    total = int(lengths.sum())
+    if total == 0:
+        return np.zeros(0, np.int64)
+    ends = np.cumsum(lengths)
+    shift = np.repeat(starts - (ends - lengths), lengths)
+    return np.arange(total, dtype=np.int64) + shift
+
+
+def estimate_position_accept_prob(draft_tokens: np.ndarray, accepted_tokens: np.ndarray,
+                                  *, min_len: int = POSITION_PROB_MIN_LEN) -> list[float]:
+    """P(position j accepted | positions < j accepted), estimated from per-step lists.
+
+    For position j the estimate uses the steps that drafted at least j tokens and accepted at
+    least j - 1: the share of them that accepted j.  Positions no step drafted repeat the last
+    estimate (or 0.0 when no step drafted anything).  The list has at least ``min_len`` entries.
+    """
+    d = np.asarray(draft_tokens, dtype=np.int64)
+    a = np.asarray(accepted_tokens, dtype=np.int64)
+    kmax = int(d.max()) if d.size else 0
+    n = max(min_len, kmax)
+    out: list[float] = []
+    last = 0.0
+    if kmax:
+        # counts by (d, a) pairs, then tail sums: steps with d >= j and a >= j-1, and a >= j
+        d_hist = np.zeros((kmax + 2, kmax + 2), np.int64)
+        np.add.at(d_hist, (np.minimum(d, kmax), np.minimum(a, kmax)), 1)
+        # tail[j, i] = #steps with d >= j and a >= i
+        tail = d_hist[::-1, ::-1].cumsum(0).cumsum(1)[::-1, ::-1]
+        for j in range(1, kmax + 1):
+            den = tail[j, j - 1]
+            if den > 0:
+                last = float(tail[j, j] / den)
+            out.append(round(last, 6))
+    while len(out) < n:
+        out.append(round(last, 6))
+    return out
+
+
+def _parse_kv(text: str, spec: str, allowed: set[str]) -> dict[str, str]:
+    out: dict[str, str] = {}
+    if not text:
+        return out
+    for part in text.split(","):
+        if "=" not in part:
+            raise SpecschedError(f"acceptance spec {spec!r}: expected key=value, got {part!r}")
+        k, v = part.split("=", 1)
+        k = k.strip()
+        if k not in allowed:
+            raise SpecschedError(f"acceptance spec {spec!r}: unknown key {k!r} "
+                                 f"(known: {', '.join(sorted(allowed))})")
+        out[k] = v.strip()
+    return out
+
+
+def _num(spec: str, key: str, value: str, *, lo: float, hi: float, integer: bool = False,
+         lo_open: bool = False) -> float:
+    try:
+        x = int(value) if integer else float(value)
+    except ValueError:
+        raise SpecschedError(f"acceptance spec {spec!r}: {key}={value!r} is not a "
+                             f"{'whole number' if integer else 'number'}") from None
+    if not math.isfinite(x) or x < lo or x > hi or (lo_open and x == lo):
+        bound = f"{'(' if lo_open else '['}{lo}, {hi}]"
+        raise SpecschedError(f"acceptance spec {spec!r}: {key}={value} must be in {bound}")
+    return x
+
+
+def _fill_rounds(needed: np.ndarray, rng: np.random.Generator, draw, est_committed: float,
+                 req_param=None) -> StepLists:
+    """Assign i.i.d.-per-request step draws to requests until each has committed ``needed``.
+
+    ``draw(req_idx, rng) -> (d, a)`` samples one step for each entry of ``req_idx`` (the request
+    each step belongs to).  Rounds: every unfinished request draws a block of steps sized from
+    ``est_committed``; the steps past the one that reaches its target are discarded.
+    """
+    n = needed.size
+    remaining = needed.astype(np.int64).copy()
+    seg_req: list[np.ndarray] = []
+    seg_d: list[np.ndarray] = []
+    seg_a: list[np.ndarray] = []
+    seg_len: list[np.ndarray] = []
+    active = np.flatnonzero(remaining > 0)
+    while active.size:
+        k = np.ceil(1.25 * remaining[active] / max(est_committed, 1.0)).astype(np.int64) + 2
+        req_of_step = np.repeat(active, k)
+        d, a = draw(req_of_step, rng)
+        c = a.astype(np.int64) + 1
+        g = np.concatenate([[0], np.cumsum(c)])
+        starts = np.concatenate([[0], np.cumsum(k)[:-1]])
+        target = g[starts] + remaining[active]
+        end = np.searchsorted(g, target, side="left")
+        seg_end = starts + k
+        done = end <= seg_end
+        take = np.where(done, end - starts, k)
+        idx = multi_range(starts, take)
+        seg_req.append(np.repeat(active, take))
+        seg_d.append(d[idx])
+        seg_a.append(a[idx])
+        seg_len.append(take)
+        got = g[starts + take] - g[starts]
+        remaining[active] -= got
+        active = active[~done]
+    if not seg_req:
+        z = np.zeros(0, np.int16)
+        return StepLists(np.zeros(n + 1, np.int64), z, z.copy())
+    req = np.concatenate(seg_req)
+    d = np.concatenate(seg_d)
+    a = np.concatenate(seg_a)
+    order = np.argsort(req, kind="stable")   # rounds were appended in order: stable keeps them
+    counts = np.bincount(req, minlength=n)
+    offsets = np.concatenate([[0], np.cumsum(counts)]).astype(np.int64)
+    return StepLists(offsets, d[order].astype(np.int16), a[order].astype(np.int16))
+
+
+class AcceptanceModel(ABC):
+    """Fills per-step lists for requests that need ``output_tokens`` tokens each."""
+
+    kind: str = ""
+
+    @abstractmethod
+    def params(self) -> dict[str, Any]:
+        """The model's parameters, as recorded in the trace metadata."""
+
+    @abstractmethod
+    def position_accept_prob(self) -> list[float]:
+        """P(position j accepted | positions < j accepted) for j = 1..>=8."""
+
+    @abstractmethod
+    def fill(self, output_tokens: np.ndarray, rng: np.random.Generator,
+             categories: np.ndarray | None = None) -> StepLists:
+        """Per-step lists for these requests, drawn from ``rng``."""
+
+    def metadata(self, seed: int | None) -> dict[str, Any]:
+        return {"kind": self.kind, "params": self.params(), "seed": seed,
+                "position_accept_prob": self.position_accept_prob()}
+
+    def describe(self) -> str:
+        return f"{self.kind}:" + ",".join(f"{k}={v}" for k, v in self.params().items())
+
+
+# --------------------------------------------------------------------------------------------
+# geometric
+
+
+class GeometricModel(AcceptanceModel):
+    """k drafts every step; each position accepted with probability alpha until the first miss."""
+
+    kind = "geometric"
+
+    def __init__(self, k: int, alpha: float) -> None:
+        self.k = int(k)
+        self.alpha = float(alpha)
+
+    def params(self) -> dict[str, Any]:
+        return {"k": self.k, "alpha": self.alpha}
+
+    def position_accept_prob(self) -> list[float]:
+        return [round(self.alpha, 6)] * max(POSITION_PROB_MIN_LEN, self.k)
+
+    def mean_committed(self) -> float:
+        return 1.0 + sum(self.alpha ** j for j in range(1, self.k + 1))
+
+    def _draw(self, req: np.ndarray, rng: np.random.Generator) -> tuple[np.ndarray, np.ndarray]:
+        m = req.size
+        d = np.full(m, self.k, np.int64)
+        if self.alpha >= 1.0:
+            a = d.copy()
+        elif self.alpha <= 0.0 or self.k == 0:
+            a = np.zeros(m, np.int64)
+        else:
+            a = np.minimum(rng.geometric(1.0 - self.alpha, size=m) - 1, self.k)
+        return d, a
+
+    def fill(self, output_tokens, rng, categories=None) -> StepLists:
+        needed = np.asarray(output_tokens, np.int64) - 1
+        return _fill_rounds(needed, rng, self._draw, self.mean_committed())
+
+
+# --------------------------------------------------------------------------------------------
+# dynamic (per-request rate and k, confidence-based stop within a step)
+
+
+class DynamicModel(AcceptanceModel):
+    """A drafter that varies its draft count per request and per step.
+
+    Per request: acceptance rate ``alpha_r ~ Beta(alpha*conc, (1-alpha)*conc)`` (``conc=inf``
+    gives every request ``alpha``) and a maximum ``k_r`` (fixed, or uniform on ``k_lo..k_hi``).
+    Per step: positions j = 1..k_r are drafted one at a time; each drafted token is correct with
+    probability ``alpha_r``; after drafting it the drafter stops with probability ``stop_right``
+    if it was correct and ``stop_wrong`` if it was wrong (a confidence signal that tends to drop
+    on wrong tokens).  Accepted = the leading correct tokens among those drafted.
+    """
+
+    kind = "dynamic"
+
+    def __init__(self, k_lo: int, k_hi: int, alpha: float, conc: float = 20.0,
+                 stop_right: float = 0.1, stop_wrong: float = 0.6) -> None:
+        self.k_lo, self.k_hi = int(k_lo), int(k_hi)
+        self.alpha = float(alpha)
+        self.conc = float(conc)
+        self.stop_right = float(stop_right)
+        self.stop_wrong = float(stop_wrong)
+
+    def params(self) -> dict[str, Any]:
+        return {"k": self.k_lo if self.k_lo == self.k_hi else f"{self.k_lo}-{self.k_hi}",
+                "alpha": self.alpha, "conc": self.conc if math.isfinite(self.conc) else "inf",
+                "stop_right": self.stop_right, "stop_wrong": self.stop_wrong}
+
+    def _beta(self) -> tuple[float, float] | None:
+        if not math.isfinite(self.conc) or self.alpha in (0.0, 1.0):
+            return None
+        return self.alpha * self.conc, (1.0 - self.alpha) * self.conc
+
+    def position_accept_prob(self) -> list[float]:
+        # P(a >= j | a >= j-1) of the undrafted-limit chain = E[alpha^j] / E[alpha^(j-1)]
+        n = max(POSITION_PROB_MIN_LEN, self.k_hi)
+        ab = self._beta()
+        if ab is None:
+            return [round(self.alpha, 6)] * n
+        a, b = ab
+        return [round((a + j - 1) / (a + b + j - 1), 6) for j in range(1, n + 1)]
+
+    def fill(self, output_tokens, rng, categories=None) -> StepLists:
+        needed = np.asarray(output_tokens, np.int64) - 1
+        n = needed.size
+        ab = self._beta()
+        alpha_r = (rng.beta(ab[0], ab[1], size=n) if ab is not None
+                   else np.full(n, self.alpha))
+        k_r = (rng.integers(self.k_lo, self.k_hi + 1, size=n) if self.k_hi > self.k_lo
+               else np.full(n, self.k_lo, np.int64))
+        est = 1.0 + sum(self.alpha ** j * (1 - self.stop_right) ** (j - 1)
+                        for j in range(1, self.k_hi + 1))
+
+        def draw(req: np.ndarray, g: np.random.Generator):
+            m = req.size
+            al = alpha_r[req]
+            kk = k_r[req]
+            d = np.zeros(m, np.int64)
+            a = np.zeros(m, np.int64)
+            drafting = kk > 0
+            prefix_ok = np.ones(m, bool)
+            for j in range(1, self.k_hi + 1):
+                if not drafting.any():
+                    break
+                u = g.random(m)
+                v = g.random(m)
+                correct = u < al
+                d += drafting
+                prefix_ok &= correct | ~drafting
+                a += drafting & prefix_ok
+                stop = np.where(correct, v < self.stop_right, v < self.stop_wrong)
+                drafting &= ~stop & (kk > j)
+            return d, a
+
+        return _fill_rounds(needed, rng, draw, est)
+
+
+# --------------------------------------------------------------------------------------------
+# specbench (empirical)
+
+
+@dataclass(frozen=True)
+class SpecBenchData:
+    """Accept lengths of a Spec-Bench ``model_answer`` file, one sequence per question."""
+
+    path: str
+    sha256: str
+    model_id: str
+    categories: tuple[str, ...]          # per question
+    sequences: tuple[np.ndarray, ...]    # per question: committed tokens per step (>= 1)
+
+    @property
+    def all_lengths(self) -> np.ndarray:
+        return np.concatenate(self.sequences) if self.sequences else np.zeros(0, np.int64)
+
+
+def load_specbench(path: str | os.PathLike) -> SpecBenchData:
+    """Read a Spec-Bench answer file; every problem names the file, line (0-based) and key."""
+    p = Path(path)
+    if not p.is_file():
+        raise SpecschedError("no such file (a Spec-Bench model_answer JSONL)", path=str(path))
+    raw = p.read_bytes()
+    cats: list[str] = []
+    seqs: list[np.ndarray] = []
+    model_ids: list[str] = []
+    for row, line in enumerate(raw.decode("utf-8", "replace").split("\n")):
+        if not line.strip():
+            continue
+        try:
+            obj = json.loads(line)
+        except ValueError as exc:
+            raise SpecschedError(f"not valid JSON ({exc.args[0] if exc.args else exc})",
+                                 path=str(path), row=row) from None
+        if not isinstance(obj, dict):
+            raise SpecschedError("expected a JSON object per line", path=str(path), row=row)
+        choices = obj.get("choices")
+        if not isinstance(choices, list) or not choices or not isinstance(choices[0], dict):
+            raise SpecschedError("missing or empty 'choices'", path=str(path), row=row,
+                                 column="choices")
+        al = choices[0].get("accept_lengths")
+        if not isinstance(al, list) or not al:
+            raise SpecschedError("missing or empty accept_lengths", path=str(path), row=row,
+                                 column="choices[0].accept_lengths")
+        if not all(isinstance(x, int) and not isinstance(x, bool) for x in al):
+            raise SpecschedError("accept_lengths must be whole numbers", path=str(path), row=row,
+                                 column="choices[0].accept_lengths")
+        arr = np.asarray(al, dtype=np.int64)
+        if arr.min() < 1:
+            raise SpecschedError(f"accept length {int(arr.min())} < 1 (the count includes the "
+                                 "bonus token, so it is at least 1)", path=str(path), row=row,
+                                 column="choices[0].accept_lengths")
+        cat = obj.get("category")
+        if not isinstance(cat, str) or not cat:
+            raise SpecschedError("missing 'category'", path=str(path), row=row, column="category")
+        cats.append(cat)
+        seqs.append(arr)
+        model_ids.append(str(obj.get("model_id", "")))
+    if not seqs:
+        raise SpecschedError("no answers in the file", path=str(path))
+    ids = sorted(set(model_ids))
+    return SpecBenchData(str(path), hashlib.sha256(raw).hexdigest(), ids[0] if len(ids) == 1 else
+                         ",".join(ids), tuple(cats), tuple(seqs))
+
+
+#: how each Spec-Bench method drafts: maximum drafts per step and the default draft rule
+_METHODS = {
+    # EAGLE (v1) in Spec-Bench verifies a static draft tree (mc_sim_7b_63, 25 nodes) of depth 5:
+    # at most 5 drafts are accepted per step.  Chain-drafting equivalent: k = 5.
+    "eagle": {"k": 5, "rule": "EAGLE-1 static tree mc_sim_7b_63, depth 5"},
+    # SPS in the fork runs Hugging Face assisted generation (transformers >= 4.45): constant
+    # num_assistant_tokens = 20 with the assistant_confidence_threshold = 0.4 early stop.
+    "sps": {"k": 20, "rule": "HF assisted generation (>= 4.45): num_assistant_tokens=20, "
+                             "constant schedule, assistant_confidence_threshold=0.4"},
+}
+
+
+def _detect_method(model_id: str) -> str | None:
+    mid = model_id.lower()
+    if "eagle2" in mid or "eagle-2" in mid or "eagle3" in mid or "eagle-3" in mid:
+        return None
+    if "eagle" in mid:
+        return "eagle"
+    if "sps" in mid:
+        return "sps"
+    return None
+
+
+class SpecBenchModel(AcceptanceModel):
+    """Empirical acceptance from Spec-Bench answers, sampled per category.
+
+    Each request gets a category (``category`` rule), then reads a contiguous run of the
+    category's "tape": its questions' step sequences, concatenated in a seeded random order and
+    repeated as often as needed.  ``start=any`` (default) starts at a uniformly random step of
+    the tape; ``start=question`` at the beginning of a random question (a request is then an
+    answer from its first step; early steps of answers accept less than later ones).
+
+    Draft counts (``drafts`` rule), with ``k`` the method's maximum drafts per step and ``a`` the
+    recorded accepted drafts (accept length - 1):
+    ``stop`` (default): ``d = k`` when ``a == k``; else ``d = min(k, a + 1 + G)`` with
+    ``G ~ Geometric(q)`` on {0, 1, ...}: a chain drafter with a confidence stop proposes the
+    rejected position and, with probability ``1 - q`` each, more positions after it.
+    ``fixed``: ``d = k`` every step (the literal static-depth equivalent: one width).
+    """
+
+    kind = "specbench"
+
+    def __init__(self, data: SpecBenchData, *, category: str = "auto", start: str = "any",
+                 drafts: str = "stop", k: int | None = None, q: float = 0.5) -> None:
+        self.data = data
+        self.method = _detect_method(data.model_id)
+        max_a = int(data.all_lengths.max()) - 1
+        if k is None:
+            if self.method is None:
+                raise SpecschedError(
+                    f"cannot tell how model {data.model_id!r} drafted: pass k=MAX_DRAFTS "
+                    f"(the most drafts one step proposes; the data accepts up to {max_a})",
+                    path=data.path)
+            k = _METHODS[self.method]["k"]
+        if max_a > k:
+            raise SpecschedError(f"the data accepts {max_a} drafts in one step, more than k={k}",
+                                 path=data.path)
+        self.k = int(k)
+        self.q = float(q)
+        self.drafts = drafts
+        self.start = start
+        self.category = category
+        cats = sorted(set(data.categories))
+        self.cat_names = cats
+        self.cat_questions = {c: [i for i, x in enumerate(data.categories) if x == c] for c in cats}
+        if category not in ("auto", "mix", "trace") and category not in self.cat_questions:
+            raise SpecschedError(f"category {category!r} is not in the data "
+                                 f"(it has: {', '.join(cats)})", path=data.path)
+        self.assigned_category = False
+
+    def params(self) -> dict[str, Any]:
+        allv = self.data.all_lengths
+        return {
+            "file": Path(self.data.path).name,
+            "sha256": self.data.sha256,
+            "model_id": self.data.model_id,
+            "method": self.method or "given",
+            "method_rule": _METHODS[self.method]["rule"] if self.method else f"k={self.k} given",
+            "k": self.k,
+            "drafts": self.drafts,
+            "q": self.q if self.drafts == "stop" else None,
+            "category": self.category,
+            "start": self.start,
+            "source_steps": int(allv.size),
+            "source_mean_committed": round(float(allv.mean()), 6),
+            "questions_per_category": {c: len(v) for c, v in self.cat_questions.items()},
+        }
+
+    def position_accept_prob(self) -> list[float]:
+        a = self.data.all_lengths - 1
+        return estimate_position_accept_prob(np.full(a.size, self.k), a)
+
+    def category_weights(self) -> np.ndarray:
+        """Per category (sorted): its share of the tokens the data committed.
+
+        Requests drawn with these weights commit, per step, the data's mean in expectation:
+        a category with mean m per step needs 1/m steps per token, so weighting by tokens
+        (steps x m) makes the trace's steps-weighted mean equal the data's.
+        """
+        tok = np.array([sum(int(self.data.sequences[i].sum()) for i in self.cat_questions[c])
+                        for c in self.cat_names], np.float64)
+        return tok / tok.sum()
+
+    def _choose_categories(self, n: int, rng: np.random.Generator,
+                           categories: np.ndarray | None) -> np.ndarray:
+        rule = self.category
+        if rule == "auto":
+            ok = (categories is not None and len(categories) == n and n > 0
+                  and all(c in self.cat_questions for c in set(categories.tolist())))
+            rule = "trace" if ok else "mix"
+        if rule == "trace":
+            if categories is None:
+                raise SpecschedError("category=trace needs a trace with a 'category' column")
+            bad = sorted({c for c in set(categories.tolist()) if c not in self.cat_questions},
+                         key=str)
+            if bad:
+                raise SpecschedError(f"trace categories {bad[:5]} are not in the Spec-Bench data "
+                                     f"(it has: {', '.join(self.cat_names)})", path=self.data.path)
+            self.assigned_category = False
+            return np.asarray(categories, dtype=object)
+        self.assigned_category = True
+        if rule == "mix":
+            weights = self.category_weights()
+            pick = rng.choice(len(self.cat_names), size=n, p=weights / weights.sum())
+            return np.asarray(self.cat_names, dtype=object)[pick]
+        return np.full(n, rule, dtype=object)
+
+    def fill(self, output_tokens, rng, categories=None) -> StepLists:
+        needed = np.asarray(output_tokens, np.int64) - 1
+        n = needed.size
+        cats = self._choose_categories(n, rng, categories)
+        steps_per_req = np.zeros(n, np.int64)
+        chunks_idx: list[np.ndarray] = []   # request ids per chunk of gathered steps
+        chunks_len: list[np.ndarray] = []
+        pieces: list[np.ndarray] = []
+        for c in self.cat_names:            # sorted: a fixed draw order
+            reqs = np.flatnonzero(cats == c)
+            if reqs.size == 0:
+                continue
+            qs = self.cat_questions[c]
+            order = rng.permutation(len(qs))
+            seqs = [self.data.sequences[qs[i]] for i in order]
+            tape = np.concatenate(seqs)
+            qstart = np.concatenate([[0], np.cumsum([s.size for s in seqs])[:-1]])
+            tape_tokens = int(tape.sum())
+            reps = int(needed[reqs].max() // tape_tokens) + 2
+            ext = np.tile(tape, reps)
+            g = np.concatenate([[0], np.cumsum(ext)])
+            if self.start == "question":
+                s = qstart[rng.integers(0, len(seqs), size=reqs.size)]
+            else:
+                s = rng.integers(0, tape.size, size=reqs.size)
+            end = np.searchsorted(g, g[s] + needed[reqs], side="left")
+            take = end - s
+            steps_per_req[reqs] = take
+            chunks_idx.append(reqs)
+            chunks_len.append(take)
+            pieces.append(ext[multi_range(s, take)])
+        offsets = np.concatenate([[0], np.cumsum(steps_per_req)]).astype(np.int64)
+        total = int(offsets[-1])
+        lengths = np.zeros(total, np.int64)
+        for reqs, take, piece in zip(chunks_idx, chunks_len, pieces):
+            lengths[multi_range(offsets[reqs], take)] = piece
+        a = lengths - 1
+        d = self._drafts(a, rng)
+        return StepLists(offsets, d.astype(np.int16), a.astype(np.int16),
+                         cats if self.assigned_category else None)
+
+    def _drafts(self, a: np.ndarray, rng: np.random.Generator) -> np.ndarray:
+        if self.drafts == "fixed":
+            return np.full(a.size, self.k, np.int64)
+        full = a >= self.k
+        if self.q >= 1.0:
+            extra = np.zeros(a.size, np.int64)
+        else:
+            extra = rng.geometric(self.q, size=a.size) - 1 if self.q > 0 else \
+                np.full(a.size, self.k, np.int64)
+        return np.where(full, self.k, np.minimum(self.k, a + 1 + extra))
+
+
+# --------------------------------------------------------------------------------------------
+# parsing
+
+
+_SPECBENCH_KEYS = {"category", "start", "drafts", "k", "q"}
+
+
+def parse_acceptance(spec: str) -> AcceptanceModel:
+    """Build an acceptance model from its spec string (see the module docstring)."""
+    if not isinstance(spec, str) or ":" not in spec:
+        raise SpecschedError(f"acceptance spec {spec!r}: expected KIND:PARAMS, e.g. "
+                             "'geometric:k=4,alpha=0.7' or 'specbench:answers.jsonl'")
+    kind, rest = spec.split(":", 1)
+    kind = kind.strip().lower()
+    if kind == "geometric":
+        kv = _parse_kv(rest, spec, {"k", "alpha"})
+        if "k" not in kv or "alpha" not in kv:
+            raise SpecschedError(f"acceptance spec {spec!r}: geometric needs k= and alpha=")
+        k = int(_num(spec, "k", kv["k"], lo=0, hi=64, integer=True))
+        alpha = _num(spec, "alpha", kv["alpha"], lo=0.0, hi=1.0)
+        return GeometricModel(k, alpha)
+    if kind == "dynamic":
+        kv = _parse_kv(rest, spec, {"k", "alpha", "conc", "stop_right", "stop_wrong"})
+        if "k" not in kv or "alpha" not in kv:
+            raise SpecschedError(f"acceptance spec {spec!r}: dynamic needs k= (K or LO-HI) and alpha=")
+        kspec = kv["k"]
+        if "-" in kspec:
+            lo_s, hi_s = kspec.split("-", 1)
+            lo = int(_num(spec, "k", lo_s, lo=1, hi=64, integer=True))
+            hi = int(_num(spec, "k", hi_s, lo=1, hi=64, integer=True))
+            if hi < lo:
+                raise SpecschedError(f"acceptance spec {spec!r}: k={kspec} has LO > HI")
+        else:
+            lo = hi = int(_num(spec, "k", kspec, lo=1, hi=64, integer=True))
+        alpha = _num(spec, "alpha", kv["alpha"], lo=0.0, hi=1.0)
+        conc = kv.get("conc", "20")
+        conc_v = math.inf if conc.lower() in ("inf", "infinity") else \
+            _num(spec, "conc", conc, lo=0.0, hi=1e9, lo_open=True)
+        sr = _num(spec, "stop_right", kv.get("stop_right", "0.1"), lo=0.0, hi=1.0)
+        sw = _num(spec, "stop_wrong", kv.get("stop_wrong", "0.6"), lo=0.0, hi=1.0)
+        return DynamicModel(lo, hi, alpha, conc_v, sr, sw)
+    if kind == "specbench":
+        parts = rest.split(",")
+        path_parts: list[str] = []
+        opts: list[str] = []
+        for part in parts:   # trailing key=value pairs with known keys are options
+            if "=" in part and part.split("=", 1)[0].strip() in _SPECBENCH_KEYS and path_parts:
+                opts.append(part)
+            elif opts:
+                raise SpecschedError(f"acceptance spec {spec!r}: options must follow the path")
+            else:
+                path_parts.append(part)
+        path = ",".join(path_parts).strip()
+        if not path:
+            raise SpecschedError(f"acceptance spec {spec!r}: specbench needs a path")
+        kv = _parse_kv(",".join(opts), spec, _SPECBENCH_KEYS)
+        drafts = kv.get("drafts", "stop")
+        if drafts not in ("stop", "fixed"):
+            raise SpecschedError(f"acceptance spec {spec!r}: drafts={drafts} (use stop or fixed)")
+        start = kv.get("start", "any")
+        if start not in ("question", "any"):
+            raise SpecschedError(f"acceptance spec {spec!r}: start={start} (use question or any)")
+        k = int(_num(spec, "k", kv["k"], lo=1, hi=64, integer=True)) if "k" in kv else None
+        q = _num(spec, "q", kv.get("q", "0.5"), lo=0.0, hi=1.0, lo_open=True)
+        return SpecBenchModel(load_specbench(path), category=kv.get("category", "auto"),
+                              start=start, drafts=drafts, k=k, q=q)
+    raise SpecschedError(f"acceptance spec {spec!r}: unknown model {kind!r} "
+                         "(known: specbench, geometric, dynamic)")
