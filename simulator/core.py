@@ -80,7 +80,8 @@ E_TIMED = 9       # 1 once the pending passes have latencies
 E_OUTSTANDING = 10  # prompt + generated tokens of unfinished requests routed here
 E_ITERDISTINCT = 11  # distinct proposed widths in the pending decode iteration
 E_FINISHED = 12   # requests finished on this replica
-NE = 13
+E_CAP = 13        # KV pages in the pool
+NE = 14
 
 EF_CLOCK = 0      # the replica's clock: the start of its next decision
 EF_PEND_END = 1   # end time of the pending iteration
@@ -106,7 +107,8 @@ P_KVMAX = 14
 P_MSTART = 15     # members [P_MSTART, P_MSTART + P_MCOUNT) of MB
 P_MCOUNT = 16
 P_MAXVW = 17      # widest verify width of a member (buffers of a ragged launch)
-NPI = 18
+P_KVUSED = 18     # KV pages in use while the pass runs
+NPI = 19
 PF_LAT = 0
 PF_KVMEAN = 1
 PF_KVSUM = 2
@@ -182,7 +184,8 @@ S_COMMITTED = 17
 S_VIOL = 18
 S_OOG = 19
 S_MODE = 20
-NSI = 21
+S_KVUSED = 21
+NSI = 22
 SF_START = 0
 SF_LAT = 1
 SF_KVMEAN = 2
@@ -425,6 +428,15 @@ def apply_policy(policy, mb, n, lw, tmp, buckets, fixed, widen):
 
 # ---------------------------------------------------------------- deciding
 @njit
+def _mark_kv_used(r, E, PI):
+    """Record the pages in use by the decided passes; the pool must never be overdrawn."""
+    if E[r, E_FREE] < 0:
+        raise RuntimeError("specsched engine bug: KV pages allocated beyond capacity")
+    for p in range(E[r, E_NPASS]):
+        PI[r, p, P_KVUSED] = E[r, E_CAP] - E[r, E_FREE]
+
+
+@njit
 def _proposal(i, R, off, draft, maxdraft):
     k = R[i, R_STEPK]
     ns = off[i + 1] - off[i]
@@ -614,6 +626,7 @@ def _decide_decode(r, R, E, Q, RUN, MB, PI, PF, off, draft, prompt, CI, padmap, 
     E[r, E_NPASS] = np_
     E[r, E_NMEM] = n
     E[r, E_PENDING] = 2
+    _mark_kv_used(r, E, PI)
 
 
 @njit
@@ -695,6 +708,7 @@ def _decide_prefill(r, clock, R, RF, E, Q, RUN, MB, PI, PF, arrival, prompt, CI)
     E[r, E_NPASS] = 1
     E[r, E_NMEM] = nmem
     E[r, E_PENDING] = 1
+    _mark_kv_used(r, E, PI)
     return True
 
 
@@ -863,6 +877,7 @@ def _record_steps(r, t0, PI, PF, E, SI, SF, G, committed):
         SI[k, S_VIOL] = PI[r, p, P_VIOL]
         SI[k, S_OOG] = PI[r, p, P_OOG]
         SI[k, S_MODE] = PI[r, p, P_MODE]
+        SI[k, S_KVUSED] = PI[r, p, P_KVUSED]
         if PI[r, p, P_KIND] == KIND_VERIFY:
             L = p - (1 if E[r, E_NPASS] > 0 and PI[r, 0, P_KIND] == KIND_DRAFT else 0)
             SI[k, S_LAUNCH] = L

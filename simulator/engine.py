@@ -174,6 +174,7 @@ class Simulation:
         self.RF[:, C.F_MAXGAP] = 0.0
         self.E = np.zeros((R, C.NE), np.int64)
         self.E[:, C.E_FREE] = self.capacity_pages
+        self.E[:, C.E_CAP] = self.capacity_pages
         self.E[:, C.E_CHUNKED] = -1
         self.EF = np.zeros((R, C.NEF), np.float64)
         self.Q = np.zeros((R, n + 1), np.int64)

@@ -94,6 +94,7 @@ def steps_table(si_chunks: list[np.ndarray], sf_chunks: list[np.ndarray]) -> pa.
         "passes": icol(C.S_PASSES).astype(np.int16),
         "kv_mean": fcol(C.SF_KVMEAN),
         "kv_max": icol(C.S_KVMAX),
+        "kv_pages_used": icol(C.S_KVUSED),
         "committed_tokens": icol(C.S_COMMITTED),
         "violations": icol(C.S_VIOL),
         "out_of_grid": icol(C.S_OOG).astype(bool),
