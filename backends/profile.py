@@ -1,0 +1,528 @@
+"""The profile backend: latencies measured on a GPU (``specsched profile``), interpolated.
+
+A profile is a parquet file with one row per measured point (schema in docs/ARCHITECTURE.md,
+:data:`PROFILE_SCHEMA` here).  :func:`write_profile` validates rows and writes such a file
+atomically (the profile command writes through it); :func:`load_profile` validates a file and
+turns it into a :class:`~backends.latency_table.LatencyTable`; :class:`ProfileExecutor` is the
+``TableExecutor`` named ``"profile"`` over it, so the engine evaluates it in compiled code.
+
+Building the grids (each documented in ``LatencyTable.source``):
+
+- **Axes** are the measured values: verify (padded batch size, width, KV length), draft (batch
+  size, KV length), prefill (tokens, prefix).  Measured points are reproduced exactly (unless the
+  monotone pass below had to raise a noisy one; counted).
+- **Holes** (points a sweep skipped, typically large batch x long KV that did not fit) are filled,
+  in this order: (1) along KV within the same batch size and width, linearly between measured
+  points and, beyond the last one, by extending the last measured segment (latency is affine in
+  KV at a fixed shape: the KV read grows linearly); (2) what is left, along the batch axis the
+  same way; (3) then along the width axis.  Every fill is counted in ``source["holes_filled"]``.
+- **Eager** grids cover the union of the eager and graph axes.  Measured eager points are used as
+  they are; the others are the graph value plus the *measured eager overhead*, the median of
+  ``eager - graph`` over the eager points inside the graph grid.  A kind with no eager point at
+  all borrows the other kind's overhead scaled by the ratio of kernel counts (draft: 1 layer), or,
+  with no eager point anywhere, takes the graph value and says so in ``source["warnings"]``.
+- **Prefill** rows with the same (tokens, prefix) and different request counts are averaged (the
+  table has no request-count axis); the largest spread is reported.
+- Values are then made non-decreasing along every axis (``Grid.build``).
+- **Beyond the grid** the table extrapolates linearly from the last segment of each axis (holds
+  the first value below it) and flags the lookup ``out_of_grid``; the simulator counts those and
+  warns in its summary.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import math
+from pathlib import Path
+from typing import Any, Iterable, Mapping
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+import pyarrow.parquet as pq
+
+from backends.latency_table import Grid, LatencyTable, TableExecutor, interp2, interp3
+from traces.atomic import atomic_output_file
+from traces.errors import Problem, SpecschedError, TraceValidationError
+
+__all__ = ["PROFILE_SCHEMA", "PROFILE_VERSION", "PROFILES_DIR", "write_profile", "read_profile",
+           "load_profile", "ProfileExecutor", "default_profile", "shipped_profiles",
+           "profile_metadata"]
+
+PROFILE_VERSION = "1"
+PROFILES_DIR = Path(__file__).resolve().parent / "profiles"
+
+PROFILE_SCHEMA = pa.schema([
+    pa.field("kind", pa.string(), nullable=False),
+    pa.field("graph", pa.bool_(), nullable=False),
+    pa.field("bs", pa.int32(), nullable=False),
+    pa.field("width", pa.int16(), nullable=False),
+    pa.field("kv_len", pa.int32(), nullable=False),
+    pa.field("tokens", pa.int32(), nullable=False),
+    pa.field("latency_s", pa.float64(), nullable=False),
+    pa.field("p10_s", pa.float64(), nullable=False),
+    pa.field("p90_s", pa.float64(), nullable=False),
+    pa.field("reps", pa.int32(), nullable=False),
+])
+_KINDS = ("verify", "draft", "prefill")
+_META_KEYS = ("model", "gpu", "versions", "command", "kernels", "notes")
+_MAX_PROBLEMS = 200
+
+
+# ---- validation ----------------------------------------------------------------------------
+def _as_table(rows: Any, where: str) -> pa.Table:
+    """Rows as a table of PROFILE_SCHEMA (a Table, a list of row dicts or a dict of columns)."""
+    if isinstance(rows, pa.Table):
+        table = rows
+    elif isinstance(rows, Mapping):
+        table = pa.table({k: list(v) for k, v in rows.items()})
+    else:
+        rows = list(rows)
+        table = pa.Table.from_pylist(rows) if rows else PROFILE_SCHEMA.empty_table()
+    missing = [f.name for f in PROFILE_SCHEMA if f.name not in table.column_names]
+    if missing:
+        raise SpecschedError(f"missing column(s) {missing}", path=where,
+                             column=missing[0])
+    cols = []
+    for f in PROFILE_SCHEMA:
+        col = table.column(f.name)
+        if col.null_count:
+            row = int(np.nonzero(col.is_null().to_numpy(zero_copy_only=False))[0][0])
+            raise SpecschedError("is empty (null)", path=where, row=row, column=f.name)
+        try:
+            cols.append(col.cast(f.type, safe=True))
+        except (pa.ArrowInvalid, pa.ArrowNotImplementedError) as exc:
+            raise SpecschedError(f"cannot be read as {f.type}: {exc}", path=where,
+                                 column=f.name) from None
+    return pa.Table.from_arrays(cols, schema=PROFILE_SCHEMA)
+
+
+def _columns(table: pa.Table) -> dict[str, np.ndarray]:
+    out = {}
+    for f in PROFILE_SCHEMA:
+        col = table.column(f.name)
+        out[f.name] = (np.asarray(col.to_pylist(), dtype=object) if f.name == "kind"
+                       else col.to_numpy())
+    return out
+
+
+def _validate(table: pa.Table, where: str) -> None:
+    c = _columns(table)
+    probs: list[Problem] = []
+    total = 0
+
+    def bad(i: int, col: str, msg: str) -> None:
+        nonlocal total
+        total += 1
+        if len(probs) < _MAX_PROBLEMS:
+            probs.append(Problem(msg, int(i), col))
+
+    n = table.num_rows
+    if n == 0:
+        raise SpecschedError("has no rows", path=where)
+    kind, graph, bs, width = c["kind"], c["graph"], c["bs"].astype(np.int64), c["width"].astype(np.int64)
+    kv, tokens = c["kv_len"].astype(np.int64), c["tokens"].astype(np.int64)
+    lat, p10, p90, reps = c["latency_s"], c["p10_s"], c["p90_s"], c["reps"]
+    seen: dict[tuple, int] = {}
+    for i in range(n):
+        k = kind[i]
+        if k not in _KINDS:
+            bad(i, "kind", f"{k!r} is not one of {', '.join(_KINDS)}")
+            continue
+        if bs[i] < 1:
+            bad(i, "bs", f"must be >= 1, got {bs[i]}")
+        if kv[i] < 0:
+            bad(i, "kv_len", f"must be >= 0, got {kv[i]}")
+        if k == "verify":
+            if width[i] < 1:
+                bad(i, "width", f"verify width must be >= 1, got {width[i]}")
+            elif tokens[i] != bs[i] * width[i]:
+                bad(i, "tokens", f"verify tokens must be bs*width = {bs[i] * width[i]}, got {tokens[i]}")
+        elif k == "draft":
+            if width[i] != 1:
+                bad(i, "width", f"draft width must be 1, got {width[i]}")
+            if tokens[i] != bs[i]:
+                bad(i, "tokens", f"draft tokens must equal bs = {bs[i]}, got {tokens[i]}")
+        else:
+            if width[i] != 0:
+                bad(i, "width", f"prefill width must be 0, got {width[i]}")
+            if tokens[i] < bs[i]:
+                bad(i, "tokens", f"prefill tokens must be >= bs (one per request), got {tokens[i]}")
+            if graph[i]:
+                bad(i, "graph", "prefill passes are eager (graph must be false)")
+        if not (math.isfinite(lat[i]) and lat[i] > 0):
+            bad(i, "latency_s", f"must be finite and > 0, got {lat[i]}")
+        if not (math.isfinite(p10[i]) and p10[i] > 0):
+            bad(i, "p10_s", f"must be finite and > 0, got {p10[i]}")
+        elif p10[i] > lat[i] * (1 + 1e-9):
+            bad(i, "p10_s", f"{p10[i]} exceeds the median latency_s {lat[i]}")
+        if not math.isfinite(p90[i]):
+            bad(i, "p90_s", f"must be finite, got {p90[i]}")
+        elif p90[i] < lat[i] * (1 - 1e-9):
+            bad(i, "p90_s", f"{p90[i]} is below the median latency_s {lat[i]}")
+        if reps[i] < 1:
+            bad(i, "reps", f"must be >= 1, got {reps[i]}")
+        key = (k, bool(graph[i]), int(bs[i]), int(width[i]), int(kv[i]), int(tokens[i]))
+        if key in seen:
+            bad(i, None, f"duplicates row {seen[key]} (same kind, graph, bs, width, kv_len, tokens)")
+        else:
+            seen[key] = i
+    if total:
+        raise TraceValidationError(where, probs, total=total)
+    for k, g in (("verify", True), ("draft", True), ("prefill", False)):
+        if not np.any((kind == k) & (graph == g)):
+            what = "graph-replayed " if g else ""
+            raise SpecschedError(f"has no {what}{k} rows: a profile needs verify and draft graph "
+                                 "replays and prefill passes", path=where)
+
+
+def profile_metadata(model: Any, gpu: Any, *, versions: Any = None, command: str = "",
+                     kernels: Any = None, notes: Any = None) -> dict[str, Any]:
+    """The metadata dict :func:`write_profile` expects (a ModelShape is turned into its dict)."""
+    return {"model": model, "gpu": gpu, "versions": versions or {}, "command": command,
+            "kernels": kernels or {}, "notes": notes or []}
+
+
+def _encode_metadata(metadata: Mapping[str, Any], where: str) -> dict[bytes, bytes]:
+    unknown = sorted(set(metadata) - set(_META_KEYS))
+    if unknown:
+        raise SpecschedError(f"unknown profile metadata key(s) {unknown}; valid: {', '.join(_META_KEYS)}",
+                             path=where)
+    for key in ("model", "gpu"):
+        if not metadata.get(key):
+            raise SpecschedError(f"profile metadata needs '{key}'", path=where)
+    out = {b"specsched.profile_version": json.dumps(PROFILE_VERSION).encode()}
+    for key in _META_KEYS:
+        value = metadata.get(key, {} if key in ("versions", "kernels") else "")
+        if hasattr(value, "as_dict"):
+            value = value.as_dict()
+        try:
+            out[f"specsched.{key}".encode()] = json.dumps(value, sort_keys=True).encode()
+        except TypeError as exc:
+            raise SpecschedError(f"profile metadata '{key}' is not JSON: {exc}", path=where) from None
+    return out
+
+
+# ---- writing and reading -------------------------------------------------------------------
+def write_profile(rows: Any, path: "str | Path", metadata: Mapping[str, Any]) -> Path:
+    """Validate profile rows and write them to ``path`` atomically (sorted, zstd, deterministic).
+
+    ``rows``: a pyarrow Table, a list of row dicts or a dict of columns with the columns of
+    :data:`PROFILE_SCHEMA`.  ``metadata``: ``model`` (a ModelShape or its dict) and ``gpu``
+    (required), ``versions``, ``command``, ``kernels``, ``notes`` (see :func:`profile_metadata`).
+    Problems raise a SpecschedError naming ``path``, the row (0-based, in ``rows``) and the column.
+    """
+    path = Path(path)
+    where = str(path)
+    table = _as_table(rows, where)
+    _validate(table, where)
+    meta = _encode_metadata(metadata, where)
+    order = pc.sort_indices(table, sort_keys=[
+        ("kind", "ascending"), ("graph", "ascending"), ("bs", "ascending"),
+        ("width", "ascending"), ("kv_len", "ascending"), ("tokens", "ascending")])
+    table = table.take(order).replace_schema_metadata(meta)
+    with atomic_output_file(path) as tmp:
+        pq.write_table(table, tmp, compression="zstd")
+    return path
+
+
+def read_profile(path: "str | Path") -> tuple[pa.Table, dict[str, Any]]:
+    """Read and validate a profile file: (rows as PROFILE_SCHEMA, decoded metadata)."""
+    where = str(path)
+    if not Path(path).is_file():
+        raise SpecschedError("no such profile file", path=where)
+    try:
+        raw = pq.read_table(path)
+    except (pa.ArrowInvalid, OSError) as exc:
+        raise SpecschedError(f"not a readable parquet file: {exc}", path=where) from None
+    meta_raw = raw.schema.metadata or {}
+    meta: dict[str, Any] = {}
+    for k, v in meta_raw.items():
+        key = k.decode(errors="replace")
+        if key.startswith("specsched."):
+            try:
+                meta[key[len("specsched."):]] = json.loads(v)
+            except json.JSONDecodeError:
+                raise SpecschedError(f"metadata {key} is not JSON", path=where) from None
+    version = meta.get("profile_version")
+    if version != PROFILE_VERSION:
+        raise SpecschedError(f"specsched.profile_version is {version!r}, this version reads "
+                             f"{PROFILE_VERSION!r} (not a specsched profile?)", path=where)
+    table = _as_table(raw, where)
+    _validate(table, where)
+    return table, meta
+
+
+# ---- grids ---------------------------------------------------------------------------------
+def _fill_axis(v: np.ndarray, axis_vals: np.ndarray, axis: int, filled: np.ndarray) -> None:
+    """Fill NaNs along ``axis`` in place: linear between known points, the last segment extended
+    above, the first known value held below.  Lines with fewer than two known points keep NaNs
+    unless exactly one is known and nothing lies above it (then held)."""
+    moved = np.moveaxis(v, axis, -1)
+    fmoved = np.moveaxis(filled, axis, -1)
+    x = axis_vals
+    for idx in np.ndindex(moved.shape[:-1]):
+        line = moved[idx]
+        nan = np.isnan(line)
+        if not nan.any() or nan.all():
+            continue
+        known = np.nonzero(~nan)[0]
+        if len(known) < 2:
+            continue
+        xs, ys = x[known], line[known]
+        out = np.interp(x, xs, ys)  # linear inside, held outside
+        hi = x > xs[-1]
+        if hi.any():
+            slope = max(0.0, (ys[-1] - ys[-2]) / (xs[-1] - xs[-2]))
+            out[hi] = ys[-1] + slope * (x[hi] - xs[-1])
+        line[nan] = out[nan]
+        fmoved[idx][nan] = True
+
+
+def _grid_from_points(points: dict[tuple, float], axes: tuple[np.ndarray, ...], name: str,
+                      where: str, fill_order: tuple[int, ...]) -> tuple[np.ndarray, int]:
+    v = np.full(tuple(len(a) for a in axes), np.nan)
+    index = [{float(x): i for i, x in enumerate(a)} for a in axes]
+    for key, val in points.items():
+        v[tuple(index[d][float(key[d])] for d in range(len(axes)))] = val
+    filled = np.zeros(v.shape, dtype=bool)
+    for ax in fill_order:
+        _fill_axis(v, axes[ax], ax, filled)
+    if np.isnan(v).any():
+        bad = np.argwhere(np.isnan(v))[0]
+        at = ", ".join(f"{a[i]:g}" for a, i in zip(axes, bad))
+        raise SpecschedError(f"{name}: too few measured points to fill the grid (nothing near "
+                             f"({at})); measure at least two KV lengths per batch size and width",
+                             path=where)
+    return v, int(filled.sum())
+
+
+def _build(axes, values, name, measured_mask, stats) -> Grid:
+    grid = Grid.build(axes, values, name=name)
+    raised = measured_mask & (grid.values > values * (1 + 1e-12))
+    if raised.any():
+        rel = float(np.max(grid.values[raised] / values[raised] - 1))
+        stats.setdefault("monotone_raised", {})[name] = {"points": int(raised.sum()),
+                                                         "max_rel": round(rel, 6)}
+    return grid
+
+
+def _lookup(grid: Grid, pt: tuple[float, ...]) -> tuple[float, bool]:
+    if len(grid.axes) == 3:
+        return interp3(grid.axes[0], grid.axes[1], grid.axes[2], grid.values, *pt)
+    return interp2(grid.axes[0], grid.axes[1], grid.values, *pt)
+
+
+def _inside(grid: Grid, pt) -> bool:
+    return all(a[0] <= x <= a[-1] for a, x in zip(grid.axes, pt))
+
+
+def load_profile(path: "str | Path") -> LatencyTable:
+    """A profile file as a LatencyTable (validated; grids built as the module docstring says)."""
+    table, meta = read_profile(path)
+    where = str(path)
+    c = _columns(table)
+    kind, graph = c["kind"], c["graph"]
+    bs, width, kv, tokens = (c[k].astype(np.float64) for k in ("bs", "width", "kv_len", "tokens"))
+    lat = c["latency_s"]
+    stats: dict[str, Any] = {"holes_filled": {}, "eager_derived": {}, "warnings": []}
+
+    def pts(k, g, cols):
+        m = (kind == k) & (graph == g)
+        return {tuple(float(col[i]) for col in cols): float(lat[i]) for i in np.nonzero(m)[0]}
+
+    def axes_of(p: dict, n: int):
+        return tuple(np.unique(np.asarray([key[d] for key in p], dtype=np.float64)) for d in range(n))
+
+    grids: dict[str, Grid] = {}
+    graph_pts = {}
+    for k, cols, fill in (("verify", (bs, width, kv), (2, 0, 1)), ("draft", (bs, kv), (1, 0))):
+        p = pts(k, True, cols)
+        graph_pts[k] = p
+        axes = axes_of(p, len(cols))
+        vals, n = _grid_from_points(p, axes, f"{k}_graph", where, fill)
+        stats["holes_filled"][f"{k}_graph"] = n
+        mask = ~np.isnan(_grid_from_points_mask(p, axes))
+        grids[f"{k}_graph"] = _build(axes, vals, f"{k}_graph", mask, stats)
+
+    # eager overheads measured against the graph grids
+    overhead: dict[str, float | None] = {}
+    eager_pts = {}
+    for k, cols in (("verify", (bs, width, kv)), ("draft", (bs, kv))):
+        p = pts(k, False, cols)
+        eager_pts[k] = p
+        g = grids[f"{k}_graph"]
+        diffs = [val - _lookup(g, key)[0] for key, val in p.items() if _inside(g, key)]
+        overhead[k] = float(np.median(diffs)) if diffs else None
+        stats["eager_derived"][k] = {"measured_points": len(p), "matched_for_overhead": len(diffs),
+                                     "overhead_s": overhead[k]}
+    for k, other in (("verify", "draft"), ("draft", "verify")):
+        if overhead[k] is None and overhead[other] is not None:
+            ratio = _kernel_ratio(meta.get("model"), k, other)
+            if ratio is not None:
+                overhead[k] = overhead[other] * ratio
+                stats["eager_derived"][k]["overhead_s"] = overhead[k]
+                stats["eager_derived"][k]["overhead_rule"] = (
+                    f"{other} eager overhead x kernel-count ratio {ratio:.4f} (none measured for {k})")
+        if overhead[k] is None:
+            overhead[k] = 0.0
+            stats["eager_derived"][k]["overhead_s"] = 0.0
+            stats["warnings"].append(
+                f"no eager {k} latency was measured: eager {k} launches are taken equal to graph "
+                "replays (underestimates eager passes)")
+        elif overhead[k] < 0:
+            stats["warnings"].append(f"measured eager {k} overhead is negative ({overhead[k]:.3g} s); "
+                                     "clipped to 0")
+            overhead[k] = 0.0
+
+    for k, cols, fill in (("verify", (bs, width, kv), (2, 0, 1)), ("draft", (bs, kv), (1, 0))):
+        g = grids[f"{k}_graph"]
+        p = eager_pts[k]
+        n_axes = len(cols)
+        e_axes = axes_of(p, n_axes) if p else tuple(np.empty(0) for _ in range(n_axes))
+        axes = tuple(np.unique(np.concatenate([ga, ea])) for ga, ea in zip(g.axes, e_axes))
+        full = dict(p)
+        derived = 0
+        for idx in np.ndindex(*(len(a) for a in axes)):
+            key = tuple(float(a[i]) for a, i in zip(axes, idx))
+            if key not in full and _inside(g, key):
+                full[key] = _lookup(g, key)[0] + overhead[k]
+                derived += 1
+        vals, n = _grid_from_points(full, axes, f"{k}_eager", where, fill)
+        stats["eager_derived"][k]["derived_points"] = derived
+        stats["holes_filled"][f"{k}_eager"] = n
+        mask = ~np.isnan(_grid_from_points_mask(p, axes)) if p else np.zeros(vals.shape, bool)
+        grids[f"{k}_eager"] = _build(axes, vals, f"{k}_eager", mask, stats)
+
+    # prefill: (tokens, prefix); average over request counts
+    m = kind == "prefill"
+    groups: dict[tuple, list[float]] = {}
+    for i in np.nonzero(m)[0]:
+        groups.setdefault((float(tokens[i]), float(kv[i])), []).append(float(lat[i]))
+    spread = max((max(v) / min(v) - 1 for v in groups.values() if len(v) > 1), default=0.0)
+    if spread:
+        stats["prefill_request_count_spread"] = round(spread, 6)
+    p = {key: float(np.mean(v)) for key, v in groups.items()}
+    axes = axes_of(p, 2)
+    vals, n = _grid_from_points(p, axes, "prefill", where, (1, 0))
+    stats["holes_filled"]["prefill"] = n
+    grids["prefill"] = _build(axes, vals, "prefill", ~np.isnan(_grid_from_points_mask(p, axes)), stats)
+
+    if not stats["warnings"]:
+        del stats["warnings"]
+    source = {"backend": "profile", "file": str(path), "sha256": _sha256(path),
+              "rows": table.num_rows, "model": meta.get("model"), "gpu": meta.get("gpu"),
+              "versions": meta.get("versions"), "kernels": meta.get("kernels"),
+              "command": meta.get("command"), "notes": meta.get("notes"),
+              "grid_points": {k: [len(a) for a in g.axes] for k, g in grids.items()},
+              "beyond_grid": "linear extrapolation from the last measured segment of each axis "
+                             "(first value held below the grid); such lookups are flagged "
+                             "out_of_grid and counted in the run's summary",
+              **stats}
+    return LatencyTable(source=source, **grids)
+
+
+def _grid_from_points_mask(points: dict, axes) -> np.ndarray:
+    v = np.full(tuple(len(a) for a in axes), np.nan)
+    index = [{float(x): i for i, x in enumerate(a)} for a in axes]
+    for key, val in points.items():
+        v[tuple(index[d][float(key[d])] for d in range(len(axes)))] = val
+    return v
+
+
+def _kernel_ratio(model_meta: Any, k: str, other: str) -> float | None:
+    """Eager kernels of a ``k`` pass over those of an ``other`` pass, from the profile's model."""
+    if not isinstance(model_meta, Mapping):
+        return None
+    try:
+        from backends.models import ModelShape
+        from backends.roofline import kernel_count
+
+        model = ModelShape.from_dict(model_meta)
+    except (SpecschedError, TypeError, ValueError):
+        return None
+    count = {"verify": kernel_count(model), "draft": kernel_count(model.draft)}
+    return count[k] / count[other]
+
+
+def _sha256(path) -> str:
+    h = hashlib.sha256()
+    with open(path, "rb") as f:
+        for chunk in iter(lambda: f.read(1 << 20), b""):
+            h.update(chunk)
+    return h.hexdigest()
+
+
+# ---- executor ------------------------------------------------------------------------------
+class ProfileExecutor(TableExecutor):
+    """A ``TableExecutor`` named ``"profile"`` over a profile file.
+
+    ``model`` (optional) is checked against the model the profile was recorded for: a profile of
+    another model or tensor-parallel degree is refused.
+    """
+
+    def __init__(self, path: "str | Path", *, model: Any = None):
+        table = load_profile(path)
+        src = table.source
+        recorded = src.get("model") or {}
+        if model is not None:
+            _check_model(model, recorded, str(path))
+        desc = {
+            "profile": str(path), "sha256": src["sha256"],
+            "model": recorded.get("name") if isinstance(recorded, Mapping) else recorded,
+            "gpu": src.get("gpu"), "versions": src.get("versions"), "kernels": src.get("kernels"),
+            "accuracy": "interpolates latencies measured on a GPU: exact on measured points, "
+                        "multilinear between them, linear extrapolation beyond (flagged)",
+            "holes_filled": src.get("holes_filled"), "eager_derived": src.get("eager_derived"),
+            "warnings": list(src.get("warnings", [])),
+        }
+        super().__init__("profile", table, desc)
+        self.path = Path(path)
+
+
+_MODEL_KEYS = ("layers", "hidden", "heads", "kv_heads", "head_dim", "intermediate", "vocab", "tp",
+               "attention", "kv_lora_rank", "experts", "experts_per_token", "moe_intermediate")
+
+
+def _check_model(model: Any, recorded: Any, where: str) -> None:
+    from backends.models import load_model
+
+    want = load_model(model)
+    if not isinstance(recorded, Mapping) or not recorded:
+        raise SpecschedError("profile metadata does not record its model (specsched.model)",
+                             path=where)
+    diffs = [f"{k}: profile {recorded.get(k)!r}, asked {getattr(want, k)!r}" for k in _MODEL_KEYS
+             if k in recorded and recorded.get(k) != getattr(want, k)]
+    if diffs:
+        raise SpecschedError(f"recorded for model {recorded.get('name')!r}, not {want.name!r} "
+                             f"(tp {want.tp}): " + "; ".join(diffs), path=where)
+
+
+def shipped_profiles(directory: "str | Path | None" = None) -> list[tuple[str, str, Path]]:
+    """(model, gpu, path) of every profile shipped in ``backends/profiles/``."""
+    d = Path(directory) if directory is not None else PROFILES_DIR
+    out = []
+    for p in sorted(d.glob("*__*.parquet")):
+        model, _, gpu = p.stem.rpartition("__")
+        out.append((model, gpu, p))
+    return out
+
+
+def default_profile(model_name: Any, gpu: Any = "H200", *,
+                    directory: "str | Path | None" = None) -> Path:
+    """The shipped profile ``<model>__<gpu>.parquet`` for a model name (or ModelShape) and GPU."""
+    name = getattr(model_name, "name", model_name)
+    gpu_name = getattr(gpu, "name", gpu)
+    for model, g, path in shipped_profiles(directory):
+        if model.lower() == str(name).lower() and g.lower() == str(gpu_name).lower():
+            return path
+    have = ", ".join(f"{m} on {g}" for m, g, _ in shipped_profiles(directory)) or "none"
+    raise SpecschedError(f"no profile shipped for {name} on {gpu_name} (shipped: {have}); record "
+                         "one with `specsched profile` and pass it with --profile, or use the "
+                         "roofline backend")
+
+
+def profile_rows(table: pa.Table) -> Iterable[dict[str, Any]]:
+    """Rows of a profile table as dicts (for reports)."""
+    return table.to_pylist()

@@ -1,0 +1,195 @@
+"""Profile backend: writer/reader, validation, grids with holes and derived eager points."""
+
+import json
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.parquet as pq
+import pytest
+
+from backends import make_executor
+from backends import roofline as R
+from backends.models import load_model
+from backends.profile import (PROFILE_SCHEMA, ProfileExecutor, default_profile, load_profile,
+                              profile_metadata, read_profile, shipped_profiles, write_profile)
+from backends.protocol import DraftBatch, PrefillBatch, VerifyBatch
+from traces.errors import SpecschedError, TraceValidationError
+
+from backends_helpers import roofline_profile_rows
+
+
+def test_exact_on_measured_points(profile_file):
+    _, rows = roofline_profile_rows()
+    ex = ProfileExecutor(profile_file)
+    assert ex.name == "profile"
+    for r in rows:
+        if r["kind"] == "verify":
+            b = VerifyBatch(bs_real=r["bs"], bs_padded=r["bs"], widths=np.full(r["bs"], r["width"]),
+                            kv_lens=np.full(r["bs"], r["kv_len"]), launch_width=r["width"],
+                            mode="uniform", graph=r["graph"])
+            t = ex.verify(b)
+            assert t.latency_s == pytest.approx(r["latency_s"], rel=1e-12) and not t.out_of_grid
+        elif r["kind"] == "draft":
+            b = DraftBatch(bs_real=r["bs"], bs_padded=r["bs"], kv_lens=np.full(r["bs"], r["kv_len"]),
+                           passes=2, graph=True)
+            assert ex.draft(b) == pytest.approx(2 * r["latency_s"], rel=1e-12)
+        else:
+            b = PrefillBatch(tokens=np.array([r["tokens"]]), prefix=np.array([r["kv_len"]]))
+            assert ex.prefill(b) == pytest.approx(r["latency_s"], rel=1e-12)
+
+
+def test_holes_are_filled_monotone_and_close_to_truth(profile_file):
+    t = load_profile(profile_file)
+    assert t.source["holes_filled"]["verify_graph"] == 16  # bs 128/256 x long KV were skipped
+    # a skipped point (bs 256, KV 65536): KV extrapolation of an affine-in-KV truth is exact
+    want = float(R.verify_time("llama-3.1-8b", "H200", 256, 4, 65536))
+    got, outside = t.verify_s(256, 4, 65536, True)
+    assert not outside and got == pytest.approx(want, rel=1e-6)
+    for g in (t.verify_graph, t.verify_eager, t.draft_graph, t.draft_eager, t.prefill):
+        for ax in range(g.values.ndim):
+            assert np.all(np.diff(g.values, axis=ax) >= 0)
+
+
+def test_interpolation_between_measured_points_is_close(profile_file):
+    """Off-grid shapes against the truth the profile was made from (the roofline)."""
+    t = load_profile(profile_file)
+    rng = np.random.default_rng(1)
+    bs = rng.integers(1, 257, 300).astype(float)
+    w = rng.integers(1, 9, 300).astype(float)
+    kv = np.exp(rng.uniform(np.log(256), np.log(16384), 300))
+    got = np.array([t.verify_s(b, x, k, True)[0] for b, x, k in zip(bs, w, kv)])
+    want = R.verify_time("llama-3.1-8b", "H200", bs, w, kv)
+    err = np.abs(got / want - 1)
+    assert np.mean(err) < 0.05  # a coarse 9-point batch axis; real profiles use the ladder
+
+
+def test_eager_points_derived_from_graph_plus_measured_overhead(profile_file):
+    t = load_profile(profile_file)
+    ed = t.source["eager_derived"]
+    kernels = R.kernel_count(load_model("llama-3.1-8b"))
+    true_overhead = kernels * 4e-6 - 5e-6
+    assert ed["verify"]["overhead_s"] == pytest.approx(true_overhead, rel=1e-6)
+    assert ed["verify"]["derived_points"] > 0
+    # a derived point: eager bs 16 (only graph measured there) = graph + overhead
+    g = t.verify_s(16, 3, 1024, True)[0]
+    e = t.verify_s(16, 3, 1024, False)[0]
+    assert e - g == pytest.approx(true_overhead, rel=1e-6)
+    assert "kernel-count ratio" in ed["draft"]["overhead_rule"]  # no draft eager rows measured
+    # measured eager beyond the largest graph (bs 512) is used as measured
+    want = float(R.verify_time("llama-3.1-8b", "H200", 512, 4, 4096, graph=False))
+    assert t.verify_s(512, 4, 4096, False)[0] == pytest.approx(want, rel=1e-12)
+
+
+def test_no_eager_anywhere_warns(tmp_path):
+    m, rows = roofline_profile_rows(eager=False)
+    p = tmp_path / "p.parquet"
+    write_profile(rows, p, profile_metadata(m, {"name": "H200"}))
+    ex = ProfileExecutor(p)
+    assert any("no eager verify" in w for w in ex.describe()["warnings"])
+    assert ex.latency_table().verify_s(8, 4, 1024, False)[0] == ex.latency_table().verify_s(8, 4, 1024, True)[0]
+
+
+def test_writer_is_deterministic_and_sorted(tmp_path):
+    m, rows = roofline_profile_rows()
+    a, b = tmp_path / "a.parquet", tmp_path / "b.parquet"
+    write_profile(rows, a, profile_metadata(m, {"name": "H200"}))
+    write_profile(list(reversed(rows)), b, profile_metadata(m, {"name": "H200"}))
+    assert a.read_bytes() == b.read_bytes()
+    table, meta = read_profile(a)
+    assert table.schema.equals(PROFILE_SCHEMA)
+    assert meta["profile_version"] == "1" and meta["model"]["name"] == "llama-3.1-8b"
+    assert pq.read_metadata(a).row_group(0).column(0).compression == "ZSTD"
+
+
+BASE = dict(kind="verify", graph=True, bs=2, width=4, kv_len=100, tokens=8, latency_s=1e-3,
+            p10_s=0.9e-3, p90_s=1.1e-3, reps=5)
+
+
+@pytest.mark.parametrize("edit,column", [
+    ({"kind": "decode"}, "kind"),
+    ({"tokens": 9}, "tokens"),
+    ({"bs": 0, "tokens": 0}, "bs"),
+    ({"latency_s": float("nan")}, "latency_s"),
+    ({"p10_s": 2e-3}, "p10_s"),
+    ({"p90_s": 0.5e-3}, "p90_s"),
+    ({"reps": 0}, "reps"),
+    ({"kind": "draft"}, "width"),
+    ({"kind": "prefill", "width": 0, "tokens": 100}, "graph"),
+])
+def test_bad_rows_name_file_row_and_column(tmp_path, edit, column):
+    m, rows = roofline_profile_rows()
+    rows = rows[:3] + [dict(BASE, **edit)] + rows[3:]
+    p = tmp_path / "bad.parquet"
+    with pytest.raises(TraceValidationError) as e:
+        write_profile(rows, p, profile_metadata(m, {"name": "H200"}))
+    msg = str(e.value)
+    assert str(p) in msg and "row 3" in msg and f"column '{column}'" in msg
+    assert not p.exists()  # nothing half-written
+
+
+def test_duplicates_and_missing_pieces(tmp_path):
+    m, rows = roofline_profile_rows()
+    p = tmp_path / "x.parquet"
+    meta = profile_metadata(m, {"name": "H200"})
+    with pytest.raises(TraceValidationError, match="duplicates row 0"):
+        write_profile(rows + [rows[0]], p, meta)
+    with pytest.raises(SpecschedError, match="no graph-replayed draft rows"):
+        write_profile([r for r in rows if r["kind"] != "draft"], p, meta)
+    with pytest.raises(SpecschedError, match="missing column"):
+        write_profile([{k: v for k, v in r.items() if k != "reps"} for r in rows], p, meta)
+    with pytest.raises(SpecschedError, match="needs 'gpu'"):
+        write_profile(rows, p, {"model": m})
+    with pytest.raises(SpecschedError, match="row 0, column 'bs'"):
+        write_profile({**{k: [BASE[k]] for k in BASE}, "bs": [None]}, p, meta)
+
+
+def test_reading_bad_files(tmp_path):
+    p = tmp_path / "notparquet.parquet"
+    p.write_text("hello")
+    with pytest.raises(SpecschedError, match="not a readable parquet"):
+        load_profile(p)
+    q = tmp_path / "noversion.parquet"
+    pq.write_table(pa.table({"a": [1]}), q)
+    with pytest.raises(SpecschedError, match="profile_version"):
+        load_profile(q)
+    with pytest.raises(SpecschedError, match="no such profile"):
+        load_profile(tmp_path / "missing.parquet")
+
+
+def test_too_sparse_to_fill(tmp_path):
+    m, rows = roofline_profile_rows()
+    # one KV length per (bs, width) row and a lone width: nothing to extend from
+    rows = [r for r in rows if r["kind"] != "verify" or (r["kv_len"] == 1024 and r["bs"] == 1)]
+    rows.append(dict(BASE, bs=4, width=2, tokens=8, kv_len=4096))
+    p = tmp_path / "sparse.parquet"
+    write_profile(rows, p, profile_metadata(m, {"name": "H200"}))
+    with pytest.raises(SpecschedError, match="too few measured points"):
+        load_profile(p)
+
+
+def test_model_mismatch_and_default_profile(tmp_path, profile_file):
+    with pytest.raises(SpecschedError, match="recorded for model 'llama-3.1-8b'"):
+        ProfileExecutor(profile_file, model="llama-3.1-70b")
+    with pytest.raises(SpecschedError, match="tp"):
+        ProfileExecutor(profile_file, model=load_model("llama-3.1-8b", tp=2))
+    assert ProfileExecutor(profile_file, model="llama-3.1-8b").describe()["model"] == "llama-3.1-8b"
+    assert default_profile("llama-3.1-8b", "H200", directory=profile_file.parent) == profile_file
+    assert shipped_profiles(profile_file.parent)[0][:2] == ("llama-3.1-8b", "H200")
+    with pytest.raises(SpecschedError, match="shipped: llama-3.1-8b on H200"):
+        default_profile("qwen2.5-32b", "H200", directory=profile_file.parent)
+
+
+def test_make_executor(profile_file):
+    ex = make_executor("profile", model="llama-3.1-8b", profile=profile_file)
+    assert ex.name == "profile" and ex.describe()["sha256"]
+    assert make_executor("ROOFLINE", model="llama-3.1-8b", gpu="H100").name == "roofline"
+    with pytest.raises(SpecschedError, match="valid: profile, roofline, aiter"):
+        make_executor("vidur", model="llama-3.1-8b")
+    with pytest.raises(SpecschedError, match="takes no options"):
+        make_executor("profile", model="llama-3.1-8b", profile=profile_file, x=1)
+
+
+def test_describe_is_json(profile_file):
+    d = ProfileExecutor(profile_file).describe()
+    json.dumps(d)
+    assert d["table"]["beyond_grid"].startswith("linear extrapolation")
