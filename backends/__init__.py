@@ -27,7 +27,8 @@ def make_executor(name: str, *, model: Any, gpu: Any = "H200", profile: Any = No
     - ``"roofline"``: FLOPs and bytes of ``model`` against the ``gpu`` sheet; ``opts`` may override
       the sheet's achievable fractions and launch costs (``roofline.ROOFLINE_OPTIONS``).
     - ``"aiter"``: the live AITER executor on this machine's GPU
-      (``backends.aiter.make_executor(model=..., **opts)``).
+      (``backends.aiter.make_executor(model=..., gpu=gpu, **opts)``; ``gpu`` names the sheet its
+      modelled all-reduce uses).
 
     ``model`` is a preset name, a ``config.json`` path or a ``ModelShape``.  Unknown names and bad
     options raise ``SpecschedError``.
@@ -60,4 +61,4 @@ def make_executor(name: str, *, model: Any, gpu: Any = "H200", profile: Any = No
     if factory is None:
         raise SpecschedError("the aiter backend is not available in this build "
                              "(backends.aiter.make_executor is missing)")
-    return factory(model=shape, **opts)
+    return factory(model=shape, gpu=gpu, **opts)
