@@ -164,6 +164,14 @@ def write_trace(table_or_batches: pa.Table | pa.RecordBatch | Iterable, path: st
         finally:
             if writer is not None:
                 writer.close()
+        _default_permissions(tmp)
+
+
+def _default_permissions(path) -> None:
+    """Give the file the permissions a plain ``open()`` would (mkstemp makes it 0600)."""
+    mask = os.umask(0)
+    os.umask(mask)
+    os.chmod(path, 0o666 & ~mask)
 
 
 def _cast_batch(batch: pa.RecordBatch, schema: pa.Schema, path: str) -> pa.RecordBatch:
