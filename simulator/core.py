@@ -162,7 +162,7 @@ POLICY_CODES = {"pad": POL_PAD, "split": POL_SPLIT, "bucket": POL_BUCKET,
                 "truncate": POL_TRUNCATE, "fixed": POL_FIXED, "ragged": POL_RAGGED,
                 "unsafe-derived": POL_UNSAFE}
 
-# ---------------------------------------------------------------- step buffer SI[c, NSI], SF[c, NSF]
+# ---------------------------------------------------------------- step buffers, column-major: SI[NSI, c], SF[NSF, c]
 S_REPLICA = 0
 S_ITER = 1
 S_LAUNCH = 2
@@ -192,7 +192,7 @@ SF_KVMEAN = 2
 SF_ERR = 3
 NSF = 4
 
-# request-step buffer RSI[c, 2] (request, tokens), RSF[c] (delivery time)
+# request-step buffer RSI[2, c] (request, tokens), RSF[c] (delivery time)
 # global fill counters G[NG]
 G_SFILL = 0
 G_RSFILL = 1
@@ -757,8 +757,8 @@ def _deliver(i, t, tokens, RF, RSI, RSF, G, record):
     RF[i, F_LAST] = t
     if record == 1:
         k = G[G_RSFILL]
-        RSI[k, 0] = i
-        RSI[k, 1] = tokens
+        RSI[0, k] = i
+        RSI[1, k] = tokens
         RSF[k] = t
         G[G_RSFILL] = k + 1
 
@@ -860,44 +860,44 @@ def _record_steps(r, t0, PI, PF, E, SI, SF, G, committed):
     for p in range(E[r, E_NPASS]):
         k = G[G_SFILL]
         G[G_SFILL] = k + 1
-        SI[k, S_REPLICA] = r
-        SI[k, S_ITER] = E[r, E_ITER]
-        SI[k, S_KIND] = PI[r, p, P_KIND]
-        SI[k, S_BS] = PI[r, p, P_BS]
-        SI[k, S_BSPAD] = PI[r, p, P_BSPAD]
-        SI[k, S_WIDTH] = PI[r, p, P_WIDTH]
-        SI[k, S_MINW] = PI[r, p, P_MINW]
-        SI[k, S_MAXW] = PI[r, p, P_MAXW]
-        SI[k, S_DISTINCT] = PI[r, p, P_DISTINCT]
-        SI[k, S_TOKENS] = PI[r, p, P_TOKENS]
-        SI[k, S_PADSLOTS] = PI[r, p, P_PADSLOTS]
-        SI[k, S_GRAPH] = PI[r, p, P_GRAPH]
-        SI[k, S_PASSES] = PI[r, p, P_PASSES]
-        SI[k, S_KVMAX] = PI[r, p, P_KVMAX]
-        SI[k, S_VIOL] = PI[r, p, P_VIOL]
-        SI[k, S_OOG] = PI[r, p, P_OOG]
-        SI[k, S_MODE] = PI[r, p, P_MODE]
-        SI[k, S_KVUSED] = PI[r, p, P_KVUSED]
+        SI[S_REPLICA, k] = r
+        SI[S_ITER, k] = E[r, E_ITER]
+        SI[S_KIND, k] = PI[r, p, P_KIND]
+        SI[S_BS, k] = PI[r, p, P_BS]
+        SI[S_BSPAD, k] = PI[r, p, P_BSPAD]
+        SI[S_WIDTH, k] = PI[r, p, P_WIDTH]
+        SI[S_MINW, k] = PI[r, p, P_MINW]
+        SI[S_MAXW, k] = PI[r, p, P_MAXW]
+        SI[S_DISTINCT, k] = PI[r, p, P_DISTINCT]
+        SI[S_TOKENS, k] = PI[r, p, P_TOKENS]
+        SI[S_PADSLOTS, k] = PI[r, p, P_PADSLOTS]
+        SI[S_GRAPH, k] = PI[r, p, P_GRAPH]
+        SI[S_PASSES, k] = PI[r, p, P_PASSES]
+        SI[S_KVMAX, k] = PI[r, p, P_KVMAX]
+        SI[S_VIOL, k] = PI[r, p, P_VIOL]
+        SI[S_OOG, k] = PI[r, p, P_OOG]
+        SI[S_MODE, k] = PI[r, p, P_MODE]
+        SI[S_KVUSED, k] = PI[r, p, P_KVUSED]
         if PI[r, p, P_KIND] == KIND_VERIFY:
             L = p - (1 if E[r, E_NPASS] > 0 and PI[r, 0, P_KIND] == KIND_DRAFT else 0)
-            SI[k, S_LAUNCH] = L
-            SI[k, S_ITERDISTINCT] = E[r, E_ITERDISTINCT]
-            SI[k, S_GPADSLOTS] = (PI[r, p, P_BSPAD] - PI[r, p, P_BS]) * PI[r, p, P_WIDTH]
-            SI[k, S_COMMITTED] = committed[L]
+            SI[S_LAUNCH, k] = L
+            SI[S_ITERDISTINCT, k] = E[r, E_ITERDISTINCT]
+            SI[S_GPADSLOTS, k] = (PI[r, p, P_BSPAD] - PI[r, p, P_BS]) * PI[r, p, P_WIDTH]
+            SI[S_COMMITTED, k] = committed[L]
         elif PI[r, p, P_KIND] == KIND_DRAFT:
-            SI[k, S_LAUNCH] = 0
-            SI[k, S_ITERDISTINCT] = E[r, E_ITERDISTINCT]
-            SI[k, S_GPADSLOTS] = PI[r, p, P_BSPAD] - PI[r, p, P_BS]
-            SI[k, S_COMMITTED] = 0
+            SI[S_LAUNCH, k] = 0
+            SI[S_ITERDISTINCT, k] = E[r, E_ITERDISTINCT]
+            SI[S_GPADSLOTS, k] = PI[r, p, P_BSPAD] - PI[r, p, P_BS]
+            SI[S_COMMITTED, k] = 0
         else:
-            SI[k, S_LAUNCH] = 0
-            SI[k, S_ITERDISTINCT] = 0
-            SI[k, S_GPADSLOTS] = 0
-            SI[k, S_COMMITTED] = committed[0]
-        SF[k, SF_START] = t
-        SF[k, SF_LAT] = PF[r, p, PF_LAT]
-        SF[k, SF_KVMEAN] = PF[r, p, PF_KVMEAN]
-        SF[k, SF_ERR] = PF[r, p, PF_ERR]
+            SI[S_LAUNCH, k] = 0
+            SI[S_ITERDISTINCT, k] = 0
+            SI[S_GPADSLOTS, k] = 0
+            SI[S_COMMITTED, k] = committed[0]
+        SF[SF_START, k] = t
+        SF[SF_LAT, k] = PF[r, p, PF_LAT]
+        SF[SF_KVMEAN, k] = PF[r, p, PF_KVMEAN]
+        SF[SF_ERR, k] = PF[r, p, PF_ERR]
         t += PF[r, p, PF_LAT]
 
 
@@ -950,7 +950,7 @@ def advance(r, horizon, arrival, prompt, output, off, draft, acc, pacc, R, RF, E
                 EF[r, EF_PEND_END] = EF[r, EF_CLOCK] + total
             if EF[r, EF_PEND_END] > horizon:
                 return ADV_PENDING
-            if G[G_SFILL] + MAXPASS > SI.shape[0] or G[G_RSFILL] + maxrun > RSI.shape[0]:
+            if G[G_SFILL] + MAXPASS > SI.shape[1] or G[G_RSFILL] + maxrun > RSI.shape[1]:
                 return ADV_FULL
             _apply_pending(r, R, RF, E, EF, RUN, MB, PI, PF, prompt, output, off, draft, acc,
                            pacc, SI, SF, RSI, RSF, G, CI, CF, committed)

@@ -55,9 +55,10 @@ class StepBuffers:
     """Fixed-size buffers the core appends step rows to; flushed into chunks when full."""
 
     def __init__(self, rows: int = 1 << 16, request_rows: int = 1 << 17):
-        self.SI = np.zeros((rows, C.NSI), np.int32)
-        self.SF = np.zeros((rows, C.NSF), np.float64)
-        self.RSI = np.zeros((request_rows, 2), np.int64)
+        # column-major, so each column of a flushed chunk is contiguous
+        self.SI = np.zeros((C.NSI, rows), np.int32)
+        self.SF = np.zeros((C.NSF, rows), np.float64)
+        self.RSI = np.zeros((2, request_rows), np.int64)
         self.RSF = np.zeros(request_rows, np.float64)
         self.G = np.zeros(C.NG, np.int64)
         self.si_chunks: list[np.ndarray] = []
@@ -68,11 +69,11 @@ class StepBuffers:
     def flush(self) -> None:
         k = int(self.G[C.G_SFILL])
         if k:
-            self.si_chunks.append(self.SI[:k].copy())
-            self.sf_chunks.append(self.SF[:k].copy())
+            self.si_chunks.append(self.SI[:, :k].copy())
+            self.sf_chunks.append(self.SF[:, :k].copy())
         k = int(self.G[C.G_RSFILL])
         if k:
-            self.rsi_chunks.append(self.RSI[:k].copy())
+            self.rsi_chunks.append(self.RSI[:, :k].copy())
             self.rsf_chunks.append(self.RSF[:k].copy())
         self.G[:] = 0
 
@@ -80,14 +81,14 @@ class StepBuffers:
         """The step rows recorded so far, as chunks (int columns, float columns)."""
         self.flush()
         if not self.si_chunks:
-            return [np.zeros((0, C.NSI), np.int32)], [np.zeros((0, C.NSF))]
+            return [np.zeros((C.NSI, 0), np.int32)], [np.zeros((C.NSF, 0))]
         return self.si_chunks, self.sf_chunks
 
     def request_steps(self) -> tuple[np.ndarray, np.ndarray]:
         self.flush()
         if not self.rsi_chunks:
-            return np.zeros((0, 2), np.int64), np.zeros(0)
-        return np.concatenate(self.rsi_chunks), np.concatenate(self.rsf_chunks)
+            return np.zeros((2, 0), np.int64), np.zeros(0)
+        return np.concatenate(self.rsi_chunks, axis=1), np.concatenate(self.rsf_chunks)
 
 
 @dataclass

@@ -1,0 +1,155 @@
+"""``specsched simulate`` (also installed as ``simulate``): replay a trace through the engine."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+import click
+
+from simulator.config import POLICIES, ROUTERS, SimConfig
+from traces.errors import SpecschedError
+
+__all__ = ["simulate"]
+
+
+def _parse_set(values: tuple[str, ...]) -> dict[str, str]:
+    out = {}
+    for item in values:
+        if "=" not in item:
+            raise SpecschedError(f"--set: expected KEY=VALUE, got '{item}'")
+        k, v = item.split("=", 1)
+        out[k.strip()] = v.strip()
+    return out
+
+
+@click.command("simulate")
+@click.option("--trace", "trace_path", required=True, type=click.Path(dir_okay=False),
+              help="Trace parquet (see `specsched trace --help` to make one).")
+@click.option("--config", "config_path", type=click.Path(dir_okay=False),
+              help="TOML configuration (docs/simulator.md lists every key).")
+@click.option("--backend", type=click.Choice(["profile", "roofline", "aiter"]),
+              help="Executor: profile (default; CPU, calibrated on an H200), roofline (CPU), "
+                   "aiter (live on this machine's GPU).")
+@click.option("--policy", type=click.Choice(POLICIES), help="Verify policy (default pad).")
+@click.option("--model", help="Model preset or config.json path (default llama-3.1-8b).")
+@click.option("--tp", type=int, help="Tensor-parallel degree (default: the preset's).")
+@click.option("--gpu", help="GPU of the profile / hardware sheet (default H200).")
+@click.option("--profile", "profile_path", type=click.Path(dir_okay=False),
+              help="Profile parquet for the profile backend (default: the shipped one).")
+@click.option("--replicas", type=int, help="Number of replicas (default 1).")
+@click.option("--router", type=click.Choice(ROUTERS), help="Router across replicas.")
+@click.option("--rate-scale", type=float, help="Arrival-rate multiplier (2 = twice as fast).")
+@click.option("--seed", type=int, help="Seed of random draws (default 0).")
+@click.option("--acceptance", help="Acceptance model for a trace without draft lists, e.g. "
+                                   "geometric:k=4,alpha=0.7 (see docs/traces.md).")
+@click.option("--set", "sets", multiple=True, metavar="KEY=VALUE",
+              help="Any configuration key, e.g. --set engine.max_running=64 (repeatable).")
+@click.option("--out", "out_dir", type=click.Path(file_okay=False),
+              help="Results folder (default runs/<trace>__<policy>__<backend>); replaced "
+                   "atomically if it exists.")
+@click.option("--report/--no-report", default=True, show_default=True,
+              help="Write report.html with plots into the results folder.")
+@click.option("--progress/--no-progress", default=None,
+              help="Progress bar on stderr (default: when stderr is a terminal).")
+@click.option("--json", "as_json", is_flag=True, help="Print the summary as JSON instead of a table.")
+def simulate(trace_path, config_path, backend, policy, model, tp, gpu, profile_path, replicas,
+             router, rate_scale, seed, acceptance, sets, out_dir, report, progress, as_json):
+    """Replay a trace through the engine and write a results folder.
+
+    \b
+    Example:
+      simulate --trace traces/samples/azure_conv_eagle_2k.parquet --policy split --out runs/split
+
+    The folder holds requests.parquet, steps.parquet, request_steps.parquet, summary.json and
+    report.html; a summary table is printed at the end.
+    """
+    import json
+
+    from specsched.setup import load_trace, simulate_to
+
+    overrides = {"backend.name": backend, "engine.policy": policy, "model.name": model,
+                 "model.tp": tp, "backend.gpu": gpu, "backend.profile": profile_path,
+                 "cluster.replicas": replicas, "cluster.router": router,
+                 "rate_scale": rate_scale, "seed": seed}
+    overrides.update(_parse_set(sets))
+    config = SimConfig.load(config_path, overrides)
+    trace = load_trace(trace_path, acceptance=acceptance, seed=config.seed)
+    if out_dir is None:
+        out_dir = (Path("runs") / f"{Path(trace_path).stem}__{config.engine.policy}__"
+                   f"{config.backend.name}")
+    show = sys.stderr.isatty() if progress is None else progress
+    bar = _ProgressBar(len(trace)) if show else None
+    try:
+        result = simulate_to(trace, config, out_dir, progress=bar.update if bar else None,
+                             report=report)
+    finally:
+        if bar:
+            bar.close()
+    if as_json:
+        click.echo(json.dumps({k: v for k, v in result.summary.items() if k != "config"},
+                              indent=2, default=str))
+    else:
+        print_summary(result.summary, out_dir)
+
+
+class _ProgressBar:
+    def __init__(self, total: int):
+        from rich.console import Console
+        from rich.progress import BarColumn, MofNCompleteColumn, Progress, TimeElapsedColumn
+
+        self.progress = Progress("[progress.description]{task.description}", BarColumn(),
+                                 MofNCompleteColumn(), TimeElapsedColumn(),
+                                 console=Console(stderr=True), transient=True)
+        self.progress.start()
+        self.task = self.progress.add_task("requests finished", total=total)
+
+    def update(self, done: int, total: int) -> None:
+        self.progress.update(self.task, completed=done, total=total)
+
+    def close(self) -> None:
+        self.progress.stop()
+
+
+def print_summary(summary: dict, out_dir) -> None:
+    """The end-of-run table on stdout."""
+    from rich.console import Console
+    from rich.table import Table
+
+    def fmt_s(x):
+        if x is None:
+            return "-"
+        return f"{x * 1e3:.1f} ms" if x < 1 else f"{x:.2f} s"
+
+    t = Table(title=f"specsched: {summary['requests']} requests, policy {summary['policy']}, "
+                    f"backend {summary['backend']}", show_header=True)
+    t.add_column("metric")
+    for q in ("p50", "p90", "p99", "mean"):
+        t.add_column(q, justify="right")
+    for key, label in (("ttft_s", "TTFT"), ("tpot_s", "TPOT"), ("e2e_s", "E2E"),
+                       ("queue_s", "queueing")):
+        st = summary[key]
+        t.add_row(label, *(fmt_s(st[q]) for q in ("p50", "p90", "p99", "mean")))
+    console = Console()
+    console.print(t)
+    rows = [
+        ("duration", fmt_s(summary["duration_s"])),
+        ("throughput", f"{summary['throughput_tok_s']:.0f} tok/s" if summary["throughput_tok_s"] else "-"),
+        ("accept length (tokens/step)", f"{summary['accept_len_mean']:.3f}" if summary["accept_len_mean"] else "-"),
+        ("iterations mixing widths", f"{summary['mixed_iter_frac']:.1%}"),
+        ("padded verify slots", f"{summary['padded_slot_frac']:.1%}"),
+        ("verify launches / iteration", f"{summary['launches_per_iter']:.2f}" if summary["launches_per_iter"] else "-"),
+        ("graph replays / eager passes", f"{summary['graph_replays']} / {summary['eager_launches']}"),
+        ("uniformity violations (rows)", str(summary["violations"])),
+        ("retractions", str(summary["retractions"])),
+        ("engine wall time", f"{summary['wall_s']:.2f} s ({summary['requests'] / summary['wall_s']:,.0f} req/s)"),
+    ]
+    t2 = Table(show_header=False)
+    t2.add_column("")
+    t2.add_column("", justify="right")
+    for r in rows:
+        t2.add_row(*r)
+    console.print(t2)
+    for w in summary.get("warnings", []):
+        console.print(f"[yellow]warning:[/yellow] {w}")
+    console.print(f"results: {out_dir}")

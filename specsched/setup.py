@@ -1,0 +1,77 @@
+"""Build everything a simulation needs from a :class:`~simulator.config.SimConfig`.
+
+The glue between the packages, shared by ``simulate``, ``plan``, ``sweep``, ``uniformity`` and
+``fidelity``: load the model shape, derive the KV budget the way SGLang sizes its pool, mark MLA
+models (which restricts the fixed width), and build the executor.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Callable
+
+from simulator.config import SimConfig
+from traces.errors import SpecschedError
+
+__all__ = ["Prepared", "prepare", "load_trace", "simulate_to"]
+
+
+@dataclass(frozen=True)
+class Prepared:
+    config: SimConfig         # with engine.mla set from the model
+    executor: Any             # backends.protocol.Executor
+    kv_capacity_tokens: int
+    model: Any                # backends.models.ModelShape
+
+
+def prepare(config: SimConfig, *, executor: Any = None) -> Prepared:
+    """Resolve the model, the KV budget and the executor (``executor`` overrides the config's)."""
+    from backends import make_executor
+    from backends.models import load_model
+
+    model = load_model(config.model.name, tp=config.model.tp or None)
+    if model.is_mla != config.engine.mla:
+        config = config.replace({"engine.mla": model.is_mla})  # re-checks fixed widths for MLA
+    capacity = config.engine.kv_capacity_tokens or model.kv_capacity_tokens(
+        config.backend.gpu, config.engine.mem_fraction or None)
+    if executor is None:
+        opts: dict[str, Any] = {}
+        if config.backend.name == "aiter":
+            e = config.engine
+            opts = {"page_size": e.page_size, "capture_bs": e.ladder,
+                    "capture_widths": e.capture_widths, "gpu": config.backend.gpu,
+                    "check_unsafe": e.policy == "unsafe-derived"}
+        executor = make_executor(config.backend.name, model=model, gpu=config.backend.gpu,
+                                 profile=config.backend.profile or None, **opts)
+    return Prepared(config=config, executor=executor, kv_capacity_tokens=int(capacity),
+                    model=model)
+
+
+def load_trace(path: str | Path, *, acceptance: str | None = None, seed: int = 0):
+    """Read and validate a trace for simulation (``acceptance`` fills missing draft lists)."""
+    from traces import read_trace_arrays
+
+    return read_trace_arrays(path, acceptance=acceptance, seed=seed)
+
+
+def simulate_to(trace, config: SimConfig, out_dir: str | Path | None, *, executor: Any = None,
+                progress: Callable[[int, int], None] | None = None, report: bool = False):
+    """Run one simulation and (when ``out_dir`` is given) write its results folder atomically,
+    with ``report.html`` inside when ``report`` is true."""
+    from simulator import run, write_results
+
+    prep = prepare(config, executor=executor)
+    result = run(trace, prep.config, prep.executor, kv_capacity_tokens=prep.kv_capacity_tokens,
+                 progress=progress)
+    result.summary["model"] = prep.model.name
+    if out_dir is not None:
+        extra = None
+        if report:
+            def extra(folder: Path) -> None:
+                from analysis.report import write_report
+                from analysis.results import load_run
+
+                write_report([load_run(folder, name=Path(out_dir).name)], folder / "report.html")
+        write_results(result, out_dir, extra=extra)
+    return result
