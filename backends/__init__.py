@@ -30,8 +30,9 @@ def make_executor(name: str, *, model: Any, gpu: Any = "H200", profile: Any = No
       (``backends.aiter.make_executor(model=..., gpu=gpu, **opts)``; ``gpu`` names the sheet its
       modelled all-reduce uses).
 
-    ``model`` is a preset name, a ``config.json`` path or a ``ModelShape``.  Unknown names and bad
-    options raise ``SpecschedError``.
+    ``model`` is a preset name, a ``config.json`` path or a ``ModelShape``.  ``profile`` is used by
+    the profile backend only (the others ignore it, so one configuration can name a profile and
+    still be run on any backend).  Unknown names and bad options raise ``SpecschedError``.
     """
     from traces.errors import SpecschedError
 
@@ -42,8 +43,6 @@ def make_executor(name: str, *, model: Any, gpu: Any = "H200", profile: Any = No
 
     shape = load_model(model)
     if key == "roofline":
-        if profile is not None:
-            raise SpecschedError("--profile applies to the profile backend, not roofline")
         from backends.roofline import make_roofline_executor
 
         return make_roofline_executor(shape, gpu, **opts)

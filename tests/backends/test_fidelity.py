@@ -1,0 +1,107 @@
+"""The fidelity comparison, exercised on the CPU (reference = roofline instead of live aiter)."""
+
+import json
+
+import numpy as np
+import pytest
+from click.testing import CliRunner
+
+import simulator
+from analysis.fidelity import (compare_runs, fidelity, predict_steps, run_fidelity,
+                               step_errors)
+from backends import make_executor
+from backends.models import load_model
+from backends.profile import profile_metadata, write_profile
+from backends_helpers import roofline_profile_rows
+from simulator.config import SimConfig
+from traces import read_trace_arrays
+from traces.errors import SpecschedError
+from traces.synth import synth
+
+
+@pytest.fixture(scope="module")
+def setup(tmp_path_factory):
+    d = tmp_path_factory.mktemp("fid")
+    m, rows = roofline_profile_rows()
+    write_profile(rows, d / "p.parquet", profile_metadata(m, {"name": "H200"}))
+    synth(d / "t.parquet", n=150, rate=8.0, acceptance="geometric:k=4,alpha=0.7", seed=3)
+    return d
+
+
+def _run(trace_path, backend, policy="pad", executor=None):
+    cfg = SimConfig.load(None, {"backend.name": backend, "engine.policy": policy})
+    ex = executor or make_executor(backend, model="llama-3.1-8b")
+    cap = load_model("llama-3.1-8b").kv_capacity_tokens("H200")
+    return simulator.run(read_trace_arrays(trace_path), cfg, ex, kv_capacity_tokens=cap), ex
+
+
+@pytest.mark.parametrize("policy", ["pad", "split", "ragged"])
+def test_predicting_a_run_with_its_own_table_is_exact(setup, policy):
+    """Shape pairing reproduces the engine's lookups: a run predicted by the table that timed it
+    has zero error (any mistake in the bs/width/KV reconstruction would show up here)."""
+    res, ex = _run(setup / "t.parquet", "roofline", policy)
+    pred, oog = predict_steps(res.steps, ex.latency_table())
+    lat = res.steps.column("latency_s").to_numpy()
+    assert np.allclose(pred, lat, rtol=1e-12)
+    rep = step_errors(res.steps, ex.latency_table())
+    assert rep["mape_all_pct"] < 1e-9 and rep["steps"] == res.steps.num_rows
+
+
+def test_step_errors_against_a_profile(setup):
+    res, _ = _run(setup / "t.parquet", "roofline")
+    prof = make_executor("profile", model="llama-3.1-8b", profile=setup / "p.parquet")
+    rep = step_errors(res.steps, prof.latency_table(), worst=5)
+    assert rep["off_grid_steps"] + rep["on_grid_steps"] == rep["steps"]
+    assert set(rep["by_kind"]) == {"verify", "draft", "prefill"}
+    assert len(rep["worst"]) == 5
+    errs = [abs(w["error_pct"]) for w in rep["worst"]]
+    assert errs == sorted(errs, reverse=True)
+    assert sum(b["steps"] for b in rep["by_shape"]) == rep["off_grid_steps"]
+    # the profile was made from the roofline, so decode steps are reproduced closely
+    assert rep["by_kind"]["verify"]["mape_pct"] < 1.0
+
+
+def test_compare_runs_side_by_side():
+    a = {"ttft_s": {"p50": 0.1, "p90": 0.2, "p99": 0.4, "mean": 0.15},
+         "tpot_s": {"p50": 0.01, "p90": 0.02, "p99": 0.03, "mean": 0.012},
+         "e2e_s": {"p50": 1, "p90": 2, "p99": 3, "mean": 1.5}, "throughput_tok_s": 100.0,
+         "duration_s": 10.0}
+    b = json.loads(json.dumps(a))
+    b["ttft_s"]["p50"] = 0.103
+    c = compare_runs(a, b)
+    assert c["ttft_s"]["p50"]["diff_pct"] == pytest.approx(3.0)
+    assert c["tpot_s"]["p99"]["diff_pct"] == 0.0
+
+
+def test_run_fidelity_writes_everything(setup):
+    out = setup / "out"
+    rep = run_fidelity(setup / "t.parquet", "llama-3.1-8b", out_dir=out, reference="roofline",
+                       profile=str(setup / "p.parquet"))
+    for name in ("fidelity.json", "fidelity.md", "reference/steps.parquet", "profile/steps.parquet",
+                 "reference/summary.json"):
+        assert (out / name).exists(), name
+    saved = json.loads((out / "fidelity.json").read_text())
+    assert saved["checks"].keys() == rep["checks"].keys()
+    assert set(saved["checks"]) == {"step_mape_off_grid", "ttft_p50", "ttft_p99", "tpot_p50", "tpot_p99"}
+    assert any("p10..p90 spread" in x for x in rep["not_captured"])
+    assert any("eager verify" in x for x in rep["not_captured"])
+    md = (out / "fidelity.md").read_text()
+    assert "## What the profile model does not capture" in md and "TTFT p99" in md
+
+
+def test_cli(setup):
+    out = setup / "cli"
+    r = CliRunner().invoke(fidelity, ["--trace", str(setup / "t.parquet"), "--model", "llama-3.1-8b",
+                                      "--reference", "roofline", "--profile", str(setup / "p.parquet"),
+                                      "--out", str(out), "--json"], standalone_mode=False)
+    assert r.exception is None, r.output
+    assert json.loads(r.output)["model"] == "llama-3.1-8b"
+    assert "Example" in fidelity.help
+    with pytest.raises(SpecschedError):
+        run_fidelity(setup / "t.parquet", "llama-3.1-8b", reference="profile")
+    # a missing profile is a clean error listing what is shipped, and nothing is written
+    bad = setup / "nothing"
+    with pytest.raises(SpecschedError, match="no such profile"):
+        run_fidelity(setup / "t.parquet", "llama-3.1-8b", out_dir=bad, reference="roofline",
+                     profile=str(setup / "missing.parquet"))
+    assert not bad.exists()
