@@ -569,13 +569,15 @@ class SpecBenchModel(AcceptanceModel):
     def _drafts(self, a: np.ndarray, rng: np.random.Generator) -> np.ndarray:
         if self.drafts == "fixed":
             return np.full(a.size, self.k, np.int64)
-        full = a >= self.k
-        if self.q >= 1.0:
-            extra = np.zeros(a.size, np.int64)
-        else:
-            extra = rng.geometric(self.q, size=a.size) - 1 if self.q > 0 else \
-                np.full(a.size, self.k, np.int64)
-        return np.where(full, self.k, np.minimum(self.k, a + 1 + extra))
+        d = np.full(a.size, self.k, np.int64)
+        short = np.flatnonzero(a < self.k)
+        extra = np.zeros(short.size, np.int64)
+        if self.q < 1.0 and short.size:
+            # Geometric(q) on {0, 1, ...} by inversion: P(extra >= g) = (1 - q)^g
+            u = rng.random(short.size)
+            extra = np.floor(np.log1p(-u) / np.log1p(-self.q)).astype(np.int64)
+        d[short] = np.minimum(self.k, a[short] + 1 + extra)
+        return d
 
 
 # --------------------------------------------------------------------------------------------

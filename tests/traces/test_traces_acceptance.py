@@ -292,3 +292,14 @@ def test_bad_specbench_files(tmp_path):
     with pytest.raises(SpecschedError, match="more than k=4"):
         parse_acceptance(f"specbench:{p},k=4")
     assert parse_acceptance(f"specbench:{p},k=8").k == 8
+
+
+def test_stop_rule_overshoot_is_geometric():
+    """P(d = a + 1 | a < k - 1) = q, P(d = a + 2 | d > a + 1, a < k - 2) = q, ..."""
+    a = np.zeros(200000, np.int64)
+    m = SpecBenchModel(_eagle(), q=0.3)
+    d = m._drafts(a, np.random.default_rng(0))
+    share = np.bincount(d, minlength=6) / d.size
+    assert share[1] == pytest.approx(0.3, abs=0.01)
+    assert share[2] == pytest.approx(0.7 * 0.3, abs=0.01)
+    assert share[5] == pytest.approx(0.7 ** 4, abs=0.01)      # capped at k = 5

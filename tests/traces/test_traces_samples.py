@@ -1,0 +1,54 @@
+"""The shipped samples: valid, small, attributed, and rebuilt byte for byte by their commands."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from traces import read_trace_arrays, validate_trace
+from traces.convert import convert
+
+from tracekit import SAMPLES
+
+BUILDS = {
+    "azure_conv_eagle_2k.parquet": ("azure2023_conv_head2000.csv",
+                                    "specbench_vicuna7b_eagle_lengths.jsonl"),
+    "azure_code_sps_2k.parquet": ("azure2023_code_head2000.csv",
+                                  "specbench_vicuna7b_sps68m_lengths.jsonl"),
+}
+
+
+def test_samples_are_small_and_attributed():
+    readme = (SAMPLES / "README.md").read_text()
+    for f in SAMPLES.iterdir():
+        assert f.stat().st_size < 300_000, f
+        if f.name != "README.md":
+            assert f.name in readme, f"{f.name} is not in traces/samples/README.md"
+    for text in ("CC-BY-4.0", "Apache-2.0", "Azure/AzurePublicDataset", "Spec-Bench", "3b73a28c"):
+        assert text in readme
+
+
+@pytest.mark.parametrize("name", sorted(BUILDS))
+def test_sample_rebuilds_byte_for_byte(tmp_path, name):
+    csv, answers = BUILDS[name]
+    out = tmp_path / name
+    convert("azure", SAMPLES / csv, out, acceptance=f"specbench:{SAMPLES / answers}", seed=0)
+    assert out.read_bytes() == (SAMPLES / name).read_bytes()
+
+
+def test_conversation_sample_is_what_the_quick_start_needs():
+    rep = validate_trace(SAMPLES / "azure_conv_eagle_2k.parquet")
+    assert rep.rows == 2000 and rep.has_lists and rep.sorted
+    ta = read_trace_arrays(SAMPLES / "azure_conv_eagle_2k.parquet")
+    a = ta.accepted_tokens.astype(float)
+    assert abs(np.mean(a + 1) - 3.58) < 0.1                 # the source's 3.58 per step
+    assert len(np.unique(ta.draft_tokens)) == 5             # mixed widths 2..6
+    assert ta.acceptance["params"]["method"] == "eagle"
+    assert len(ta.acceptance["position_accept_prob"]) >= 8
+
+
+def test_code_sample_uses_sps_acceptance():
+    ta = read_trace_arrays(SAMPLES / "azure_code_sps_2k.parquet")
+    assert ta.acceptance["params"]["method"] == "sps" and ta.acceptance["params"]["k"] == 20
+    assert int(ta.draft_tokens.max()) <= 20
+    assert len(np.unique(ta.draft_tokens)) > 10
