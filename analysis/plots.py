@@ -334,7 +334,7 @@ def fig_side_by_side(runs: list[RunResults], summaries: list[dict]) -> str:
         ys = [np.nan if v is None else float(v) for v in vals]
         ax.bar(x, np.nan_to_num(ys), color=[_color(i) for i in range(len(runs))])
         for xi, y in zip(x, ys):
-            ax.annotate("n/a" if not math.isfinite(y) else f"{y:.3g}", (xi, np.nan_to_num(y)),
+            ax.annotate("n/a" if not math.isfinite(y) else f"{y:.4g}", (xi, np.nan_to_num(y)),
                         ha="center", va="bottom", fontsize=7)
         ax.set_title(title, fontsize=9)
         ax.set_xticks(x, [r.name for r in runs], rotation=30, ha="right", fontsize=7)

@@ -23,12 +23,12 @@ __all__ = ["readable", "SUMMARY_ROWS", "summary_table", "build_html", "write_rep
 
 
 def readable(path: str | Path) -> None:
-    """Give a finished output the usual permissions (the temporary file is created 0600)."""
+    """Give a finished output the usual permissions (temporaries are created 0600/0700)."""
     import os
 
     mask = os.umask(0)
     os.umask(mask)
-    os.chmod(path, 0o666 & ~mask)
+    os.chmod(path, (0o777 if os.path.isdir(path) else 0o666) & ~mask)
 
 
 def _ms(x):
