@@ -363,7 +363,12 @@ def run_fidelity(trace_path: str | Path, model: str, *, out_dir: str | Path | No
                           progress=progress)
         mod = simulate_to(trace, prof_cfg, folder / "profile" if folder else None,
                           executor=prof_prep.executor)
-        report = build_report(ref.steps, ref.summary, mod.summary, table, worst=worst)
+        steps = ref.steps
+        if steps is None:  # the engine streamed the steps into the results folder
+            import pyarrow.parquet as pq
+
+            steps = pq.read_table(folder / "reference" / "steps.parquet")
+        report = build_report(steps, ref.summary, mod.summary, table, worst=worst)
         report["reference"] = {"backend": reference, "describe": _jsonable(ref.summary.get("backend"))}
         report["trace"] = str(trace_path)
         report["model"] = model
