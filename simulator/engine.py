@@ -29,6 +29,7 @@ from backends.latency_table import LatencyTable
 from backends.protocol import DraftBatch, Executor, PrefillBatch, VerifyBatch
 from simulator import core as C
 from simulator.config import SimConfig
+from simulator.results import StepSink
 from traces.errors import SpecschedError
 
 __all__ = ["Simulation", "StepBuffers"]
@@ -52,43 +53,23 @@ def _table_tuple(table: LatencyTable | None) -> tuple:
 
 
 class StepBuffers:
-    """Fixed-size buffers the core appends step rows to; flushed into chunks when full."""
+    """Fixed-size buffers the core appends step rows to; handed to a sink when full."""
 
-    def __init__(self, rows: int = 1 << 16, request_rows: int = 1 << 17):
+    def __init__(self, sink, rows: int = 1 << 16, request_rows: int = 1 << 17):
+        self.sink = sink
         # column-major, so each column of a flushed chunk is contiguous
         self.SI = np.zeros((C.NSI, rows), np.int32)
         self.SF = np.zeros((C.NSF, rows), np.float64)
         self.RSI = np.zeros((2, request_rows), np.int64)
         self.RSF = np.zeros(request_rows, np.float64)
         self.G = np.zeros(C.NG, np.int64)
-        self.si_chunks: list[np.ndarray] = []
-        self.sf_chunks: list[np.ndarray] = []
-        self.rsi_chunks: list[np.ndarray] = []
-        self.rsf_chunks: list[np.ndarray] = []
 
     def flush(self) -> None:
-        k = int(self.G[C.G_SFILL])
-        if k:
-            self.si_chunks.append(self.SI[:, :k].copy())
-            self.sf_chunks.append(self.SF[:, :k].copy())
-        k = int(self.G[C.G_RSFILL])
-        if k:
-            self.rsi_chunks.append(self.RSI[:, :k].copy())
-            self.rsf_chunks.append(self.RSF[:k].copy())
+        k, q = int(self.G[C.G_SFILL]), int(self.G[C.G_RSFILL])
+        if k or q:  # copies: the buffers are reused while the sink may keep what it got
+            self.sink.add(self.SI[:, :k].copy(), self.SF[:, :k].copy(),
+                          self.RSI[:, :q].copy(), self.RSF[:q].copy())
         self.G[:] = 0
-
-    def steps(self) -> tuple[list[np.ndarray], list[np.ndarray]]:
-        """The step rows recorded so far, as chunks (int columns, float columns)."""
-        self.flush()
-        if not self.si_chunks:
-            return [np.zeros((C.NSI, 0), np.int32)], [np.zeros((C.NSF, 0))]
-        return self.si_chunks, self.sf_chunks
-
-    def request_steps(self) -> tuple[np.ndarray, np.ndarray]:
-        self.flush()
-        if not self.rsi_chunks:
-            return np.zeros((2, 0), np.int64), np.zeros(0)
-        return np.concatenate(self.rsi_chunks, axis=1), np.concatenate(self.rsf_chunks)
 
 
 @dataclass
@@ -106,7 +87,8 @@ class Simulation:
     """One run: the arrays, the SimPy environment and its processes.  Use :func:`simulator.run`."""
 
     def __init__(self, trace, config: SimConfig, executor: Executor, *,
-                 kv_capacity_tokens: int, progress: Callable[[int, int], None] | None = None):
+                 kv_capacity_tokens: int, progress: Callable[[int, int], None] | None = None,
+                 sink: StepSink | None = None):
         self.trace = trace
         self.config = config
         self.executor = executor
@@ -183,7 +165,9 @@ class Simulation:
         self.MB = np.zeros((R, e.max_running + 1, C.NMB), np.int64)
         self.PI = np.zeros((R, C.MAXPASS, C.NPI), np.int64)
         self.PF = np.zeros((R, C.MAXPASS, C.NPF), np.float64)
-        self.buf = StepBuffers()
+        self.sink = sink if sink is not None else StepSink(
+            request_steps=config.engine.record_request_steps)
+        self.buf = StepBuffers(self.sink)
         # ---- events
         self.env = simpy.Environment()
         self.next_arrival = _INF
@@ -313,6 +297,7 @@ class Simulation:
         for r in range(self.replicas):
             self.env.process(self._replica(r))
         self.env.run()
+        self.buf.flush()
         self._report()
         unfinished = int((self.R[:, C.R_STATUS] != C.ST_DONE).sum())
         if unfinished:  # pragma: no cover - a core bug

@@ -19,8 +19,8 @@ import pyarrow.parquet as pq
 from simulator import core as C
 from traces.atomic import atomic_output_dir
 
-__all__ = ["SimResult", "write_results", "steps_table", "requests_table",
-           "request_steps_table", "summarize", "latency_stats"]
+__all__ = ["SimResult", "StepSink", "write_results", "write_into", "requests_table", "summarize",
+           "latency_stats", "steps_batch", "request_steps_batch"]
 
 KINDS = ("prefill", "draft", "verify")
 #: zstd, dictionary encoding only for the dictionary columns, no column statistics: about twice
@@ -32,10 +32,11 @@ MODES = ("uniform", "ragged", "unsafe-derived")
 
 @dataclass
 class SimResult:
-    """A finished run: the three tables and the summary (plain JSON-able dict)."""
+    """A finished run: the tables and the summary (a plain JSON-able dict).  ``steps`` and
+    ``request_steps`` are None when they were streamed into a results folder instead."""
 
     requests: pa.Table
-    steps: pa.Table
+    steps: pa.Table | None
     request_steps: pa.Table | None
     summary: dict[str, Any]
 
@@ -57,64 +58,141 @@ def requests_table(arrays: dict[str, np.ndarray], trace) -> pa.Table:
     return pa.table(cols)
 
 
-def steps_table(si_chunks: list[np.ndarray], sf_chunks: list[np.ndarray]) -> pa.Table:
-    """One row per forward pass, ordered by replica then time (chunks as the buffers hold them)."""
-    def icol(j: int) -> np.ndarray:
-        v = np.concatenate([c[j] for c in si_chunks])
-        return v if order is None else v[order]
-
-    def fcol(j: int) -> np.ndarray:
-        v = np.concatenate([c[j] for c in sf_chunks])
-        return v if order is None else v[order]
-
-    order = None
-    replica = icol(C.S_REPLICA)
-    if len(replica) and np.any(np.diff(replica) < 0):
-        order = np.argsort(replica, kind="stable")
-        replica = replica[order]
-    kind = icol(C.S_KIND)
+def steps_batch(si: np.ndarray, sf: np.ndarray) -> pa.RecordBatch:
+    """Step rows as an Arrow batch, from one column-major chunk of the core's buffers."""
+    kind = si[C.S_KIND]
     verify = kind == C.KIND_VERIFY
-    mode = icol(C.S_MODE)
-    return pa.table({
-        "replica": replica.astype(np.int16),
-        "iteration": icol(C.S_ITER).astype(np.int64),
-        "launch": icol(C.S_LAUNCH).astype(np.int16),
+    return pa.RecordBatch.from_pydict({
+        "replica": si[C.S_REPLICA].astype(np.int16),
+        "iteration": si[C.S_ITER].astype(np.int64),
+        "launch": si[C.S_LAUNCH].astype(np.int16),
         "kind": _dict_col(kind, KINDS),
-        "start_s": fcol(C.SF_START),
-        "latency_s": fcol(C.SF_LAT),
-        "bs": icol(C.S_BS),
-        "bs_padded": icol(C.S_BSPAD),
-        "width": icol(C.S_WIDTH).astype(np.int16),
-        "min_width": icol(C.S_MINW).astype(np.int16),
-        "max_width": icol(C.S_MAXW).astype(np.int16),
-        "distinct_widths": icol(C.S_DISTINCT).astype(np.int16),
-        "iter_distinct_widths": icol(C.S_ITERDISTINCT).astype(np.int16),
-        "mode": pa.DictionaryArray.from_arrays(pa.array(mode.astype(np.int8), mask=~verify),
-                                               pa.array(list(MODES))),
-        "tokens": icol(C.S_TOKENS),
-        "padded_slots": icol(C.S_PADSLOTS),
-        "graph_pad_slots": icol(C.S_GPADSLOTS),
-        "graph": icol(C.S_GRAPH).astype(bool),
-        "passes": icol(C.S_PASSES).astype(np.int16),
-        "kv_mean": fcol(C.SF_KVMEAN),
-        "kv_max": icol(C.S_KVMAX),
-        "kv_pages_used": icol(C.S_KVUSED),
-        "committed_tokens": icol(C.S_COMMITTED),
-        "violations": icol(C.S_VIOL),
-        "out_of_grid": icol(C.S_OOG).astype(bool),
-        "max_abs_error": fcol(C.SF_ERR),
+        "start_s": sf[C.SF_START],
+        "latency_s": sf[C.SF_LAT],
+        "bs": si[C.S_BS],
+        "bs_padded": si[C.S_BSPAD],
+        "width": si[C.S_WIDTH].astype(np.int16),
+        "min_width": si[C.S_MINW].astype(np.int16),
+        "max_width": si[C.S_MAXW].astype(np.int16),
+        "distinct_widths": si[C.S_DISTINCT].astype(np.int16),
+        "iter_distinct_widths": si[C.S_ITERDISTINCT].astype(np.int16),
+        "mode": pa.DictionaryArray.from_arrays(
+            pa.array(si[C.S_MODE].astype(np.int8), mask=~verify), pa.array(list(MODES))),
+        "tokens": si[C.S_TOKENS],
+        "padded_slots": si[C.S_PADSLOTS],
+        "graph_pad_slots": si[C.S_GPADSLOTS],
+        "graph": si[C.S_GRAPH].astype(bool),
+        "passes": si[C.S_PASSES].astype(np.int16),
+        "kv_mean": sf[C.SF_KVMEAN],
+        "kv_max": si[C.S_KVMAX],
+        "kv_pages_used": si[C.S_KVUSED],
+        "committed_tokens": si[C.S_COMMITTED],
+        "violations": si[C.S_VIOL],
+        "out_of_grid": si[C.S_OOG].astype(bool),
+        "max_abs_error": sf[C.SF_ERR],
     })
 
 
-def request_steps_table(RSI: np.ndarray, RSF: np.ndarray) -> pa.Table:
-    """One row per token delivery, grouped by request, in time order within a request (the
-    buffers hold each request's rows in time order already, so a stable sort suffices)."""
-    order = np.argsort(RSI[0], kind="stable")
-    return pa.table({
-        "request": RSI[0, order].astype(np.int32),
-        "time_s": RSF[order],
-        "tokens": RSI[1, order].astype(np.int16),
+def request_steps_batch(rsi: np.ndarray, rsf: np.ndarray) -> pa.RecordBatch:
+    return pa.RecordBatch.from_pydict({
+        "request": rsi[0].astype(np.int32),
+        "time_s": rsf,
+        "tokens": rsi[1].astype(np.int16),
     })
+
+
+class StepSink:
+    """Receives the core's step rows chunk by chunk: keeps running totals for the summary and
+    either collects the rows (in memory) or streams them into parquet files in ``stream_dir``
+    (so a run's memory does not grow with its number of forward passes).
+
+    Rows keep the order in which the engine simulated them: chronological within a replica
+    (and within a request, for request steps).
+    """
+
+    def __init__(self, stream_dir: Path | None = None, *, request_steps: bool = True):
+        self.stream_dir = None if stream_dir is None else Path(stream_dir)
+        self.keep_request_steps = request_steps
+        self._steps: list[pa.RecordBatch] = []
+        self._rsteps: list[pa.RecordBatch] = []
+        self._writers: dict[str, pq.ParquetWriter] = {}
+        self.totals = np.zeros(len(_TOTALS), np.float64)
+
+    def _emit(self, name: str, batch: pa.RecordBatch, store: list) -> None:
+        if self.stream_dir is None:
+            store.append(batch)
+            return
+        w = self._writers.get(name)
+        if w is None:
+            w = pq.ParquetWriter(self.stream_dir / f"{name}.parquet", batch.schema,
+                                 **PARQUET_OPTIONS)
+            self._writers[name] = w
+        w.write_batch(batch)
+
+    def add(self, si: np.ndarray, sf: np.ndarray, rsi: np.ndarray, rsf: np.ndarray) -> None:
+        if si.shape[1]:
+            self.totals += _step_totals(si, sf)
+            self._emit("steps", steps_batch(si, sf), self._steps)
+        if rsi.shape[1] and self.keep_request_steps:
+            self._emit("request_steps", request_steps_batch(rsi, rsf), self._rsteps)
+
+    def close(self) -> tuple[pa.Table | None, pa.Table | None]:
+        """The tables when kept in memory (None when streamed); closes streamed files."""
+        if self.stream_dir is not None:
+            for name in ("steps", "request_steps"):
+                if name == "request_steps" and not self.keep_request_steps:
+                    continue
+                if name not in self._writers:  # nothing was recorded: still write the file
+                    empty = (steps_batch(np.zeros((C.NSI, 0), np.int32), np.zeros((C.NSF, 0)))
+                             if name == "steps" else
+                             request_steps_batch(np.zeros((2, 0), np.int64), np.zeros(0)))
+                    self._emit(name, empty, [])
+                self._writers.pop(name).close()
+            return None, None
+        steps = (pa.Table.from_batches(self._steps) if self._steps else
+                 pa.Table.from_batches([steps_batch(np.zeros((C.NSI, 0), np.int32),
+                                                    np.zeros((C.NSF, 0)))]))
+        rsteps = None
+        if self.keep_request_steps:
+            rsteps = (pa.Table.from_batches(self._rsteps) if self._rsteps else
+                      pa.Table.from_batches([request_steps_batch(np.zeros((2, 0), np.int64),
+                                                                 np.zeros(0))]))
+        return steps, rsteps
+
+
+_TOTALS = ("passes", "verify_launches", "draft_phases", "prefill_passes", "decode_iterations",
+           "mixed_iterations", "verify_requests", "verify_slots", "committed_verify",
+           "padded_slots", "graph_pad_slots", "graph_verify_slots", "graph_replays",
+           "eager_launches", "violations", "violation_launches", "out_of_grid", "busy_s")
+_T = {name: i for i, name in enumerate(_TOTALS)}
+
+
+def _step_totals(si: np.ndarray, sf: np.ndarray) -> np.ndarray:
+    kind = si[C.S_KIND]
+    verify = kind == C.KIND_VERIFY
+    first = verify & (si[C.S_LAUNCH] == 0)
+    graph = si[C.S_GRAPH] == 1
+    t = np.zeros(len(_TOTALS))
+    t[_T["passes"]] = len(kind)
+    t[_T["verify_launches"]] = verify.sum()
+    t[_T["draft_phases"]] = (kind == C.KIND_DRAFT).sum()
+    t[_T["prefill_passes"]] = (kind == C.KIND_PREFILL).sum()
+    t[_T["decode_iterations"]] = first.sum()
+    t[_T["mixed_iterations"]] = (first & (si[C.S_ITERDISTINCT] > 1)).sum()
+    t[_T["verify_requests"]] = si[C.S_BS][verify].sum()
+    t[_T["verify_slots"]] = si[C.S_TOKENS][verify].sum()
+    t[_T["committed_verify"]] = si[C.S_COMMITTED][verify].sum()
+    t[_T["padded_slots"]] = si[C.S_PADSLOTS][verify].sum()
+    t[_T["graph_pad_slots"]] = si[C.S_GPADSLOTS][verify].sum()
+    t[_T["graph_verify_slots"]] = (si[C.S_BSPAD][verify].astype(np.int64)
+                                   * si[C.S_WIDTH][verify]).sum()
+    t[_T["graph_replays"]] = graph.sum()
+    t[_T["eager_launches"]] = (~graph).sum()
+    t[_T["violations"]] = si[C.S_VIOL].sum()
+    t[_T["violation_launches"]] = (si[C.S_VIOL] > 0).sum()
+    t[_T["out_of_grid"]] = si[C.S_OOG].sum()
+    t[_T["busy_s"]] = sf[C.SF_LAT].sum()
+    return t
 
 
 def latency_stats(values: np.ndarray) -> dict[str, float | None]:
@@ -126,72 +204,55 @@ def latency_stats(values: np.ndarray) -> dict[str, float | None]:
     return {"p50": float(p50), "p90": float(p90), "p99": float(p99), "mean": float(v.mean())}
 
 
-def summarize(requests: pa.Table, steps: pa.Table) -> dict[str, Any]:
-    """The headline metrics of a run (analysis computes the rest from the tables)."""
-    col = lambda t, name: t.column(name).to_numpy(zero_copy_only=False)  # noqa: E731
-    arrival = col(requests, "arrival_s")
-    first = col(requests, "first_token_s")
-    finish = col(requests, "finish_s")
-    out = col(requests, "output_tokens").astype(np.int64)
+def summarize(requests: pa.Table, totals: np.ndarray) -> dict[str, Any]:
+    """The headline metrics of a run (analysis computes the rest from the tables);
+    ``totals`` are the running step totals of a :class:`StepSink`."""
+    col = lambda name: requests.column(name).to_numpy(zero_copy_only=False)  # noqa: E731
+    T = {name: totals[i] for i, name in enumerate(_TOTALS)}
+    arrival = col("arrival_s")
+    first = col("first_token_s")
+    finish = col("finish_s")
+    out = col("output_tokens").astype(np.int64)
     ttft = first - arrival
     e2e = finish - arrival
     with np.errstate(invalid="ignore", divide="ignore"):
         tpot = np.where(out > 1, (finish - first) / np.maximum(out - 1, 1), np.nan)
     duration = float(finish.max() - arrival.min()) if len(arrival) else 0.0
-    kind = steps.column("kind").combine_chunks().indices.to_numpy(zero_copy_only=False)
-    verify = kind == KINDS.index("verify")
-    draft = kind == KINDS.index("draft")
-    prefill = kind == KINDS.index("prefill")
-    bs = col(steps, "bs")
-    tokens = col(steps, "tokens")
-    padded = col(steps, "padded_slots")
-    committed = col(steps, "committed_tokens")
-    graph = col(steps, "graph")
-    first_rows = verify & (col(steps, "launch") == 0)  # one per decode iteration
-    iterations = int(first_rows.sum())
-    launches = int(verify.sum())
-    verify_slots = int(tokens[verify].sum())
-    oog = col(steps, "out_of_grid")
-    latency = col(steps, "latency_s")
-    busy = float(latency.sum())
-    iter_mix = col(steps, "iter_distinct_widths")
+    iterations = int(T["decode_iterations"])
+    ratio = lambda a, b: float(a / b) if b else None  # noqa: E731
     warnings = []
-    if oog.any():
-        warnings.append(f"{int(oog.sum())} of {len(oog)} forward passes "
-                        f"({oog.mean():.1%}) were looked up outside the latency table's measured "
-                        "grid and extrapolated")
+    if T["out_of_grid"]:
+        warnings.append(f"{int(T['out_of_grid'])} of {int(T['passes'])} forward passes "
+                        f"({T['out_of_grid'] / T['passes']:.1%}) were looked up outside the "
+                        "latency table's measured grid and extrapolated")
     return {
         "requests": int(len(arrival)),
         "duration_s": duration,
         "output_tokens": int(out.sum()),
-        "throughput_tok_s": float(out.sum() / duration) if duration > 0 else None,
-        "throughput_req_s": float(len(arrival) / duration) if duration > 0 else None,
+        "throughput_tok_s": ratio(out.sum(), duration),
+        "throughput_req_s": ratio(len(arrival), duration),
         "ttft_s": latency_stats(ttft),
         "tpot_s": latency_stats(tpot),
         "e2e_s": latency_stats(e2e),
-        "queue_s": latency_stats(col(requests, "admit_s") - arrival),
-        "accept_len_mean": (float(committed[verify].sum() / bs[verify].sum())
-                            if verify.any() else None),
-        "padded_slot_frac": float(padded[verify].sum() / verify_slots) if verify_slots else 0.0,
-        "graph_pad_slot_frac": (float(col(steps, "graph_pad_slots")[verify].sum()
-                                      / max(1, (col(steps, "bs_padded")[verify]
-                                                * col(steps, "width")[verify]).sum())))
-                               if verify.any() else 0.0,
-        "decode_iterations": int(iterations),
-        "verify_launches": launches,
-        "launches_per_iter": float(launches / iterations) if iterations else None,
-        "mixed_iter_frac": (float((iter_mix[first_rows] > 1).mean()) if first_rows.any()
-                            else 0.0),
-        "graph_replays": int(graph.sum()),
-        "eager_launches": int((~graph & (verify | draft)).sum() + prefill.sum()),
-        "prefill_passes": int(prefill.sum()),
-        "draft_phases": int(draft.sum()),
-        "violations": int(col(steps, "violations").sum()),
-        "violation_launches": int((col(steps, "violations") > 0).sum()),
-        "retractions": int(col(requests, "retractions").sum()),
-        "truncated_drafts": int(col(requests, "truncated_drafts").sum()),
-        "busy_s": busy,
-        "out_of_grid_passes": int(oog.sum()),
+        "queue_s": latency_stats(col("admit_s") - arrival),
+        "accept_len_mean": ratio(T["committed_verify"], T["verify_requests"]),
+        "padded_slot_frac": ratio(T["padded_slots"], T["verify_slots"]) or 0.0,
+        "graph_pad_slot_frac": ratio(T["graph_pad_slots"], T["graph_verify_slots"]) or 0.0,
+        "decode_iterations": iterations,
+        "verify_launches": int(T["verify_launches"]),
+        "launches_per_iter": ratio(T["verify_launches"], iterations),
+        "mixed_iter_frac": ratio(T["mixed_iterations"], iterations) or 0.0,
+        "graph_replays": int(T["graph_replays"]),
+        "eager_launches": int(T["eager_launches"]),
+        "prefill_passes": int(T["prefill_passes"]),
+        "draft_phases": int(T["draft_phases"]),
+        "forward_passes": int(T["passes"]),
+        "violations": int(T["violations"]),
+        "violation_launches": int(T["violation_launches"]),
+        "retractions": int(col("retractions").sum()),
+        "truncated_drafts": int(col("truncated_drafts").sum()),
+        "busy_s": float(T["busy_s"]),
+        "out_of_grid_passes": int(T["out_of_grid"]),
         "warnings": warnings,
     }
 
@@ -211,20 +272,26 @@ def _jsonable(obj):
     return obj
 
 
+def write_into(result: SimResult, folder: Path) -> None:
+    """Write the tables held in memory and summary.json into an existing folder."""
+    for name, table in (("requests", result.requests), ("steps", result.steps),
+                        ("request_steps", result.request_steps)):
+        if table is not None:
+            pq.write_table(table, folder / f"{name}.parquet", **PARQUET_OPTIONS)
+    with open(folder / "summary.json", "w") as fh:
+        json.dump(_jsonable(result.summary), fh, indent=2, sort_keys=False)
+        fh.write("\n")
+
+
 def write_results(result: SimResult, out_dir: str | Path, *, overwrite: bool = True,
                   extra: Callable[[Path], None] | None = None) -> Path:
-    """Write requests/steps(/request_steps).parquet and summary.json into ``out_dir``, atomically.
+    """Write requests/steps/request_steps.parquet and summary.json into ``out_dir``, atomically.
 
-    ``extra(folder)`` may add files (a report) to the folder before it is renamed into place."""
+    ``extra(folder)`` may add files (a report) to the folder before it is renamed into place.
+    (Runs that streamed their steps write through :func:`simulator.run_to` instead.)"""
     out_dir = Path(out_dir)
     with atomic_output_dir(out_dir, overwrite=overwrite) as tmp:
-        for name, table in (("requests", result.requests), ("steps", result.steps),
-                            ("request_steps", result.request_steps)):
-            if table is not None:
-                pq.write_table(table, tmp / f"{name}.parquet", **PARQUET_OPTIONS)
-        with open(tmp / "summary.json", "w") as fh:
-            json.dump(_jsonable(result.summary), fh, indent=2, sort_keys=False)
-            fh.write("\n")
+        write_into(result, tmp)
         if extra is not None:
             extra(tmp)
     return out_dir

@@ -40,7 +40,7 @@ def prepare(config: SimConfig, *, executor: Any = None) -> Prepared:
         if config.backend.name == "aiter":
             e = config.engine
             opts = {"page_size": e.page_size, "capture_bs": e.ladder,
-                    "capture_widths": e.capture_widths, "gpu": config.backend.gpu,
+                    "capture_widths": e.capture_widths,
                     "check_unsafe": e.policy == "unsafe-derived"}
         executor = make_executor(config.backend.name, model=model, gpu=config.backend.gpu,
                                  profile=config.backend.profile or None, **opts)
@@ -57,21 +57,22 @@ def load_trace(path: str | Path, *, acceptance: str | None = None, seed: int = 0
 
 def simulate_to(trace, config: SimConfig, out_dir: str | Path | None, *, executor: Any = None,
                 progress: Callable[[int, int], None] | None = None, report: bool = False):
-    """Run one simulation and (when ``out_dir`` is given) write its results folder atomically,
-    with ``report.html`` inside when ``report`` is true."""
-    from simulator import run, write_results
+    """Run one simulation; with ``out_dir``, stream its results folder into place atomically
+    (``report.html`` included when ``report`` is true); without, keep the tables in memory."""
+    from simulator import run, run_to
 
     prep = prepare(config, executor=executor)
-    result = run(trace, prep.config, prep.executor, kv_capacity_tokens=prep.kv_capacity_tokens,
-                 progress=progress)
-    result.summary["model"] = prep.model.name
-    if out_dir is not None:
-        extra = None
-        if report:
-            def extra(folder: Path) -> None:
-                from analysis.report import write_report
-                from analysis.results import load_run
+    kw = dict(kv_capacity_tokens=prep.kv_capacity_tokens, progress=progress)
+    if out_dir is None:
+        result = run(trace, prep.config, prep.executor, **kw)
+        result.summary["model"] = prep.model.name
+        return result
+    extra = None
+    if report:
+        def extra(folder: Path) -> None:
+            from analysis.report import write_report
+            from analysis.results import load_run
 
-                write_report([load_run(folder, name=Path(out_dir).name)], folder / "report.html")
-        write_results(result, out_dir, extra=extra)
-    return result
+            write_report([load_run(folder, name=Path(out_dir).name)], folder / "report.html")
+    return run_to(out_dir, trace, prep.config, prep.executor, extra=extra,
+                  summary_extra={"model": prep.model.name}, **kw)

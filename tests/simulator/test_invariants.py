@@ -107,9 +107,9 @@ def test_kv_never_over_capacity_and_all_free_at_the_end(sc):
     pages = capacity // config.engine.page_size
     assert np.all(sim.E[:, C.E_FREE] == pages)
     assert np.all(sim.R[:, C.R_PAGES] == 0)
-    SI = np.concatenate(sim.buf.steps()[0], axis=1)
-    assert SI[C.S_KVUSED].max() <= pages
-    assert SI[C.S_KVUSED].min() >= 0
+    steps, _ = sim.sink.close()
+    used = steps["kv_pages_used"].to_numpy()
+    assert used.max() <= pages and used.min() >= 0
 
 
 @SETTINGS
