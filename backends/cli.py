@@ -1,0 +1,230 @@
+"""The ``verify-metadata`` and ``profile`` commands (registered in ``specsched/cli.py``)."""
+
+from __future__ import annotations
+
+import json
+import sys
+from typing import Any
+
+import click
+
+from traces.errors import SpecschedError
+
+__all__ = ["verify_metadata", "profile", "parse_int_list", "verify_metadata_json"]
+
+
+def parse_int_list(text: str, *, option: str, minimum: int = 0) -> list[int]:
+    """``"4,4,2"``, ranges ``"1-8"`` and repeats ``"4x32"`` (32 times 4), comma-separated."""
+    out: list[int] = []
+    items = [t.strip() for t in str(text).split(",")]
+    for i, item in enumerate(items):
+        if not item:
+            raise SpecschedError(f"{option}: item {i} is empty (expected integers separated by commas)")
+        try:
+            if "x" in item:
+                value, count = item.split("x", 1)
+                n = int(count)
+                if n < 1:
+                    raise ValueError
+                vals = [int(value)] * n
+            elif "-" in item:
+                lo, hi = item.split("-", 1)
+                lo_i, hi_i = int(lo), int(hi)
+                if hi_i < lo_i:
+                    raise ValueError
+                vals = list(range(lo_i, hi_i + 1))
+            else:
+                vals = [int(item)]
+        except ValueError:
+            raise SpecschedError(f"{option}: item {i} is {item!r}, not an integer, a range "
+                                 f"LO-HI or a repeat VALUExCOUNT") from None
+        for v in vals:
+            if v < minimum:
+                raise SpecschedError(f"{option}: item {i} is {v}; values must be >= {minimum}")
+        out.extend(vals)
+    return out
+
+
+def verify_metadata_json(widths: list[int], kv_lens: list[int], *, mla: bool = False,
+                         num_draft_tokens: int | None = None, page_size: int = 16,
+                         capture_bs: list[int] | None = None, capture_widths: list[int] | None = None,
+                         max_context: int | None = None, num_heads: int | None = None) -> dict[str, Any]:
+    """What ``specsched verify-metadata --json`` prints, as a dict (a test can call this)."""
+    from backends.aiter import metadata as md
+
+    return md.build_verify_metadata(
+        widths, kv_lens, mla=mla, num_draft_tokens=num_draft_tokens, page_size=page_size,
+        capture_bs=md.SPEC_CAPTURE_BS if capture_bs is None else capture_bs,
+        capture_widths=md.DEFAULT_CAPTURE_WIDTHS if capture_widths is None else capture_widths,
+        max_context=md.DEFAULT_MAX_CONTEXT if max_context is None else max_context,
+        num_heads=num_heads, allow_graph=capture_bs is None or len(capture_bs) > 0).to_dict()
+
+
+def _human(d: dict[str, Any]) -> str:
+    lines = []
+    path = "MLA (width fixed at start-up)" if d["path"] == "mla" else "non-MLA unified (width = tokens // bs)"
+    lines.append(f"path        {path}")
+    lines.append(f"batch       bs {d['bs']}, {d['tokens']} query rows -> "
+                 + (f"graph replay at padded bs {d['padded_bs']}" if d["graph"]
+                    else f"eager ({d['eager_reason']})"))
+    lines.append(f"width       {d['width']}  (max_seqlen_q {d['max_seqlen_q']}, max_seqlen_k {d['max_seqlen_k']})")
+    lines.append(f"seq_lens    {d['seq_lens']}  (padded rows: {d['seq_len_fill_value']})")
+    lines.append(f"qo_indptr   {d['qo_indptr']}")
+    lines.append(f"kv_indptr   {d['kv_indptr']}")
+    if d["seqused_k"] is not None:
+        lines.append(f"seqused_k   {d['seqused_k']}")
+    cap = d["kv_indices_capacity"]
+    lines.append(f"kv_indices  {d['kv_indices_needed']} needed"
+                 + (f" of {cap} (assert_buffer_fits)" if cap is not None else " (eager: no captured buffer)"))
+    if d["mla"]:
+        lines.append(f"mla         {d['mla']}")
+    for n in d["notes"]:
+        lines.append(f"note        {n}")
+    lines.append(f"error       {d['error'] or 'none: SGLang runs this batch'}")
+    v = d["violation"]
+    if v is None:
+        lines.append("violation   none (uniform batch)")
+    else:
+        lines.append(f"violation   {v['misattributed_rows']} of {d['tokens']} query rows attributed to the "
+                     f"wrong request ({v['rows_past_layout']} past bs x width), {v['misplaced_rows']} "
+                     f"at the wrong position; real qo_indptr {v['real_qo_indptr']}")
+    return "\n".join(lines)
+
+
+@click.command("verify-metadata")
+@click.option("--widths", required=True, metavar="LIST",
+              help="Query rows per request (last committed token + drafts), e.g. 4,4,2 or 4x32.")
+@click.option("--kv-lens", required=True, metavar="LIST",
+              help="Tokens each request has cached before the verify (SGLang's seq_lens), e.g. 100,200,300.")
+@click.option("--mla", is_flag=True, help="The MLA path: width fixed at --num-draft-tokens.")
+@click.option("--num-draft-tokens", type=int, default=None,
+              help="SGLang's speculative_num_draft_tokens (required with --mla; default: the largest width).")
+@click.option("--page-size", type=int, default=16, show_default=True, help="KV page size in tokens.")
+@click.option("--capture-bs", default=None, metavar="LIST",
+              help="Captured batch sizes (default: SGLang's speculative ladder 1-8,10-32/2,40-64/4,72-256/8); "
+                   "'none' for no graphs.")
+@click.option("--capture-widths", default=None, metavar="LIST",
+              help="Widths with captured graphs on the non-MLA path (default 1-8).")
+@click.option("--max-context", type=int, default=None,
+              help="The model's context length (sizes the page table and max_seqlen_k; default 131072).")
+@click.option("--num-heads", type=int, default=None,
+              help="Query heads per GPU, checked against the MLA kernels (with --mla).")
+@click.option("--json", "as_json", is_flag=True, help="Print one JSON object.")
+def verify_metadata(widths, kv_lens, mla, num_draft_tokens, page_size, capture_bs, capture_widths,
+                    max_context, num_heads, as_json):
+    """Print the attention metadata SGLang's AITER backend gives a verify batch.
+
+    \b
+    Examples:
+      specsched verify-metadata --widths 4,4,2 --kv-lens 100,200,300 --json
+      specsched verify-metadata --widths 4x3 --kv-lens 100,200,300 --mla --num-draft-tokens 4
+      specsched verify-metadata --widths 4x300 --kv-lens 2000x300 --json     # beyond the ladder: eager
+
+    The non-MLA path derives the width as tokens // bs; a mixed batch gets the wrong
+    qo_indptr and the "violation" object says which rows land in the wrong request.  "error"
+    is set when SGLang would refuse the batch (an MLA width the kernels lack, a KV-index buffer
+    overflow).  Exit code 0 whenever the metadata was printed, 2 for arguments that do not
+    describe a batch.
+    """
+    w = parse_int_list(widths, option="--widths", minimum=1)
+    kv = parse_int_list(kv_lens, option="--kv-lens", minimum=1)
+    cbs = None
+    if capture_bs is not None:
+        cbs = [] if capture_bs.strip().lower() == "none" else parse_int_list(capture_bs, option="--capture-bs", minimum=1)
+    cw = None if capture_widths is None else parse_int_list(capture_widths, option="--capture-widths", minimum=1)
+    if page_size < 1:
+        raise SpecschedError(f"--page-size must be >= 1, got {page_size}")
+    d = verify_metadata_json(w, kv, mla=mla, num_draft_tokens=num_draft_tokens, page_size=page_size,
+                             capture_bs=cbs, capture_widths=cw, max_context=max_context,
+                             num_heads=num_heads)
+    if as_json:
+        click.echo(json.dumps(d))
+    else:
+        click.echo(_human(d))
+
+
+@click.command("profile")
+@click.option("--model", required=True, help="Preset name (e.g. llama-3.1-8b) or a config.json path.")
+@click.option("--tp", type=int, default=None, help="Tensor-parallel degree (default: the preset's).")
+@click.option("-o", "--out", required=True, type=click.Path(dir_okay=False),
+              help="Profile parquet file to write (atomically).")
+@click.option("--bs", default=None, metavar="LIST", help="Verify/draft graph batch sizes (ladder points).")
+@click.option("--widths", default="1-8", show_default=True, metavar="LIST", help="Verify widths.")
+@click.option("--kv-lens", default=None, metavar="LIST",
+              help="KV lengths (default 128,512,1024,2048,4096,8192,16384,32768).")
+@click.option("--eager-bs", default=None, metavar="LIST", help="Eager verify/draft batch sizes.")
+@click.option("--eager-widths", default=None, metavar="LIST", help="Eager verify widths.")
+@click.option("--eager-kv-lens", default=None, metavar="LIST", help="Eager KV lengths.")
+@click.option("--prefill-tokens", default=None, metavar="LIST", help="Prefill chunk sizes.")
+@click.option("--prefill-prefix", default=None, metavar="LIST", help="Prefill cached prefixes.")
+@click.option("--no-draft", is_flag=True, help="Skip the draft model (the profile then lacks draft rows).")
+@click.option("--reps", type=int, default=5, show_default=True, help="Timed repetitions per graph point.")
+@click.option("--warmup", type=int, default=2, show_default=True, help="Untimed runs before them.")
+@click.option("--eager-reps", type=int, default=3, show_default=True, help="Timed repetitions per eager point.")
+@click.option("--page-size", type=int, default=16, show_default=True)
+@click.option("--max-context", type=int, default=None, help="Context length (default 131072).")
+@click.option("--kv-pool-gib", type=float, default=None, help="Physical KV pool size (default: what fits).")
+@click.option("--gpu", "gpu_sheet", default="H200", show_default=True,
+              help="GPU sheet for the modelled tensor-parallel all-reduce.")
+@click.option("--progress", is_flag=True, help="Show progress on stderr even when it is not a terminal.")
+def profile(model, tp, out, bs, widths, kv_lens, eager_bs, eager_widths, eager_kv_lens, prefill_tokens,
+            prefill_prefix, no_draft, reps, warmup, eager_reps, page_size, max_context, kv_pool_gib,
+            gpu_sheet, progress):
+    """Record a latency profile of MODEL on this machine's GPU (AITER executor).
+
+    \b
+    Examples:
+      specsched profile --model llama-3.1-8b -o backends/profiles/llama-3.1-8b__H200.parquet
+      specsched profile --model llama-3.1-70b --tp 8 --bs 1,8,32,128 -o 70b.parquet
+
+    Sweeps verify graph replays over batch sizes x widths x KV lengths (one graph per batch
+    size and width, KV varied through the metadata), eager verify launches, draft-model steps
+    and prefill passes, each repeated; writes the median and the 10th/90th percentiles per point
+    (schema: docs/aiter.md).  Needs a CUDA or ROCm GPU (exit 2 without one).
+    """
+    from backends.aiter import bridge
+    from backends.aiter.profiling import DEFAULT_BS, DEFAULT_KV, ProfileSpec, run_profile
+    from backends.models import load_model
+
+    bridge.require_gpu()
+    shape = load_model(model, tp=tp)
+
+    def lst(text, name, default, minimum=1):
+        return default if text is None else parse_int_list(text, option=name, minimum=minimum)
+
+    spec = ProfileSpec(
+        bs=lst(bs, "--bs", DEFAULT_BS), widths=lst(widths, "--widths", tuple(range(1, 9))),
+        kv=lst(kv_lens, "--kv-lens", DEFAULT_KV),
+        eager_bs=lst(eager_bs, "--eager-bs", ProfileSpec.eager_bs),
+        eager_widths=lst(eager_widths, "--eager-widths", ProfileSpec.eager_widths),
+        eager_kv=lst(eager_kv_lens, "--eager-kv-lens", ProfileSpec.eager_kv),
+        prefill_tokens=lst(prefill_tokens, "--prefill-tokens", ProfileSpec.prefill_tokens),
+        prefill_prefix=lst(prefill_prefix, "--prefill-prefix", ProfileSpec.prefill_prefix, 0),
+        draft=not no_draft, reps=reps, warmup=warmup, eager_reps=eager_reps)
+    spec.check()
+    opts: dict[str, Any] = {"gpu": gpu_sheet, "page_size": page_size}
+    if max_context is not None:
+        opts["max_context"] = max_context
+    if kv_pool_gib is not None:
+        opts["kv_pool_gib"] = kv_pool_gib
+    show = progress or sys.stderr.isatty()
+    command = "specsched profile " + " ".join(sys.argv[2:]) if len(sys.argv) > 2 else "specsched profile"
+
+    def log(msg: str) -> None:
+        if show:
+            click.echo(msg, err=True)
+
+    if show:
+        from rich.progress import Progress
+
+        with Progress(transient=True) as bar:
+            task = bar.add_task("profiling", total=None)
+
+            def prog(what, done, total):
+                bar.update(task, completed=done, total=total, description=what)
+
+            summary = run_profile(shape, out, spec, executor_opts=opts, command=command,
+                                  progress=prog, log=log)
+    else:
+        summary = run_profile(shape, out, spec, executor_opts=opts, command=command, log=log)
+    click.echo(json.dumps({k: summary[k] for k in ("rows", "out", "skipped", "wall_s")}))

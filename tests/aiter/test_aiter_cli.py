@@ -1,0 +1,93 @@
+"""`specsched verify-metadata` and `specsched profile` at the CLI edge (CPU)."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from backends.cli import parse_int_list
+from traces.errors import SpecschedError
+
+ROOT = Path(__file__).resolve().parents[2]
+KEYS = {"padded_bs", "graph", "width", "qo_indptr", "kv_indptr", "seqused_k", "max_seqlen_q",
+        "max_seqlen_k", "kv_indices_needed", "kv_indices_capacity", "error", "violation"}
+
+
+def cli(*args: str) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "specsched", *args], cwd=ROOT, capture_output=True,
+                          text=True, timeout=120)
+
+
+def test_json_has_the_documented_keys_and_sglang_values():
+    r = cli("verify-metadata", "--widths", "4,4,2", "--kv-lens", "100,200,300", "--json")
+    assert r.returncode == 0, r.stderr
+    d = json.loads(r.stdout)
+    assert KEYS <= set(d)
+    assert d["width"] == 3 and d["qo_indptr"] == [0, 3, 6, 9] and d["graph"] is True
+    assert d["violation"]["misattributed_rows"] == 4
+
+
+def test_refused_batch_still_prints_and_exits_0():
+    r = cli("verify-metadata", "--widths", "5x2", "--kv-lens", "10,20", "--mla",
+            "--num-draft-tokens", "5", "--json")
+    assert r.returncode == 0, r.stderr
+    d = json.loads(r.stdout)
+    assert d["error"] and d["seqused_k"] is None and d["width"] == 5
+
+
+def test_eager_and_padding_from_the_cli():
+    d = json.loads(cli("verify-metadata", "--widths", "2x300", "--kv-lens", "64x300", "--json").stdout)
+    assert d["graph"] is False and d["padded_bs"] == 300
+    d = json.loads(cli("verify-metadata", "--widths", "2x9", "--kv-lens", "64x9", "--capture-bs",
+                       "1-8,10,12", "--num-draft-tokens", "4", "--json").stdout)
+    assert d["padded_bs"] == 10 and d["seq_lens"][-1] == 4
+
+
+@pytest.mark.parametrize("args,needle", [
+    (("--widths", "4,4", "--kv-lens", "100"), "one KV length per request"),
+    (("--widths", "4,x", "--kv-lens", "1,2"), "--widths: item 1"),
+    (("--widths", "4", "--kv-lens", "0"), "--kv-lens: item 0"),
+    (("--widths", "4", "--kv-lens", "10", "--mla"), "num_draft_tokens"),
+    (("--widths", "4", "--kv-lens", "10", "--page-size", "0"), "--page-size"),
+])
+def test_bad_arguments_exit_2_without_traceback(args, needle):
+    r = cli("verify-metadata", *args, "--json")
+    assert r.returncode == 2
+    assert needle in r.stderr and "Traceback" not in r.stderr
+    assert r.stdout == ""
+
+
+def test_human_output():
+    r = cli("verify-metadata", "--widths", "4,4,2", "--kv-lens", "100,200,300")
+    assert r.returncode == 0
+    assert "violation   4 of 10 query rows" in r.stdout
+
+
+def test_profile_without_a_gpu_exits_2(tmp_path):
+    from backends.aiter import bridge
+
+    if bridge.gpu_problem() is None:
+        pytest.skip("a GPU is present")
+    out = tmp_path / "p.parquet"
+    r = cli("profile", "--model", "llama-3.1-8b", "-o", str(out))
+    assert r.returncode == 2
+    assert "the aiter backend needs a CUDA or ROCm GPU" in r.stderr and "Traceback" not in r.stderr
+    assert not out.exists() and not list(tmp_path.iterdir())
+
+
+def test_every_command_has_help_with_an_example():
+    for cmd in ("verify-metadata", "profile"):
+        r = cli(cmd, "--help")
+        assert r.returncode == 0 and "specsched " + cmd in r.stdout
+
+
+def test_parse_int_list():
+    assert parse_int_list("1-3,5,2x2", option="--x") == [1, 2, 3, 5, 2, 2]
+    with pytest.raises(SpecschedError, match="item 0"):
+        parse_int_list("3-1", option="--x")
+    with pytest.raises(SpecschedError, match="empty"):
+        parse_int_list("1,,2", option="--x")
