@@ -18,9 +18,11 @@ Semantics follow SGLang's scheduler with speculative decoding (chain drafting, t
 * Otherwise a decode iteration over the running requests: a draft phase (as many draft-model
   passes as the longest draft), then the verify launches the policy makes.
 * Before a decode iteration every running request needs KV slots for its context plus its
-  verify width; if the pool cannot hold them, requests are retracted (SGLang's order: fewest
-  generated tokens first, ties to the longest prompt), their pages freed, and they go back to
-  the front of the waiting queue to be re-prefilled (prompt + generated tokens) later.
+  verify width; if the pool cannot hold them, requests are retracted the way SGLang does with
+  speculative decoding (from the back of the batch: the most recently admitted first), their
+  pages freed, and they rejoin the end of the waiting queue, to be prefilled again over
+  prompt + generated tokens.  The waiting queue is FCFS by entry: arrivals enter at their
+  arrival time, retracted requests when they are retracted (SGLang's FCFS never reorders it).
 
 A scheduling decision reads only what a real scheduler knows: the proposed draft counts and
 history.  The recorded acceptance of a step (``acc``) is read only in :func:`_apply_decode`,
@@ -68,8 +70,8 @@ NRF = 5
 
 # ---------------------------------------------------------------- per-replica int state E[r, NE]
 E_FREE = 0        # free KV pages
-E_QHEAD = 1       # waiting queue: ring buffer Q[r, :], head index
-E_QLEN = 2        # waiting queue length
+E_QHEAD = 1       # arrival queue: ring buffer Q[r, :] in arrival order, head index
+E_QLEN = 2        # arrival queue length (may hold requests whose arrival is still ahead)
 E_NRUN = 3        # running requests (RUN[r, :E_NRUN])
 E_ITER = 4        # iterations started
 E_CHUNKED = 5     # request whose prefill is chunked and unfinished, or -1
@@ -81,7 +83,9 @@ E_OUTSTANDING = 10  # prompt + generated tokens of unfinished requests routed he
 E_ITERDISTINCT = 11  # distinct proposed widths in the pending decode iteration
 E_FINISHED = 12   # requests finished on this replica
 E_CAP = 13        # KV pages in the pool
-NE = 14
+E_WHEAD = 14      # retracted queue: ring buffer W[r, :] (entry times WT[r, :]), head index
+E_WLEN = 15       # retracted queue length
+NE = 16
 
 EF_CLOCK = 0      # the replica's clock: the start of its next decision
 EF_PEND_END = 1   # end time of the pending iteration
@@ -282,20 +286,50 @@ def queue_push_back(Q, E, r, i):
 
 
 @njit
-def _queue_push_front(Q, E, r, i):
-    cap = Q.shape[1]
-    E[r, E_QHEAD] = (E[r, E_QHEAD] - 1 + cap) % cap
-    Q[r, E[r, E_QHEAD]] = i
-    E[r, E_QLEN] += 1
-
-
-@njit
 def _queue_pop(Q, E, r):
     cap = Q.shape[1]
     i = Q[r, E[r, E_QHEAD]]
     E[r, E_QHEAD] = (E[r, E_QHEAD] + 1) % cap
     E[r, E_QLEN] -= 1
     return i
+
+
+@njit
+def _requeue(W, WT, E, r, i, t):
+    """Append a retracted request to the waiting queue at time t (SGLang appends retracted
+    requests to its waiting queue; with FCFS it keeps them in entry order)."""
+    cap = W.shape[1]
+    k = (E[r, E_WHEAD] + E[r, E_WLEN]) % cap
+    W[r, k] = i
+    WT[r, k] = t
+    E[r, E_WLEN] += 1
+
+
+@njit
+def _waiting_head(r, clock, arrival, Q, W, WT, E):
+    """The waiting request admitted next, FCFS by entry into the waiting queue: arrivals enter at
+    their arrival time, retracted requests at their retraction (arrivals first on ties).  Returns
+    (request, from_retracted) or (-1, False) when nothing has arrived."""
+    q = -1
+    if E[r, E_QLEN] > 0:
+        q = Q[r, E[r, E_QHEAD]]
+        if arrival[q] > clock:
+            q = -1
+    if E[r, E_WLEN] > 0:
+        w = W[r, E[r, E_WHEAD]]
+        if q < 0 or WT[r, E[r, E_WHEAD]] < arrival[q]:
+            return w, True
+    return q, False
+
+
+@njit
+def _waiting_pop(r, from_retracted, Q, W, E):
+    if from_retracted:
+        cap = W.shape[1]
+        E[r, E_WHEAD] = (E[r, E_WHEAD] + 1) % cap
+        E[r, E_WLEN] -= 1
+    else:
+        _queue_pop(Q, E, r)
 
 
 # ---------------------------------------------------------------- verify policies
@@ -458,8 +492,8 @@ def _verify_need_pages(r, n, MB, R, page):
 
 
 @njit
-def _retract(r, i, R, E, Q, RUN):
-    """Free request i's pages and put it back at the front of the waiting queue."""
+def _retract(r, i, t, R, E, W, WT, RUN):
+    """Free request i's pages and put it back in the waiting queue (at its end)."""
     E[r, E_FREE] += R[i, R_PAGES]
     R[i, R_PAGES] = 0
     R[i, R_KV] = 0
@@ -473,7 +507,7 @@ def _retract(r, i, R, E, Q, RUN):
             RUN[r, q] = RUN[r, j]
             q += 1
     E[r, E_NRUN] = q
-    _queue_push_front(Q, E, r, i)
+    _requeue(W, WT, E, r, i, t)
 
 
 @njit
@@ -488,8 +522,8 @@ def _fill_members(r, R, E, RUN, MB, off, draft, CI):
 
 
 @njit
-def _decide_decode(r, R, E, Q, RUN, MB, PI, PF, off, draft, prompt, CI, padmap, capw,
-                   buckets, lw, tmp):
+def _decide_decode(r, clock, R, E, W, WT, RUN, MB, PI, PF, off, draft, prompt, CI, padmap,
+                   capw, buckets, lw, tmp):
     page = CI[C_PAGE]
     policy = CI[C_POLICY]
     while True:
@@ -505,16 +539,11 @@ def _decide_decode(r, R, E, Q, RUN, MB, PI, PF, off, draft, prompt, CI, padmap, 
             if c < 0:
                 break
             E[r, E_CHUNKED] = -1
-            _retract(r, c, R, E, Q, RUN)
+            _retract(r, c, clock, R, E, W, WT, RUN)
             continue
-        # retract SGLang's victim: fewest generated tokens, ties to the longest prompt
-        victim = -1
-        for j in range(n):
-            i = RUN[r, j]
-            if victim == -1 or R[i, R_GEN] < R[victim, R_GEN] or (
-                    R[i, R_GEN] == R[victim, R_GEN] and prompt[i] > prompt[victim]):
-                victim = i
-        _retract(r, victim, R, E, Q, RUN)
+        # SGLang with speculative decoding retracts from the back of the batch (its
+        # filter_batch can only drop the last requests): the most recently admitted one
+        _retract(r, RUN[r, n - 1], clock, R, E, W, WT, RUN)
     # allocate the verify slots
     for j in range(n):
         i = MB[r, j, M_REQ]
@@ -630,7 +659,7 @@ def _decide_decode(r, R, E, Q, RUN, MB, PI, PF, off, draft, prompt, CI, padmap, 
 
 
 @njit
-def _decide_prefill(r, clock, R, RF, E, Q, RUN, MB, PI, PF, arrival, prompt, CI):
+def _decide_prefill(r, clock, R, RF, E, Q, W, WT, RUN, MB, PI, PF, arrival, prompt, CI):
     """Build a prefill pass if anything can be prefilled now; returns whether one was built."""
     page = CI[C_PAGE]
     budget = min(CI[C_CHUNK], CI[C_MAXPREFILL])
@@ -654,9 +683,9 @@ def _decide_prefill(r, clock, R, RF, E, Q, RUN, MB, PI, PF, arrival, prompt, CI)
         if R[c, R_PDONE] + take < R[c, R_PTARGET]:
             budget = 0
     reserve = pages_for(CI[C_RESERVE], page) if CI[C_RESERVE] > 0 else 0
-    while budget > 0 and E[r, E_QLEN] > 0 and nrun + nmem < CI[C_MAXRUN]:
-        i = Q[r, E[r, E_QHEAD]]
-        if arrival[i] > clock:
+    while budget > 0 and nrun + nmem < CI[C_MAXRUN]:
+        i, from_retracted = _waiting_head(r, clock, arrival, Q, W, WT, E)
+        if i < 0:
             break
         target = prompt[i] + R[i, R_GEN]
         need = pages_for(target, page)
@@ -665,7 +694,7 @@ def _decide_prefill(r, clock, R, RF, E, Q, RUN, MB, PI, PF, arrival, prompt, CI)
             break  # strict FCFS: the head waits for room
         if need > E[r, E_FREE]:
             break
-        _queue_pop(Q, E, r)
+        _waiting_pop(r, from_retracted, Q, W, E)
         if R[i, R_ADMITTED] == 0:
             R[i, R_ADMITTED] = 1
             RF[i, F_ADMIT] = clock
@@ -923,8 +952,8 @@ def _apply_pending(r, R, RF, E, EF, RUN, MB, PI, PF, prompt, output, off, draft,
 
 
 @njit
-def advance(r, horizon, arrival, prompt, output, off, draft, acc, pacc, R, RF, E, EF, Q, RUN,
-            MB, PI, PF, SI, SF, RSI, RSF, G, CI, CF, padmap, capw, buckets, tab):
+def advance(r, horizon, arrival, prompt, output, off, draft, acc, pacc, R, RF, E, EF, Q, W, WT,
+            RUN, MB, PI, PF, SI, SF, RSI, RSF, G, CI, CF, padmap, capw, buckets, tab):
     """Run replica r's iterations until something outside it must happen.
 
     Iterations are decided at the replica's clock, strictly before ``horizon`` (the next
@@ -958,13 +987,15 @@ def advance(r, horizon, arrival, prompt, output, off, draft, acc, pacc, R, RF, E
         clock = EF[r, EF_CLOCK]
         if clock >= horizon:
             return ADV_HORIZON
-        if _decide_prefill(r, clock, R, RF, E, Q, RUN, MB, PI, PF, arrival, prompt, CI):
+        if _decide_prefill(r, clock, R, RF, E, Q, W, WT, RUN, MB, PI, PF, arrival, prompt, CI):
             continue
         if E[r, E_NRUN] > 0:
-            _decide_decode(r, R, E, Q, RUN, MB, PI, PF, off, draft, prompt, CI, padmap, capw,
-                           buckets, lw, tmp)
+            _decide_decode(r, clock, R, E, W, WT, RUN, MB, PI, PF, off, draft, prompt, CI,
+                           padmap, capw, buckets, lw, tmp)
             continue
         # idle: jump to the next queued arrival, if it comes before the horizon
+        if E[r, E_WLEN] > 0:
+            return ADV_STUCK  # a retracted request waits with nothing running: cannot be
         if E[r, E_QLEN] == 0:
             return ADV_DONE
         nxt = arrival[Q[r, E[r, E_QHEAD]]]

@@ -161,6 +161,8 @@ class Simulation:
         self.E[:, C.E_CHUNKED] = -1
         self.EF = np.zeros((R, C.NEF), np.float64)
         self.Q = np.zeros((R, n + 1), np.int64)
+        self.W = np.zeros((R, n + 1), np.int64)
+        self.WT = np.zeros((R, n + 1), np.float64)
         self.RUN = np.zeros((R, e.max_running), np.int64)
         self.MB = np.zeros((R, e.max_running + 1, C.NMB), np.int64)
         self.PI = np.zeros((R, C.MAXPASS, C.NPI), np.int64)
@@ -214,7 +216,8 @@ class Simulation:
         i = self.inp
         b = self.buf
         return int(C.advance(r, horizon, i.arrival, i.prompt, i.output, i.off, i.draft, i.acc,
-                             i.pacc, self.R, self.RF, self.E, self.EF, self.Q, self.RUN, self.MB,
+                             i.pacc, self.R, self.RF, self.E, self.EF, self.Q, self.W, self.WT,
+                             self.RUN, self.MB,
                              self.PI, self.PF, b.SI, b.SF, b.RSI, b.RSF, b.G, self.CI, self.CF,
                              self.padmap, self.capw, self.buckets, self.tab))
 
