@@ -226,6 +226,18 @@ def _list_numpy(arr: pa.Array) -> tuple[np.ndarray, np.ndarray]:
     return off - off[0], np.asarray(vals.to_numpy(zero_copy_only=False), dtype=np.int16)
 
 
+def _list_capacity(pf: pq.ParquetFile) -> int:
+    """Number of list elements in the ``draft_tokens`` column, from the row-group metadata."""
+    md = pf.metadata
+    try:
+        idx = [md.schema.column(i).path for i in range(md.num_columns)].index(
+            next(md.schema.column(i).path for i in range(md.num_columns)
+                 if md.schema.column(i).path.startswith("draft_tokens.")))
+    except StopIteration:
+        return 0
+    return int(sum(md.row_group(g).column(idx).num_values for g in range(md.num_row_groups)))
+
+
 def read_trace_arrays(path: str | os.PathLike, *, acceptance: str | None = None,
                       seed: int = 0) -> TraceArrays:
     """Validate and load a trace as compact arrays (see ``TraceArrays``).
@@ -250,8 +262,12 @@ def read_trace_arrays(path: str | os.PathLike, *, acceptance: str | None = None,
     ten: list[pa.Array] = []
     slo: dict[str, list[np.ndarray]] = {"ttft_slo_s": [], "tpot_slo_s": []}
     lens: list[np.ndarray] = []
-    dvals: list[np.ndarray] = []
-    avals: list[np.ndarray] = []
+    # the lists' total length is in the parquet metadata: fill preallocated arrays, so the
+    # peak memory is the result, not the result plus a list of pieces to concatenate
+    cap = _list_capacity(pf) if checker.has_lists else 0
+    drafts_buf = np.empty(cap, np.int16)
+    accepts_buf = np.empty(cap, np.int16)
+    filled = 0
     for batch in pf.iter_batches(batch_size=ROW_GROUP_ROWS):
         b = checker.feed(batch)
         if checker.fatal:
@@ -270,8 +286,13 @@ def read_trace_arrays(path: str | os.PathLike, *, acceptance: str | None = None,
             doff, dv = _list_numpy(b.column("draft_tokens"))
             _, av = _list_numpy(b.column("accepted_tokens"))
             lens.append(np.diff(doff))
-            dvals.append(dv)
-            avals.append(av)
+            if filled + dv.size > drafts_buf.size:    # metadata undercounted: grow
+                grow = max(dv.size, drafts_buf.size // 2)
+                drafts_buf = np.concatenate([drafts_buf, np.empty(grow, np.int16)])
+                accepts_buf = np.concatenate([accepts_buf, np.empty(grow, np.int16)])
+            drafts_buf[filled:filled + dv.size] = dv
+            accepts_buf[filled:filled + av.size] = av
+            filled += dv.size
     moved = checker.finish()
     notes: list[str] = []
     n = checker.rows
@@ -284,8 +305,8 @@ def read_trace_arrays(path: str | os.PathLike, *, acceptance: str | None = None,
     slos = {k: (np.concatenate(v) if v else None) for k, v in slo.items()}
     if checker.has_lists:
         steps_len = np.concatenate(lens).astype(np.int64)
-        drafts = np.concatenate(dvals)
-        accepts = np.concatenate(avals)
+        drafts = drafts_buf[:filled]        # views: no copy (empty lists make cap > filled)
+        accepts = accepts_buf[:filled]
     else:
         steps_len = drafts = accepts = None
 
