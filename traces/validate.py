@@ -43,6 +43,7 @@ MAX_PROBLEMS = 200
 
 _INT16_MAX = np.iinfo(np.int16).max
 _INT32_MAX = np.iinfo(np.int32).max
+_LIST_I16 = pa.list_(pa.int16())
 
 
 @dataclass(frozen=True)
@@ -295,12 +296,8 @@ class TraceChecker:
                 mask = np.zeros(n, bool)
                 mask[rows] = True
                 self._add_rows(mask, offset, name, lambda i: "null inside a per-step list")
-        dv = np.asarray(d_val.to_numpy(zero_copy_only=False), dtype=np.float64) if d_val.null_count \
-            else d_val.to_numpy(zero_copy_only=False).astype(np.int64)
-        av = np.asarray(a_val.to_numpy(zero_copy_only=False), dtype=np.float64) if a_val.null_count \
-            else a_val.to_numpy(zero_copy_only=False).astype(np.int64)
-        dv = np.nan_to_num(dv).astype(np.int64)
-        av = np.nan_to_num(av).astype(np.int64)
+        dv = _int_values(d_val)
+        av = _int_values(a_val)
 
         mismatch = d_len != a_len
         self._add_rows(mismatch, offset, "accepted_tokens",
@@ -353,11 +350,12 @@ class TraceChecker:
             out = cols["output_tokens"].to_numpy(zero_copy_only=False)
             out = np.where(_nullmask(cols["output_tokens"]), 1, out).astype(np.int64) \
                 if cols["output_tokens"].null_count else out.astype(np.int64)
-            cs = np.concatenate([[0], np.cumsum(av + 1)])
-            committed = 1 + cs[a_off[1:] - a_off[0]] - cs[a_off[:-1] - a_off[0]]
+            cs = np.zeros(av.size + 1, np.int64)
+            np.cumsum(av, dtype=np.int64, out=cs[1:])
+            committed = 1 + cs[a_off[1:]] - cs[a_off[:-1]] + a_len
             has = a_len > 0
             last = np.zeros(n, np.int64)
-            last[has] = av[a_off[1:][has] - 1 - a_off[0]] + 1
+            last[has] = av[a_off[1:][has] - 1].astype(np.int64) + 1
             valid = ok & ~_nullmask(cols["output_tokens"])
             short = valid & (committed < out)
             self._add_rows(short, offset, "accepted_tokens",
@@ -429,7 +427,18 @@ def _list_parts(arr: pa.Array) -> tuple[np.ndarray, pa.Array]:
     return offsets - base, values
 
 
+def _int_values(val: pa.Array) -> np.ndarray:
+    """List values as a numpy integer array (int16 kept as is; nulls read as 0)."""
+    if val.null_count:
+        return np.nan_to_num(np.asarray(val.to_numpy(zero_copy_only=False), np.float64)).astype(np.int64)
+    arr = val.to_numpy(zero_copy_only=False)
+    return arr if arr.dtype in (np.int16, np.int8, np.uint8) else arr.astype(np.int64)
+
+
 def _canonical_list(arr: pa.Array, off: np.ndarray, vals: np.ndarray) -> pa.Array:
+    if arr.type == _LIST_I16 and arr.offset == 0 and arr.null_count == 0 and off[0] == 0 \
+            and arr.offsets[0].as_py() == 0:
+        return arr
     v = np.clip(vals, np.iinfo(np.int16).min, _INT16_MAX).astype(np.int16)
     mask = pa.array(_nullmask(arr)) if arr.null_count else None
     return pa.ListArray.from_arrays(pa.array(off.astype(np.int32)), pa.array(v), mask=mask)
