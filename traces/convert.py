@@ -375,7 +375,7 @@ def build_table(src: SourceRequests, lists=None) -> pa.Table:
     from traces.io import steps_table
 
     cols: dict[str, pa.Array] = {
-        "request_id": pa.array([str(int(r)) for r in src.source_row], pa.string()),
+        "request_id": pc.cast(pa.array(np.asarray(src.source_row, np.int64)), pa.string()),
         "arrival_s": pa.array(np.asarray(src.arrival_s, np.float64), pa.float64()),
         "prompt_tokens": pa.array(np.asarray(src.prompt_tokens, np.int32), pa.int32()),
         "output_tokens": pa.array(np.asarray(src.output_tokens, np.int32), pa.int32()),

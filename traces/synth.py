@@ -24,6 +24,7 @@ from typing import Any, Callable, Iterator
 
 import numpy as np
 import pyarrow as pa
+import pyarrow.compute as pc
 
 from traces.errors import SpecschedError
 from traces.schema import META_ACCEPTANCE, META_SOURCE
@@ -189,7 +190,8 @@ def synth(output_path: str | os.PathLike, *, n: int, rate: float, arrival: str =
                 p = p_spec.draw(m, rng)
                 o = o_spec.draw(m, rng)
             cols: dict[str, pa.Array] = {
-                "request_id": pa.array([str(i) for i in range(start, start + m)], pa.string()),
+                "request_id": pc.cast(pa.array(np.arange(start, start + m, dtype=np.int64)),
+                                      pa.string()),
                 "arrival_s": pa.array(arr, pa.float64()),
                 "prompt_tokens": pa.array(p.astype(np.int32)),
                 "output_tokens": pa.array(o.astype(np.int32)),
