@@ -92,6 +92,13 @@ def _fmt_s(x) -> str:
     return f"{x * 1e3:.1f} ms" if abs(x) < 1 else f"{x:.3f} s"
 
 
+def _console():
+    """stdout console; wide when stdout is not a terminal (files and pipes get whole rows)."""
+    from rich.console import Console
+
+    return Console() if sys.stdout.isatty() else Console(width=140)
+
+
 def _fmt_count(x) -> str:
     if x is None:
         return "-"
@@ -147,7 +154,7 @@ def report(run_dirs, out, slo, names, title, as_json):
         from rich.console import Console
 
         checks = [parsed.check(r) for r in runs] if parsed else None
-        print_summary(runs, summaries, checks=checks)
+        print_summary(runs, summaries, checks=checks, console=_console())
         Console(stderr=True).print(f"report: {out}")
 
 
@@ -226,10 +233,9 @@ def plan(trace_path, slo, config_path, backend, model, gpu, profile_path, accept
 
 
 def _print_plan(result, d) -> None:
-    from rich.console import Console
     from rich.table import Table
 
-    con = Console()
+    con = _console()
     con.print(f"trace {d['trace']}: {d['requests']} requests, recorded rate "
               f"{d['recorded_rate_req_s']:.3f} req/s")
     con.print(f"SLO {d['slo']}")
@@ -342,10 +348,10 @@ def uniformity(trace_path, config_path, backend, model, gpu, profile_path, accep
 
 
 def _print_uniformity(rep) -> None:
-    from rich.console import Console
+    from rich import box
     from rich.table import Table
 
-    con = Console()
+    con = _console()
     m = rep["mixing"]
     con.print(f"trace {rep['trace']}: {rep['requests']} requests ({rep['backend']}, "
               f"{rep['model']})")
@@ -353,7 +359,7 @@ def _print_uniformity(rep) -> None:
               f"mixed widths[/bold] (reference run: {rep['reference_policy']}); distinct widths "
               f"per iteration: " + ", ".join(f"{k}: {_fmt_pct(v)}" for k, v in
                                              m["distinct_widths_per_iter_frac"].items()))
-    t = Table(title="cost of each policy (Δ: change against ragged)")
+    t = Table(title="cost of each policy (Δ: change against ragged)", box=box.SIMPLE_HEAD)
     rows = [("verify launches/iter", "verify_launches_per_iter", lambda x: f"{x:.2f}"),
             ("padding waste", "padding_waste", _fmt_pct),
             ("padded slots", "padded_slots", _fmt_count),
@@ -372,7 +378,7 @@ def _print_uniformity(rep) -> None:
             ("Δ TPOT p99", "tpot_p99_change", lambda x: _fmt_pct(x, True)),
             ("iterations mixing", "mixed_iter_frac", _fmt_pct),
             ("violations (rows)", "violations", _fmt_count)]
-    t.add_column("")
+    t.add_column("", no_wrap=True)
     for row in rep["policies"]:
         t.add_column(row["policy"].replace("unsafe-derived", "unsafe"), justify="right")
     for label, key, f in rows:

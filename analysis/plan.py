@@ -236,7 +236,9 @@ def _drive(plans: list[ConfigPlan], backend, trace, acceptance, digest, slo, pro
                 jobs.append(((i, scale), RunSpec(trace, cfg, acceptance, digest)))
         if not jobs:
             continue
-        for (i, scale), res in backend.run(jobs, fn=probe, extra=(slo,)):
+        done = dict(backend.run(jobs, fn=probe, extra=(slo,)))
+        for key, _ in jobs:  # record in proposal order: the same answer whatever finished first
+            (i, scale), res = key, done[key]
             if isinstance(res, SpecschedError):
                 plans[i].error = str(res)
                 plans[i].search.record(scale, False, {"error": str(res)})

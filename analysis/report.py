@@ -153,6 +153,8 @@ _JS = """
 (function(){var figs=document.querySelectorAll('figure.plot');var ok=0;
 figs.forEach(function(f){var s=f.querySelector('svg');if(!s)return;var r=s.getBoundingClientRect();
 var drawn=s.querySelectorAll('path,line,rect,image,use').length;
+f.setAttribute('data-box',[Math.round(r.left+window.scrollX),Math.round(r.top+window.scrollY),
+Math.round(r.width),Math.round(r.height)].join(','));
 if(r.width>50&&r.height>50&&drawn>3){ok++;f.setAttribute('data-rendered','1');}
 else{f.setAttribute('data-rendered','0');}});
 document.body.setAttribute('data-figures-rendered',ok+'/'+figs.length);})();

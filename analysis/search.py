@@ -124,6 +124,9 @@ class ScaleSearch:
         if out:
             self.rounds += 1
             self._pending.update(out)
+        elif not self.done:  # nothing new to try (cannot happen with sane parameters)
+            self.status = "budget"
+            self.notes.append("the search stalled: no new scale to try")
         return out
 
     def _next(self, k: int) -> list[float]:
