@@ -1,0 +1,201 @@
+"""The live AITER executor: every batch the engine asks about is run and timed on the GPU."""
+
+from __future__ import annotations
+
+from typing import Any, Sequence
+
+import numpy as np
+
+from backends.aiter import metadata as md
+from backends.protocol import DraftBatch, PrefillBatch, VerifyBatch, VerifyTiming
+from traces.errors import SpecschedError
+
+__all__ = ["AiterExecutor", "make_executor", "comm_model_for"]
+
+
+def comm_model_for(gpu: str | None, latency_s: float | None = None, bus_bw: float | None = None):
+    """The modelled all-reduce for ``gpu`` (``backends.hardware`` sheet values when present)."""
+    from backends.aiter.model import CommModel
+
+    base = CommModel()
+    lat, bw = base.latency_s, base.bus_bw
+    if gpu:
+        try:
+            from backends.hardware import get_gpu
+
+            sheet = get_gpu(gpu)
+            lat = float(sheet.allreduce_latency_s)
+            bw = float(sheet.link_bw * sheet.achievable_link_frac)
+        except Exception:  # noqa: BLE001 - no sheet: keep the defaults
+            pass
+    return CommModel(latency_s=float(latency_s if latency_s is not None else lat),
+                     bus_bw=float(bus_bw if bus_bw is not None else bw))
+
+
+class AiterExecutor:
+    """Implements :class:`backends.protocol.Executor` by running each batch on the GPU.
+
+    ``verify``: a captured graph keyed by (padded batch size, width) when the batch says
+    ``graph`` (captured on first use), else an eager launch.  ``unsafe-derived`` batches run the
+    uniform metadata of ``launch_width`` (what SGLang derives), so they time exactly what would
+    run; ``misattributed_rows`` is always filled for them and, with ``check_unsafe=True``,
+    ``max_abs_error`` compares layer 0's attention output under that metadata with the exact
+    per-request metadata.  ``draft``: ``passes`` replays of a one-step draft graph, the KV
+    growing by one each step.  ``prefill``: eager, ragged.  Tensor-parallel communication is
+    modelled (``extra["comm_s"]``), everything else measured.
+    """
+
+    name = "aiter"
+
+    def __init__(self, runner: Any, *, model: Any, gpu: str | None, check_unsafe: bool = False) -> None:
+        self.runner = runner
+        self.model = model
+        self.gpu = gpu
+        self.check_unsafe = bool(check_unsafe)
+        self.calls = {"verify": 0, "draft": 0, "prefill": 0, "graph": 0, "eager": 0}
+
+    def latency_table(self):
+        return None
+
+    def verify(self, batch: VerifyBatch) -> VerifyTiming:
+        widths = np.asarray(batch.widths, dtype=np.int64)
+        kv = np.asarray(batch.kv_lens, dtype=np.int64)
+        graph = bool(batch.graph)
+        pbs = int(batch.bs_padded) if graph else int(batch.bs_real)
+        launch, key = self.runner.verify_launch(widths, kv, mode=batch.mode, padded_bs=pbs,
+                                                launch_width=int(batch.launch_width))
+        t = self.runner.run(key, launch, graph=graph)[0]
+        self.calls["verify"] += 1
+        self.calls["graph" if graph else "eager"] += 1
+        mis = err = None
+        if batch.mode == "unsafe-derived":
+            v = md.misattribution(widths, int(batch.launch_width), kv)
+            mis = 0 if v is None else v.misattributed_rows
+            if v is not None and self.check_unsafe:
+                from backends.aiter.uniformity import attention_error
+
+                err = attention_error(self.runner, widths, kv, int(batch.launch_width))["max_abs_error"]
+        return VerifyTiming(latency_s=float(t.latency_s), max_abs_error=err, misattributed_rows=mis,
+                            extra={"gpu_s": t.gpu_s, "comm_s": t.comm_s, "host_s": t.host_s,
+                                   "graph": graph, "key": list(key[:3])})
+
+    def draft(self, batch: DraftBatch) -> float:
+        kv = np.asarray(batch.kv_lens, dtype=np.int64)
+        graph = bool(batch.graph)
+        pbs = int(batch.bs_padded) if graph else int(batch.bs_real)
+        total = 0.0
+        for p in range(int(batch.passes)):
+            total += self.draft_pass(kv + p, pbs, graph)
+        self.calls["draft"] += 1
+        return total
+
+    def draft_pass(self, kv_lens: np.ndarray, padded_bs: int, graph: bool) -> float:
+        launch, key = self.runner.draft_launch(kv_lens, padded_bs)
+        return float(self.runner.run(key, launch, graph=graph)[0].latency_s)
+
+    def prefill(self, batch: PrefillBatch) -> float:
+        self.calls["prefill"] += 1
+        tokens = np.asarray(batch.tokens, dtype=np.int64)
+        keep = tokens > 0
+        if not np.any(keep):
+            return 1e-6
+        t = self.runner.prefill(tokens[keep], np.asarray(batch.prefix, dtype=np.int64)[keep])[0]
+        return float(t.latency_s)
+
+    def describe(self) -> dict[str, Any]:
+        from backends.aiter import bridge
+
+        k = self.runner.kernels
+        r = self.runner.describe()
+        tp = r["geometry"]["tp"]
+        caveats = ["GEMMs run through torch (cuBLAS); attention, RMSNorm and rope+KV write are AITER's Triton kernels"]
+        if tp > 1:
+            caveats.append(f"tp {tp}: one GPU's shard is run; the all-reduces are modelled "
+                           f"({r['comm_model']['latency_s'] * 1e6:.1f} us + bytes / "
+                           f"{r['comm_model']['bus_bw'] / 1e9:.0f} GB/s), not measured")
+        return {
+            "backend": self.name,
+            "model": getattr(self.model, "name", str(self.model)),
+            "tp": tp,
+            "gpu": gpu_info(),
+            "versions": bridge.versions(),
+            "kernels": dict(k.modules),
+            "runtime": k.runtime,
+            "runner": r,
+            "calls": dict(self.calls),
+            "caveats": caveats,
+        }
+
+
+def gpu_info() -> dict[str, Any]:
+    """Name, driver and memory of the current GPU."""
+    import subprocess
+
+    import torch
+
+    if not torch.cuda.is_available():
+        return {"name": "none", "driver": "", "memory_bytes": 0}
+    props = torch.cuda.get_device_properties(torch.cuda.current_device())
+    driver = ""
+    try:
+        res = subprocess.run(["nvidia-smi", "--query-gpu=driver_version", "--format=csv,noheader"],
+                             capture_output=True, text=True, timeout=10)
+        driver = res.stdout.strip().splitlines()[0] if res.returncode == 0 and res.stdout.strip() else ""
+    except Exception:  # noqa: BLE001 - ROCm or no nvidia-smi
+        driver = ""
+    return {"name": props.name, "driver": driver, "memory_bytes": int(props.total_memory),
+            "multiprocessors": int(props.multi_processor_count),
+            "capability": f"{props.major}.{props.minor}"}
+
+
+def make_executor(model: Any, *, page_size: int = 16,
+                  capture_bs: Sequence[int] = md.SPEC_CAPTURE_BS,
+                  capture_widths: Sequence[int] = md.DEFAULT_CAPTURE_WIDTHS,
+                  max_context: int = md.DEFAULT_MAX_CONTEXT,
+                  mla_num_draft_tokens: int | None = None, **opts: Any) -> AiterExecutor:
+    """The live AITER executor for ``model`` (a ``ModelShape``, preset name or config.json path).
+
+    Options: ``gpu`` (spec sheet for the modelled all-reduce, default ``"H200"``),
+    ``check_unsafe`` (measure the numerical error of unsafe-derived launches), ``dtype``
+    (``"bfloat16"``), ``kv_pool_gib`` (physical KV pool; default: what fits), ``seed``,
+    ``capture`` (``"lazy"``: graphs on first use; ``"all"``: the whole ladder x widths now),
+    ``num_draft_tokens`` (SGLang's start-up draft count: the padded rows' fill value),
+    ``allreduce_latency_s`` / ``allreduce_bus_bw`` (override the modelled all-reduce).
+
+    Raises :class:`SpecschedError` at once when no CUDA/ROCm GPU is usable.
+    """
+    from backends.aiter import bridge
+
+    bridge.require_gpu()
+    if not hasattr(model, "layers"):
+        from backends.models import load_model
+
+        model = load_model(model)
+    if getattr(model, "attention", "mha") == "mla" or getattr(model, "experts", 0):
+        kind = "MLA" if getattr(model, "attention", "mha") == "mla" else "MoE"
+        raise SpecschedError(
+            f"model {model.name!r} is {kind}: the live AITER executor times dense MHA/GQA models "
+            f"only; use the roofline backend, and `specsched verify-metadata --mla` for the MLA "
+            f"kernels' constraints")
+    unknown = set(opts) - {"gpu", "check_unsafe", "dtype", "kv_pool_gib", "seed", "capture",
+                           "num_draft_tokens", "allreduce_latency_s", "allreduce_bus_bw"}
+    if unknown:
+        raise SpecschedError(f"aiter backend: unknown option(s) {sorted(unknown)}")
+    gpu = opts.get("gpu", "H200")
+    comm = comm_model_for(gpu, opts.get("allreduce_latency_s"), opts.get("allreduce_bus_bw"))
+    pool = opts.get("kv_pool_gib")
+    from backends.aiter.runner import Runner
+
+    runner = Runner(model, page_size=page_size, max_context=max_context, capture_bs=capture_bs,
+                    capture_widths=capture_widths,
+                    num_draft_tokens=opts.get("num_draft_tokens") or mla_num_draft_tokens,
+                    dtype=opts.get("dtype", "bfloat16"),
+                    kv_pool_bytes=None if pool is None else int(float(pool) * (1 << 30)),
+                    seed=int(opts.get("seed", 0)), comm=comm)
+    if opts.get("capture", "lazy") == "all":
+        for bs in runner.capture_bs:
+            for w in runner.capture_widths:
+                runner.capture(("verify", bs, w))
+            if runner.draft is not None:
+                runner.capture(("draft", bs))
+    return AiterExecutor(runner, model=model, gpu=gpu, check_unsafe=bool(opts.get("check_unsafe", False)))

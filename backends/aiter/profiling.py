@@ -1,0 +1,241 @@
+"""``specsched profile``: sweep the model-shaped passes on the GPU and write a latency profile.
+
+The sweep (every point: ``warmup`` untimed runs, then ``reps`` timed runs; the row keeps the
+median and the 10th/90th percentiles):
+
+* verify, graph replays: one graph captured per (batch size, width) -- the batch sizes are
+  points of the capture ladder -- and every KV length replayed through that one graph by
+  changing its metadata only;
+* verify, eager launches: a coarser grid (the engine launches eagerly above the ladder and for
+  widths without a graph);
+* draft, graph replays and eager: one draft-model step over (batch size, KV length);
+* prefill: eager ragged passes over (tokens, cached prefix).
+
+Shapes whose KV cannot exist on the profiled GPU (``bs * (kv_len + width)`` above the model's KV
+capacity there, as SGLang sizes its pool) are skipped; the engine can never produce them.  Every
+skipped point is listed in the file's ``specsched.notes``.
+"""
+
+from __future__ import annotations
+
+import sys
+import time
+from dataclasses import asdict, dataclass, field
+from typing import Any, Callable, Sequence
+
+import numpy as np
+
+from backends.aiter import metadata as md
+
+__all__ = ["ProfileSpec", "run_profile", "DEFAULT_BS", "DEFAULT_KV"]
+
+#: Batch sizes swept by default: points of SGLang's speculative capture ladder.
+DEFAULT_BS = (1, 2, 4, 8, 16, 24, 32, 48, 64, 96, 128, 160, 192, 256)
+#: KV lengths swept by default (tokens cached per request before the pass).
+DEFAULT_KV = (128, 512, 1024, 2048, 4096, 8192, 16384, 32768)
+
+
+@dataclass
+class ProfileSpec:
+    """What to sweep.  See the module docstring."""
+
+    bs: Sequence[int] = DEFAULT_BS
+    widths: Sequence[int] = tuple(range(1, 9))
+    kv: Sequence[int] = DEFAULT_KV
+    eager_bs: Sequence[int] = (1, 8, 32, 128, 256, 384, 512)
+    eager_widths: Sequence[int] = (1, 2, 4, 8)
+    eager_kv: Sequence[int] = (512, 2048, 8192)
+    draft: bool = True
+    draft_kv: Sequence[int] | None = None
+    prefill_tokens: Sequence[int] = (64, 256, 1024, 4096, 8192)
+    prefill_prefix: Sequence[int] = (0, 2048, 8192, 16384)
+    reps: int = 5
+    warmup: int = 2
+    eager_reps: int = 3
+
+    def check(self) -> None:
+        from traces.errors import SpecschedError
+
+        for name in ("bs", "widths", "kv", "eager_bs", "eager_widths", "eager_kv",
+                     "prefill_tokens"):
+            vals = list(getattr(self, name))
+            if any(int(v) < 1 for v in vals):
+                raise SpecschedError(f"--{name.replace('_', '-')}: every value must be >= 1")
+        if any(int(v) < 0 for v in self.prefill_prefix):
+            raise SpecschedError("--prefill-prefix: every value must be >= 0")
+        if not self.bs or not self.widths or not self.kv:
+            raise SpecschedError("the verify sweep needs at least one batch size, width and KV length")
+        if self.reps < 1 or self.warmup < 0 or self.eager_reps < 1:
+            raise SpecschedError("--reps must be >= 1 and --warmup >= 0")
+
+
+def _stats(samples: list[float]) -> tuple[float, float, float]:
+    a = np.asarray(samples, dtype=np.float64)
+    return float(np.median(a)), float(np.percentile(a, 10)), float(np.percentile(a, 90))
+
+
+def _row(kind: str, graph: bool, bs: int, width: int, kv: int, tokens: int, samples: list[float]) -> dict:
+    med, p10, p90 = _stats(samples)
+    return {"kind": kind, "graph": bool(graph), "bs": int(bs), "width": int(width), "kv_len": int(kv),
+            "tokens": int(tokens), "latency_s": med, "p10_s": min(p10, med), "p90_s": max(p90, med),
+            "reps": len(samples)}
+
+
+def run_profile(model: Any, out: str, spec: ProfileSpec, *, executor_opts: dict | None = None,
+                command: str = "", progress: Callable[[str, int, int], None] | None = None,
+                log: Callable[[str], None] | None = None) -> dict[str, Any]:
+    """Run the sweep on this machine's GPU and write the profile to ``out``; returns a summary."""
+    from backends.aiter import bridge
+    from backends.aiter.executor import gpu_info, make_executor
+    from backends.profile import write_profile
+
+    spec.check()
+    opts = dict(executor_opts or {})
+    widths = sorted(set(int(w) for w in spec.widths))
+    t_start = time.perf_counter()
+    ex = make_executor(model, capture_widths=tuple(sorted(set(widths) | set(md.DEFAULT_CAPTURE_WIDTHS))),
+                       **opts)
+    runner = ex.runner
+    shape = ex.model
+    cap = runner.kv_capacity_tokens()
+    say = log or (lambda s: None)
+    say(f"model {shape.name} tp {shape.tp}: KV capacity on an H200 "
+        f"{cap if cap is not None else 'unknown'} tokens; pool {runner.pool.plan.bytes / 2**30:.1f} GiB; "
+        f"setup {time.perf_counter() - t_start:.1f} s")
+
+    def fits(bs: int, kv: int, width: int) -> bool:
+        if kv + width > runner.max_context:
+            return False
+        return cap is None or bs * (kv + width) <= cap
+
+    rows: list[dict] = []
+    skipped: dict[str, list] = {"verify_graph": [], "verify_eager": [], "draft_graph": [],
+                                "draft_eager": [], "prefill": []}
+    bs_list = sorted(set(int(b) for b in spec.bs))
+    kv_list = sorted(set(int(k) for k in spec.kv))
+    for b in bs_list:
+        if md.padded_batch_size(b, runner.capture_bs) != b:
+            from traces.errors import SpecschedError
+
+            raise SpecschedError(f"--bs: {b} is not a captured batch size (the ladder: "
+                                 f"{', '.join(map(str, runner.capture_bs))})")
+    total_points = len(bs_list) * len(widths) * len(kv_list)
+    done = 0
+    timing = {"verify_graph_s": 0.0, "capture_s": 0.0}
+
+    def tick(what: str) -> None:
+        if progress:
+            progress(what, done, total_points)
+
+    # ---- verify, graph replays ----------------------------------------------------------------
+    t0 = time.perf_counter()
+    for b in bs_list:
+        for w in widths:
+            todo = [kv for kv in kv_list if fits(b, kv, w)]
+            skipped["verify_graph"] += [[b, w, kv] for kv in kv_list if kv not in todo]
+            if todo:
+                key = ("verify", b, w)
+                c0 = time.perf_counter()
+                runner.capture(key)
+                timing["capture_s"] += time.perf_counter() - c0
+                for kv in todo:
+                    launch, _ = runner.verify_launch(np.full(b, w), np.full(b, kv), mode="uniform",
+                                                     padded_bs=b, launch_width=w)
+                    ts = runner.run(key, launch, graph=True, reps=spec.reps, warmup=spec.warmup)
+                    rows.append(_row("verify", True, b, w, kv, b * w, [t.latency_s for t in ts]))
+                    done += 1
+                    tick(f"verify bs={b} w={w} kv={kv}")
+                runner.graphs.pop(key, None)  # free the graph; the pool memory is reused
+            done += len(kv_list) - len(todo)
+    timing["verify_graph_s"] = time.perf_counter() - t0
+    say(f"verify graphs: {sum(1 for r in rows if r['kind'] == 'verify')} points in "
+        f"{timing['verify_graph_s']:.1f} s (captures {timing['capture_s']:.1f} s)")
+
+    # ---- verify, eager ------------------------------------------------------------------------
+    t0 = time.perf_counter()
+    for b in sorted(set(int(x) for x in spec.eager_bs)):
+        for w in sorted(set(int(x) for x in spec.eager_widths)):
+            for kv in sorted(set(int(x) for x in spec.eager_kv)):
+                if not fits(b, kv, w):
+                    skipped["verify_eager"].append([b, w, kv])
+                    continue
+                launch, key = runner.verify_launch(np.full(b, w), np.full(b, kv), mode="uniform",
+                                                   padded_bs=b, launch_width=w)
+                ts = runner.run(key, launch, graph=False, reps=spec.eager_reps, warmup=1)
+                rows.append(_row("verify", False, b, w, kv, b * w, [t.latency_s for t in ts]))
+            runner.graphs = {k: v for k, v in runner.graphs.items() if k[0] != "eager"}
+    timing["verify_eager_s"] = time.perf_counter() - t0
+
+    # ---- draft --------------------------------------------------------------------------------
+    t0 = time.perf_counter()
+    if spec.draft and runner.draft is not None:
+        dkv = sorted(set(int(k) for k in (spec.draft_kv or kv_list)))
+        for b in bs_list:
+            todo = [kv for kv in dkv if fits(b, kv, 1)]
+            skipped["draft_graph"] += [[b, kv] for kv in dkv if kv not in todo]
+            if not todo:
+                continue
+            key = ("draft", b)
+            runner.capture(key)
+            for kv in todo:
+                launch, _ = runner.draft_launch(np.full(b, kv), b)
+                ts = runner.run(key, launch, graph=True, reps=spec.reps, warmup=spec.warmup)
+                rows.append(_row("draft", True, b, 1, kv, b, [t.latency_s for t in ts]))
+            runner.graphs.pop(key, None)
+        for b in sorted(set(int(x) for x in spec.eager_bs)):
+            for kv in sorted(set(int(x) for x in spec.eager_kv)):
+                if not fits(b, kv, 1):
+                    skipped["draft_eager"].append([b, kv])
+                    continue
+                launch, key = runner.draft_launch(np.full(b, kv), b)
+                ts = runner.run(key, launch, graph=False, reps=spec.eager_reps, warmup=1)
+                rows.append(_row("draft", False, b, 1, kv, b, [t.latency_s for t in ts]))
+        runner.graphs = {k: v for k, v in runner.graphs.items() if k[0] != "eager"}
+    timing["draft_s"] = time.perf_counter() - t0
+
+    # ---- prefill ------------------------------------------------------------------------------
+    t0 = time.perf_counter()
+    for tok in sorted(set(int(x) for x in spec.prefill_tokens)):
+        for pre in sorted(set(int(x) for x in spec.prefill_prefix)):
+            if not fits(1, pre, tok):
+                skipped["prefill"].append([tok, pre])
+                continue
+            ts = runner.prefill(np.array([tok]), np.array([pre]), reps=spec.eager_reps, warmup=1)
+            rows.append(_row("prefill", False, 1, 0, pre, tok, [t.latency_s for t in ts]))
+    timing["prefill_s"] = time.perf_counter() - t0
+
+    r = runner.describe()
+    notes = [
+        "latency_s = median of GPU time (CUDA events around the graph replay or the eager "
+        "launches) plus the modelled tensor-parallel communication (0 at tp 1)",
+        f"random bf16 weights and KV; paged KV pool of {r['kv_pool']['pages']} pages shared by "
+        f"all layers at {r['kv_pool']['layer_shift_pages']}-page offsets (docs/aiter.md)",
+        f"graphs: page size {runner.page_size}, max_seqlen_k {runner.max_seqlen_k} (context "
+        f"{runner.max_context}), padded rows' seq_len {runner.fill}",
+        "draft rows: one EAGLE-3 draft decode step (QKV over embedding + hidden, one layer, LM head)",
+        "prefill rows: one request per pass, eager, logits for the last token only",
+        {"skipped_beyond_kv_capacity": {k: v for k, v in skipped.items() if v},
+         "kv_capacity_tokens": cap},
+        {"timing_s": {k: round(v, 2) for k, v in timing.items()},
+         "spec": {k: list(v) if isinstance(v, (tuple, list)) else v for k, v in asdict(spec).items()}},
+    ]
+    if r["geometry"]["tp"] > 1:
+        notes.append(f"tp {r['geometry']['tp']}: one GPU's shard was run; all-reduces modelled "
+                     f"({r['comm_model']['latency_s'] * 1e6:.1f} us + bytes x 2(tp-1)/tp / "
+                     f"{r['comm_model']['bus_bw'] / 1e9:.0f} GB/s per call, 2 per layer + 1, plus "
+                     "the logits all-gather), not measured")
+    kernels = dict(runner.kernels.modules)
+    kernels.pop("mla_decode", None)
+    kernels["gemm"] = "torch.nn.functional.linear (cuBLAS)"
+    kernels["silu_and_mul"] = "specsched Triton kernel (backends/aiter/model.py)"
+    kernels["metadata"] = "specsched Triton kernel expanding page table, positions, KV slots"
+    kernels["runtime"] = runner.kernels.runtime
+    if r["geometry"]["tp"] > 1:
+        kernels["tp_comm"] = "modelled, not a real kernel"
+    meta = {"model": shape, "gpu": gpu_info(), "versions": bridge.versions(), "command": command,
+            "kernels": kernels, "notes": notes}
+    write_profile(rows, out, meta)
+    summary = {"rows": len(rows), "out": str(out), "skipped": {k: len(v) for k, v in skipped.items()},
+               "timing_s": timing, "wall_s": time.perf_counter() - t_start}
+    say(f"wrote {len(rows)} rows to {out} in {summary['wall_s']:.1f} s")
+    return summary

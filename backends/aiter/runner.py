@@ -1,0 +1,640 @@
+"""Graph pool, static buffers, replay and timing for the model-shaped forward passes.
+
+A graph is captured per key -- ``("verify", padded_bs, width)`` for uniform verify launches,
+``("ragged", padded_bs, width)`` for exact per-request widths (``padded_bs * width`` query rows
+at most), ``("draft", padded_bs)`` for one draft-model step -- on first use or up front
+(:meth:`Runner.capture`).  Each graph reads one static int32 metadata buffer; a replay builds the
+batch's metadata on the host (numpy), copies it into that buffer with one host-to-device copy and
+replays.  Inside the graph the page table is expanded from the per-request first pages
+(``block_table[i, j] = start_i + j``, SGLang fills its page table with a kernel before replay
+too), so the host copies O(batch) numbers, never a page table.
+
+Shapes that are not captured run eagerly (every kernel launched from Python, as SGLang does
+outside its graphs).  GPU time is taken with CUDA events around the replay (or the eager
+launches); host time with ``time.perf_counter``.
+
+Padded rows follow SGLang's CUDA-graph runner: ``seq_len`` = the fill value, KV written to slot 0,
+position 0.
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from dataclasses import dataclass, field
+from typing import Any, Sequence
+
+import numpy as np
+
+from backends.aiter import metadata as md
+from backends.jit import JIT_ENABLED, njit
+from backends.aiter.kvpool import KVPool, layout_starts, plan_pool
+from backends.aiter.model import AttnInputs, CommModel, Rope, Transformer, comm_time_s, dense_shape
+
+__all__ = ["Runner", "Launch", "Timing"]
+
+
+@dataclass
+class Timing:
+    """One measured launch: GPU time (events), host time, and the modelled communication."""
+
+    gpu_s: float
+    host_s: float
+    comm_s: float
+    graph: bool
+    key: tuple
+
+    @property
+    def latency_s(self) -> float:
+        return self.gpu_s + self.comm_s
+
+
+@dataclass
+class Launch:
+    """Host-side description of one forward: per-request query rows and cached lengths.
+
+    ``q_widths[i]``: rows request i contributes; ``attn_widths[i]``: rows the attention metadata
+    gives it (differs from ``q_widths`` only for unsafe-derived launches); ``kv_lens[i]``: tokens
+    cached before the pass.  ``rows``: query rows in the launch (static for graphs).
+    """
+
+    q_widths: np.ndarray
+    attn_widths: np.ndarray
+    kv_lens: np.ndarray
+    rows: int
+    nseq: int
+    max_seqlen_q: int
+    qo_sig: tuple | None = None      # equal signatures: same qo_indptr (skip rewriting it)
+    layout_sig: tuple | None = None  # equal signatures: same row layout (skip copying it)
+
+
+_expand_kernel = None
+
+
+def _get_expand_kernel():
+    """One Triton kernel that expands a launch's compact metadata on the GPU: the page table
+    (``block_table[i, j] = start_i + j``) and each query row's rotary position and KV slot
+    (``pos = seq_len[req] + off``, ``slot = (start[req] + pos // page) * page + pos % page``;
+    rows whose ``req`` is ``nseq`` are padding: position 0, slot 0)."""
+    global _expand_kernel
+    if _expand_kernel is None:
+        import triton
+        import triton.language as tl
+
+        @triton.jit
+        def _expand(starts_ptr, seq_lens_ptr, row_req_ptr, row_off_ptr, bt_ptr, pos_ptr, slot_ptr,
+                    nseq, rows, max_blocks, PAGE: tl.constexpr, BLOCK: tl.constexpr):
+            pid = tl.program_id(0)
+            if pid < nseq:
+                s = tl.load(starts_ptr + pid)
+                base = bt_ptr + pid.to(tl.int64) * max_blocks
+                for c in range(0, max_blocks, BLOCK):
+                    cols = c + tl.arange(0, BLOCK)
+                    tl.store(base + cols, s + cols, mask=cols < max_blocks)
+            else:
+                r = (pid - nseq) * BLOCK + tl.arange(0, BLOCK)
+                m = r < rows
+                req = tl.load(row_req_ptr + r, mask=m, other=0)
+                off = tl.load(row_off_ptr + r, mask=m, other=0)
+                kv = tl.load(seq_lens_ptr + req, mask=m, other=0)
+                st = tl.load(starts_ptr + req, mask=m, other=0)
+                pos = kv + off
+                slot = (st + pos // PAGE) * PAGE + pos % PAGE
+                valid = req < nseq
+                tl.store(pos_ptr + r, tl.where(valid, pos, 0), mask=m)
+                tl.store(slot_ptr + r, tl.where(valid, slot, 0), mask=m)
+
+        _expand_kernel = _expand
+    return _expand_kernel
+
+
+def expand_metadata(starts, seq_lens, row_req, row_off, block_table, positions, slots, *,
+                    page_size: int) -> None:
+    """Launch :func:`_get_expand_kernel` (``starts``/``seq_lens`` have ``nseq + 1`` entries, the last 0)."""
+    nseq, max_blocks = block_table.shape
+    rows = positions.shape[0]
+    block = 1024
+    grid = (nseq + -(-rows // block),)
+    _get_expand_kernel()[grid](starts, seq_lens, row_req, row_off, block_table, positions, slots,
+                               nseq, rows, max_blocks, PAGE=page_size, BLOCK=block)
+
+
+@njit
+def _fill_meta_jit(kv, aw, qw, ps, span, sk, starts, seq_lens):
+    acc = 0
+    for i in range(kv.shape[0]):
+        kk = kv[i]
+        a = aw[i]
+        q = qw[i]
+        sk[i] = kk + a
+        seq_lens[i] = kk
+        starts[i] = acc % span
+        e = kk + (a if a > q else q)
+        acc += (e + ps - 1) // ps
+
+
+def _fill_meta_numpy(kv, aw, qw, ps, span, sk, starts, seq_lens):
+    n = kv.shape[0]
+    seq_lens[:n] = kv
+    np.add(seq_lens[:n], aw, out=sk, casting="unsafe")
+    extent = sk if qw is aw else kv + np.maximum(qw, aw)
+    blocks = (extent + (ps - 1)) // ps
+    starts[0] = 0
+    np.cumsum(blocks[:-1], out=starts[1:n])
+    np.remainder(starts[1:n], span, out=starts[1:n])
+
+
+def fill_meta(kv, aw, qw, ps, span, sk, starts, seq_lens) -> None:
+    """Per-request metadata: ``seqused_k = kv + aw``, ``seq_lens = kv`` and each request's first
+    page ``starts[i] = (pages of requests < i) mod span`` (pages cover ``kv + max(qw, aw)``)."""
+    if JIT_ENABLED:
+        _fill_meta_jit(kv, aw, qw, ps, span, sk, starts, seq_lens)
+    else:
+        _fill_meta_numpy(kv, aw, qw, ps, span, sk, starts, seq_lens)
+
+
+class _Static:
+    """A captured (or eager) forward's device buffers and its host staging buffers.
+
+    ``meta`` (copied every launch, int32): ``seqused_k[nseq] | starts[nseq+1] | seq_lens[nseq+1] |
+    qo_indptr[nseq+1]``.  ``layout`` (copied only when it changes, int32): ``row_req[rows] |
+    row_off[rows]`` -- which request each query row belongs to and its offset in it.
+    """
+
+    def __init__(self, runner: "Runner", nseq: int, rows: int, *, model: str,
+                 logits: bool = True) -> None:
+        import torch
+
+        self.nseq = nseq
+        self.rows = rows
+        self.model = model
+        n = 4 * nseq + 3
+        pin = runner.on_gpu
+
+        def host(k):
+            t = torch.zeros(k, dtype=torch.int32)
+            return t.pin_memory() if pin else t
+
+        self.host = [host(n), host(n)]
+        self.host_np = [h.numpy() for h in self.host]
+        self.views = []
+        for hn in self.host_np:
+            self.views.append((hn[0:nseq], hn[nseq:2 * nseq + 1], hn[2 * nseq + 1:3 * nseq + 2],
+                               hn[3 * nseq + 2:4 * nseq + 3]))
+        self.qo_sig = [None, None]
+        self.copied = [None, None]
+        self.turn = 0
+        self.host_layout = host(2 * rows)
+        self.host_layout_np = self.host_layout.numpy()
+        self.layout_sig = None
+        self.layout_copied = None
+        dev = runner.device
+        self.dev = torch.zeros(n, dtype=torch.int32, device=dev)
+        self.seqused_k = self.dev[0:nseq]
+        self.starts = self.dev[nseq:2 * nseq + 1]
+        self.seq_lens = self.dev[2 * nseq + 1:3 * nseq + 2]
+        self.qo = self.dev[3 * nseq + 2:4 * nseq + 3]
+        self.layout = torch.zeros(2 * rows, dtype=torch.int32, device=dev)
+        self.row_req = self.layout[:rows]
+        self.row_off = self.layout[rows:]
+        self.positions = torch.zeros(rows, dtype=torch.int32, device=dev)
+        self.slots = torch.zeros(rows, dtype=torch.int32, device=dev)
+        # graphs share one page table and one logits buffer (they never run at the same time
+        # and both are rewritten by every replay), so memory does not grow with the graph count
+        self.block_table, self.logits = runner.shared_buffers(nseq, rows if logits else 0, model)
+        g = torch.Generator(device="cpu").manual_seed(1234 + rows)
+        vocab = runner.geometry["vocab"] if model == "target" else runner.draft_geometry["vocab"]
+        self.ids = torch.randint(0, vocab, (rows,), generator=g).to(dev)
+        self.hidden = None
+        if model == "draft":
+            self.hidden = torch.empty((rows, runner.geometry["hidden"]), dtype=runner.dtype,
+                                      device=dev).normal_(0.0, 1.0)
+        self.graph = None
+        self.out = None
+        self.max_seqlen_q = 1
+
+
+class Runner:
+    """Owns the weights, the KV pool, the graphs and the timing of one model shard."""
+
+    def __init__(self, shape: Any, *, page_size: int = 16, max_context: int = md.DEFAULT_MAX_CONTEXT,
+                 capture_bs: Sequence[int] = md.SPEC_CAPTURE_BS,
+                 capture_widths: Sequence[int] = md.DEFAULT_CAPTURE_WIDTHS,
+                 num_draft_tokens: int | None = None, dtype: str = "bfloat16",
+                 kv_pool_bytes: int | None = None, seed: int = 0, comm: CommModel | None = None,
+                 device: Any = None, kernels: Any = None, draft: bool = True) -> None:
+        import torch
+
+        from backends.aiter import bridge
+
+        self.kernels = kernels or bridge.load_kernels()
+        if device is None:
+            device = torch.device("cuda", torch.cuda.current_device())
+        self.device = torch.device(device)
+        self.on_gpu = self.device.type == "cuda"
+        self.dtype = getattr(torch, dtype)
+        self.shape = shape
+        if getattr(shape, "attention", "mha") != "mha" or getattr(shape, "experts", 0):
+            from traces.errors import SpecschedError
+
+            raise SpecschedError(
+                f"model {shape.name!r}: the live AITER executor times dense MHA/GQA models; "
+                f"MLA and MoE layers are not implemented (their verify metadata and MLA kernel "
+                f"constraints are in backends.aiter.metadata)")
+        self.geometry = dense_shape(shape)
+        d_shape = getattr(shape, "draft", None) if draft else None
+        self.draft_geometry = dense_shape(d_shape) if d_shape is not None else None
+        self.page_size = int(page_size)
+        self.max_context = int(max_context)
+        self.max_blocks = md.max_blocks_per_seq(self.max_context, self.page_size)
+        self.max_seqlen_k = self.max_blocks * self.page_size
+        self.capture_bs = tuple(sorted(set(int(b) for b in capture_bs)))
+        self.capture_widths = tuple(sorted(set(int(w) for w in capture_widths)))
+        self.num_draft_tokens = int(num_draft_tokens or max(self.capture_widths))
+        self.fill = self.num_draft_tokens
+        self.comm = comm or CommModel()
+        self.graphs: dict[tuple, _Static] = {}
+        self._shared = None
+        self._width_cache: dict[tuple, np.ndarray] = {}
+        self.capture_s: dict[tuple, float] = {}
+        gen = torch.Generator(device=self.device).manual_seed(int(seed))
+
+        g = self.geometry
+        views = g["layers"] + (1 if self.draft_geometry is not None else 0)
+        if kv_pool_bytes is None:
+            kv_pool_bytes = self._default_pool_bytes()
+        want = self._want_view_pages()
+        plan = plan_pool(kv_pool_bytes, views=views, page_size=self.page_size,
+                         kv_heads=g["kv_heads"], head_dim=g["head_dim"],
+                         dtype_bytes=self.dtype.itemsize, max_blocks=self.max_blocks,
+                         want_view_pages=want)
+        self.pool = KVPool(plan, page_size=self.page_size, kv_heads=g["kv_heads"],
+                           head_dim=g["head_dim"], max_blocks=self.max_blocks, device=self.device,
+                           dtype=self.dtype, generator=gen)
+        self.rope = Rope(g["head_dim"], self.max_context + 64, device=self.device, dtype=self.dtype)
+        self.target = Transformer(g, kernels=self.kernels,
+                                  views=[self.pool.view(i) for i in range(g["layers"])],
+                                  rope=self.rope, device=self.device, dtype=self.dtype, generator=gen)
+        self.draft = None
+        if self.draft_geometry is not None:
+            dg = self.draft_geometry
+            if (dg["kv_heads"], dg["head_dim"]) != (g["kv_heads"], g["head_dim"]):
+                raise ValueError("draft KV geometry differs from the target's")
+            self.draft = Transformer(dg, kernels=self.kernels, views=[self.pool.view(g["layers"])],
+                                     rope=self.rope, device=self.device, dtype=self.dtype,
+                                     generator=gen)
+        self.mempool = torch.cuda.graph_pool_handle() if self.on_gpu else None
+        self._stream = torch.cuda.Stream(device=self.device) if self.on_gpu else None
+        if self.on_gpu:
+            torch.cuda.synchronize(self.device)
+
+    # ---- sizing ---------------------------------------------------------------------------------
+    def _default_pool_bytes(self) -> int:
+        import torch
+
+        if not self.on_gpu:
+            return 64 << 20
+        free, _total = torch.cuda.mem_get_info(self.device)
+        weights = self._weight_bytes()
+        reserve = 14 << 30  # activations of the largest graphs, cuBLAS workspaces, graph pool
+        return int(max(2 << 30, min(64 << 30, free - weights - reserve)))
+
+    def _weight_bytes(self) -> int:
+        def one(g):
+            if g is None:
+                return 0
+            h, hq, hkv, d, i = g["hidden"], g["heads"], g["kv_heads"], g["head_dim"], g["intermediate"]
+            per = (hq + 2 * hkv) * d * g["attn_in"] + h * hq * d + 3 * h * i
+            return (g["layers"] * per + 2 * g["vocab"] * h) * 2
+
+        return one(self.geometry) + one(self.draft_geometry)
+
+    def _want_view_pages(self) -> int:
+        try:
+            cap = int(self.shape.kv_capacity_tokens("H200"))
+        except Exception:  # noqa: BLE001 - no sheet: size for the largest captured batch
+            cap = self.capture_bs[-1] * 4096
+        return -(-cap // self.page_size) + self.max_blocks
+
+    def kv_capacity_tokens(self) -> int | None:
+        try:
+            return int(self.shape.kv_capacity_tokens("H200"))
+        except Exception:  # noqa: BLE001
+            return None
+
+    # ---- metadata (host) ------------------------------------------------------------------------
+    def verify_launch(self, widths: np.ndarray, kv_lens: np.ndarray, *, mode: str,
+                      padded_bs: int, launch_width: int) -> tuple[Launch, tuple]:
+        """The launch and graph key for a verify batch (``mode`` as in ``backends.protocol``).
+
+        ``uniform``: every request (padded ones too) at ``launch_width``.  ``unsafe-derived``:
+        attention metadata at ``launch_width`` for every row of the layout, the real rows where
+        the real requests put them.  ``ragged``: exact per-request widths.
+        """
+        kv = np.asarray(kv_lens, dtype=np.int64)
+        bs = len(kv)
+        pbs = int(padded_bs)
+        if pbs == bs:
+            kvp = kv
+        else:
+            kvp = np.full(pbs, self.fill, dtype=np.int64)
+            kvp[:bs] = kv
+        if mode == "uniform":
+            width = int(launch_width)
+            aw = self._uniform_widths(pbs, width)
+            return (Launch(aw, aw, kvp, pbs * width, pbs, width, ("u", width), ("u", width)),
+                    ("verify", pbs, width))
+        w = np.asarray(widths, dtype=np.int64)
+        qw = np.zeros(pbs, dtype=np.int64)
+        qw[:bs] = w
+        if mode == "ragged":
+            # pbs * width rows; the rows no request owns go to one extra sequence (cached length
+            # = the fill value) so every row computes finite values, like SGLang's padded rows.
+            width = max(1, -(-int(w.sum()) // pbs))
+            rows = pbs * width
+            qw = np.append(qw, rows - int(w.sum()))
+            kvp = np.append(kvp, self.fill)
+            return (Launch(qw, qw, kvp, rows, pbs + 1, max(self.capture_widths[-1], width)),
+                    ("ragged", pbs, width))
+        width = int(launch_width)
+        aw = self._uniform_widths(pbs, width)
+        return (Launch(qw, aw, kvp, pbs * width, pbs, width, ("u", width), None),
+                ("verify", pbs, width))
+
+    def draft_launch(self, kv_lens: np.ndarray, padded_bs: int) -> tuple[Launch, tuple]:
+        """One draft-model step over the batch (one query row per request)."""
+        kv = np.asarray(kv_lens, dtype=np.int64)
+        pbs = int(padded_bs)
+        if pbs != len(kv):
+            kvp = np.full(pbs, self.fill, dtype=np.int64)
+            kvp[:len(kv)] = kv
+            kv = kvp
+        ones = self._uniform_widths(pbs, 1)
+        return Launch(ones, ones, kv, pbs, pbs, 1, ("u", 1), ("u", 1)), ("draft", pbs)
+
+    def _uniform_widths(self, n: int, width: int) -> np.ndarray:
+        key = (n, width)
+        a = self._width_cache.get(key)
+        if a is None:
+            a = np.full(n, width, dtype=np.int64)
+            a.setflags(write=False)
+            self._width_cache[key] = a
+        return a
+
+    def _fill_host(self, st: _Static, launch: Launch, k: int) -> None:
+        """Write ``launch``'s per-launch metadata into staging buffer ``k``."""
+        sk, starts, seq_lens, qo = st.views[k]
+        fill_meta(launch.kv_lens, launch.attn_widths, launch.q_widths, self.page_size,
+                  self.pool.span, sk, starts, seq_lens)
+        sig = launch.qo_sig
+        if sig is None or st.qo_sig[k] != sig:
+            qo[0] = 0
+            np.cumsum(launch.attn_widths, out=qo[1:])
+            st.qo_sig[k] = sig
+
+    def _fill_layout(self, st: _Static, launch: Launch) -> bool:
+        """Write the row layout when it differs from the one on the device; True if copied."""
+        sig = launch.layout_sig
+        if sig is not None and sig == st.layout_sig:
+            return False
+        if st.layout_copied is not None:
+            st.layout_copied.synchronize()
+        rows = st.rows
+        buf = st.host_layout_np
+        qw = launch.q_widths
+        total = int(qw.sum())
+        n = min(total, rows)
+        req = np.repeat(np.arange(st.nseq, dtype=np.int32), qw)[:n]
+        first = np.cumsum(qw) - qw
+        buf[:n] = req
+        buf[rows:rows + n] = np.arange(n, dtype=np.int64) - first[req]
+        buf[n:rows] = st.nseq  # padding rows
+        buf[rows + n:] = 0
+        st.layout.copy_(st.host_layout, non_blocking=self.on_gpu)
+        if self.on_gpu:
+            import torch
+
+            e = torch.cuda.Event()
+            e.record()
+            st.layout_copied = e
+        st.layout_sig = sig
+        return True
+
+    def _stage(self, st: _Static, launch: Launch) -> None:
+        """Copy a launch's metadata into the static buffers (one H2D copy; two if the layout changed)."""
+        k = st.turn
+        st.turn ^= 1
+        ev = st.copied[k]
+        if ev is not None:
+            ev.synchronize()
+        self._fill_host(st, launch, k)
+        st.dev.copy_(st.host[k], non_blocking=self.on_gpu)
+        if self.on_gpu:
+            import torch
+
+            e = torch.cuda.Event()
+            e.record()
+            st.copied[k] = e
+        self._fill_layout(st, launch)
+
+    # ---- forward bodies -------------------------------------------------------------------------
+    def _attn_inputs(self, st: _Static) -> AttnInputs:
+        return AttnInputs(cu_seqlens_q=st.qo, seqused_k=st.seqused_k, block_table=st.block_table,
+                          max_seqlen_q=st.max_seqlen_q, max_seqlen_k=self.max_seqlen_k,
+                          positions=st.positions, slots=st.slots)
+
+    def _body(self, st: _Static):
+        expand_metadata(st.starts, st.seq_lens, st.row_req, st.row_off, st.block_table,
+                        st.positions, st.slots, page_size=self.page_size)
+        a = self._attn_inputs(st)
+        if st.model == "draft":
+            return self.draft.forward(st.ids, a, hidden_in=st.hidden, logits_out=st.logits)
+        return self.target.forward(st.ids, a, logits_out=st.logits)
+
+    def shared_buffers(self, nseq: int, rows: int, model: str):
+        """(page table ``[nseq, max_blocks]``, logits ``[rows, vocab]``): views of buffers shared
+        by every graph that fits them; larger (eager) launches get their own."""
+        import torch
+
+        vocab = self.geometry["vocab"] if model == "target" else self.draft_geometry["vocab"]
+        if self._shared is None:
+            max_nseq = self.capture_bs[-1] + 1
+            max_rows = self.capture_bs[-1] * max(self.capture_widths[-1], 8)
+            elems = max_rows * max(self.geometry["vocab"],
+                                   self.draft_geometry["vocab"] if self.draft_geometry else 0)
+            self._shared = (torch.zeros((max_nseq, self.max_blocks), dtype=torch.int32, device=self.device),
+                            torch.empty(elems, dtype=self.dtype, device=self.device))
+        bt_all, logits_all = self._shared
+        bt = bt_all[:nseq] if nseq <= bt_all.shape[0] else torch.zeros(
+            (nseq, self.max_blocks), dtype=torch.int32, device=self.device)
+        n = rows * vocab
+        logits = (logits_all[:n] if n <= logits_all.numel()
+                  else torch.empty(n, dtype=self.dtype, device=self.device)).view(rows, vocab)
+        return bt, logits
+
+    def _new_static(self, key: tuple) -> _Static:
+        kind = key[0]
+        if kind == "draft":
+            pbs = key[1]
+            st = _Static(self, pbs, pbs, model="draft")
+            st.max_seqlen_q = 1
+        elif kind == "ragged":
+            pbs, width = key[1], key[2]
+            st = _Static(self, pbs + 1, pbs * width, model="target")
+            st.max_seqlen_q = max(self.capture_widths[-1], width)
+        else:
+            pbs, width = key[1], key[2]
+            st = _Static(self, pbs, pbs * width, model="target")
+            st.max_seqlen_q = width
+        return st
+
+    def _warm_launch(self, st: _Static) -> Launch:
+        nseq = st.nseq
+        widths = np.full(nseq, st.rows // nseq, dtype=np.int64)
+        widths[-1] += st.rows - int(widths.sum())
+        kv = np.full(nseq, self.fill, dtype=np.int64)
+        return Launch(widths, widths, kv, st.rows, nseq, st.max_seqlen_q)  # layout: always copied
+
+    def capture(self, key: tuple) -> _Static:
+        """Capture the graph for ``key`` (no-op if captured)."""
+        import torch
+
+        if key in self.graphs:
+            return self.graphs[key]
+        if not self.on_gpu:
+            raise RuntimeError("CUDA graphs need a GPU")
+        t0 = time.perf_counter()
+        st = self._new_static(key)
+        self._stage(st, self._warm_launch(st))
+        torch.cuda.synchronize(self.device)
+        s = self._stream
+        s.wait_stream(torch.cuda.current_stream(self.device))
+        with torch.cuda.stream(s), torch.no_grad():
+            for _ in range(2):  # compile Triton kernels and settle cuBLAS heuristics first
+                self._body(st)
+        torch.cuda.current_stream(self.device).wait_stream(s)
+        torch.cuda.synchronize(self.device)
+        g = torch.cuda.CUDAGraph()
+        with torch.no_grad(), torch.cuda.graph(g, pool=self.mempool, stream=s):
+            st.out = self._body(st)
+        torch.cuda.synchronize(self.device)
+        st.graph = g
+        self.graphs[key] = st
+        self.capture_s[key] = time.perf_counter() - t0
+        return st
+
+    # ---- running --------------------------------------------------------------------------------
+    def run(self, key: tuple, launch: Launch, *, graph: bool, reps: int = 1, warmup: int = 0,
+            comm_rows: int | None = None, logits_rows: int | None = None) -> list[Timing]:
+        """Run ``launch`` (``reps`` timed runs after ``warmup``) and return their timings."""
+        import torch
+
+        if graph:
+            st = self.capture(key)
+        else:
+            st = self._eager_static(key, launch)
+        out: list[Timing] = []
+        for i in range(warmup + reps):
+            h0 = time.perf_counter()
+            if self.on_gpu:
+                e0 = torch.cuda.Event(enable_timing=True)
+                e1 = torch.cuda.Event(enable_timing=True)
+            self._stage(st, launch)
+            if self.on_gpu:
+                e0.record()
+            if graph:
+                st.graph.replay()
+            else:
+                with torch.no_grad():
+                    st.out = self._body(st)
+            if self.on_gpu:
+                e1.record()
+            host = time.perf_counter() - h0
+            if self.on_gpu:
+                e1.synchronize()
+                gpu = e0.elapsed_time(e1) / 1e3
+            else:
+                gpu = time.perf_counter() - h0
+            if i >= warmup:
+                out.append(Timing(gpu_s=gpu, host_s=host, comm_s=self._comm(key, launch, comm_rows, logits_rows),
+                                  graph=graph, key=key))
+        return out
+
+    def _eager_static(self, key: tuple, launch: Launch) -> _Static:
+        ekey = ("eager",) + key
+        st = self.graphs.get(ekey)
+        if st is None:
+            st = self._new_static(key)
+            self.graphs[ekey] = st
+            if len([k for k in self.graphs if k[0] == "eager"]) > 64:  # bound eager buffers
+                for k in [k for k in self.graphs if k[0] == "eager"][:32]:
+                    del self.graphs[k]
+        return st
+
+    def _comm(self, key: tuple, launch: Launch, rows: int | None, logits_rows: int | None) -> float:
+        g = self.draft_geometry if key[0] == "draft" else self.geometry
+        r = launch.rows if rows is None else rows
+        lr = r if logits_rows is None else logits_rows
+        return comm_time_s(g["tp"], g["layers"], r, g["hidden"], lr, g["vocab"], self.comm)
+
+    # ---- prefill (always eager, ragged) ---------------------------------------------------------
+    def prefill(self, tokens: np.ndarray, prefix: np.ndarray, *, reps: int = 1, warmup: int = 0) -> list[Timing]:
+        """Time a prefill pass: request i computes ``tokens[i]`` new tokens after ``prefix[i]`` cached."""
+        import torch
+
+        t = np.asarray(tokens, dtype=np.int64)
+        p = np.asarray(prefix, dtype=np.int64)
+        bs = len(t)
+        rows = int(t.sum())
+        launch = Launch(t, t, p, rows, bs, int(t.max()))
+        key = ("prefill", bs, rows)
+        st = _Static(self, bs, rows, model="target", logits=False)
+        st.max_seqlen_q = int(t.max())
+        last = torch.as_tensor(np.cumsum(t) - 1, dtype=torch.int64).to(self.device)
+        out: list[Timing] = []
+        for i in range(warmup + reps):
+            h0 = time.perf_counter()
+            if self.on_gpu:
+                e0 = torch.cuda.Event(enable_timing=True)
+                e1 = torch.cuda.Event(enable_timing=True)
+            self._stage(st, launch)
+            if self.on_gpu:
+                e0.record()
+            with torch.no_grad():
+                expand_metadata(st.starts, st.seq_lens, st.row_req, st.row_off, st.block_table,
+                                st.positions, st.slots, page_size=self.page_size)
+                st.out = self.target.forward(st.ids, self._attn_inputs(st), logits_index=last)
+            if self.on_gpu:
+                e1.record()
+            host = time.perf_counter() - h0
+            if self.on_gpu:
+                e1.synchronize()
+                gpu = e0.elapsed_time(e1) / 1e3
+            else:
+                gpu = time.perf_counter() - h0
+            if i >= warmup:
+                out.append(Timing(gpu_s=gpu, host_s=host,
+                                  comm_s=self._comm(key, launch, rows, bs), graph=False, key=key))
+        return out
+
+    # ---- diagnostics ----------------------------------------------------------------------------
+    def graph_memory(self) -> int:
+        import torch
+
+        return int(torch.cuda.memory_allocated(self.device)) if self.on_gpu else 0
+
+    def describe(self) -> dict[str, Any]:
+        g = self.geometry
+        p = self.pool.plan
+        return {
+            "geometry": g, "draft_geometry": self.draft_geometry,
+            "page_size": self.page_size, "max_context": self.max_context,
+            "max_seqlen_k": self.max_seqlen_k, "capture_bs": list(self.capture_bs),
+            "capture_widths": list(self.capture_widths), "num_draft_tokens": self.num_draft_tokens,
+            "seq_len_fill_value": self.fill,
+            "kv_pool": {"pages": p.pages, "view_pages": p.view_pages, "layer_shift_pages": p.shift,
+                        "views": p.views, "bytes": p.bytes, "page_bytes_k": p.page_bytes},
+            "comm_model": {"latency_s": self.comm.latency_s, "bus_bw": self.comm.bus_bw,
+                           "tp": g["tp"], "measured": False},
+            "graphs_captured": len([k for k in self.graphs if k[0] != "eager" and self.graphs[k].graph is not None]),
+        }

@@ -1,0 +1,112 @@
+"""A replayed verify step's GPU time against the sum of its kernels run back to back (GPU).
+
+For each shape: (1) the captured graph's replay, timed with CUDA events (median of N);
+(2) the same forward launched eagerly while the GPU is held by a spin kernel, so that every
+launch is queued before the first one starts: the GPU then runs the kernels back to back with
+no host gaps (the script checks the host finished queueing before the spin ended); (3) the sum
+of the kernels' own durations from the CUDA profiler (CUPTI), when it is available.  Target:
+replay within 5% of the back-to-back time.
+
+    python benchmarks/bench_aiter_replay_vs_kernels.py --model llama-3.1-8b
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--model", default="llama-3.1-8b")
+    ap.add_argument("--shapes", default="1x4x4096,32x4x4096,128x8x2048,256x2x2048")
+    ap.add_argument("--reps", type=int, default=20)
+    ap.add_argument("--json", default=None)
+    args = ap.parse_args()
+
+    import torch
+
+    from backends.aiter import make_executor
+    from backends.aiter.metadata import SPEC_CAPTURE_BS
+
+    ex = make_executor(args.model, capture_bs=SPEC_CAPTURE_BS)
+    runner = ex.runner
+    # calibrate the spin kernel: cycles per second
+    torch.cuda.synchronize()
+    a, b = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+    a.record(); torch.cuda._sleep(100_000_000); b.record(); b.synchronize()
+    cycles_per_s = 100_000_000 / (a.elapsed_time(b) / 1e3)
+    results = []
+    print(f"{'bs':>4} {'w':>2} {'kv':>6} | replay ms | back-to-back ms | kernel sum ms | replay/b2b | replay/sum | kernels")
+    for spec in args.shapes.split(","):
+        bs, w, kv = (int(x) for x in spec.split("x"))
+        key = ("verify", bs, w)
+        st = runner.capture(key)
+        launch, _ = runner.verify_launch(np.full(bs, w), np.full(bs, kv), mode="uniform",
+                                         padded_bs=bs, launch_width=w)
+        runner._stage(st, launch)
+        torch.cuda.synchronize()
+        rep = []
+        for i in range(args.reps + 3):
+            e0, e1 = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+            e0.record(); st.graph.replay(); e1.record(); e1.synchronize()
+            if i >= 3:
+                rep.append(e0.elapsed_time(e1))
+        replay = float(np.median(rep))
+        with torch.no_grad():
+            runner._body(st)  # warm the eager path (allocator, Triton caches)
+        torch.cuda.synchronize()
+        b2b, host_ok = [], True
+        for i in range(max(5, args.reps // 2)):
+            spin_s = max(0.05, 4 * replay / 1e3)
+            e0, e1 = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+            torch.cuda._sleep(int(spin_s * cycles_per_s))
+            t0 = time.perf_counter()
+            e0.record()
+            with torch.no_grad():
+                runner._body(st)
+            e1.record()
+            host = time.perf_counter() - t0
+            e1.synchronize()
+            host_ok &= host < 0.8 * spin_s
+            b2b.append(e0.elapsed_time(e1))
+        back = float(np.median(b2b))
+        ksum = None
+        nk = None
+        try:
+            from torch.profiler import ProfilerActivity, profile
+
+            with profile(activities=[ProfilerActivity.CUDA]) as prof:
+                with torch.no_grad():
+                    runner._body(st)
+                torch.cuda.synchronize()
+            evs = [e for e in prof.events() if e.device_type.name == "CUDA"]
+            nk = len(evs)
+            ksum = sum(e.device_time for e in evs) / 1e3  # us -> ms
+        except Exception as exc:  # noqa: BLE001 - CUPTI missing: report without it
+            print(f"  (profiler unavailable: {type(exc).__name__}: {exc})")
+        row = {"bs": bs, "width": w, "kv": kv, "replay_ms": replay, "back_to_back_ms": back,
+               "kernel_sum_ms": ksum, "kernels": nk, "replay_over_b2b": replay / back,
+               "replay_over_kernel_sum": None if not ksum else replay / ksum,
+               "host_queued_before_spin_ended": bool(host_ok)}
+        results.append(row)
+        print(f"{bs:>4} {w:>2} {kv:>6} | {replay:9.3f} | {back:15.3f} | "
+              f"{(ksum or float('nan')):13.3f} | {replay / back:10.3f} | "
+              f"{(row['replay_over_kernel_sum'] or float('nan')):10.3f} | {nk}"
+              + ("" if host_ok else "  (host slower than the spin: b2b includes gaps)"))
+        runner.graphs.pop(key, None)
+    worst = max(abs(r["replay_over_b2b"] - 1) for r in results)
+    print(f"largest |replay / back-to-back - 1|: {worst * 100:.1f}% (target <= 5%): {'OK' if worst <= 0.05 else 'MISSED'}")
+    if args.json:
+        Path(args.json).write_text(json.dumps(results, indent=1))
+
+
+if __name__ == "__main__":
+    main()

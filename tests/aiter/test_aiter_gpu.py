@@ -1,0 +1,138 @@
+"""The bridge, the attention metadata and the executor on a real GPU (skipped without one)."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pytest
+
+pytestmark = pytest.mark.gpu
+
+
+def _tiny_model():
+    from backends.models import ModelShape
+
+    return ModelShape(name="gpu-test", layers=2, hidden=1024, heads=8, kv_heads=2, head_dim=128,
+                      intermediate=2048, vocab=4096)
+
+
+@pytest.mark.parametrize("ragged", [False, True], ids=["uniform", "ragged"])
+def test_attention_in_a_captured_graph_matches_a_per_request_reference(ragged):
+    """AITER's unified_attention captured once in a CUDA graph, replayed with new metadata copied
+    into its static buffers, against a per-request float32 reference (bf16 tolerance)."""
+    import torch
+
+    from backends.aiter import bridge
+    from backends.aiter.uniformity import reference_attention
+
+    k = bridge.load_kernels()
+    dev = torch.device("cuda")
+    torch.manual_seed(0)
+    H, KH, D, page, pages, bs, max_blocks = 32, 8, 128, 16, 4096, 8, 512
+    width = 4
+    rows = bs * width
+    kc = torch.randn(pages, page, KH, D, device=dev, dtype=torch.bfloat16)
+    vc = torch.randn_like(kc)
+    q = torch.empty(rows, H, D, device=dev, dtype=torch.bfloat16)
+    out = torch.empty_like(q)
+    cu = torch.zeros(bs + 1, dtype=torch.int32, device=dev)
+    sk = torch.zeros(bs, dtype=torch.int32, device=dev)
+    bt = torch.zeros(bs, max_blocks, dtype=torch.int32, device=dev)
+    max_q = 8 if ragged else width
+
+    def call():
+        k.unified_attention(q, kc, vc, out, cu, max_q, sk, max_blocks * page, D ** -0.5, True,
+                            (-1, -1), bt, 0, None, None, None)
+
+    rng = np.random.default_rng(1)
+
+    def fill():
+        if ragged:
+            w = rng.integers(1, 9, bs)
+            while int(w.sum()) > rows:                  # at most bs * width rows in the graph
+                w[np.argmax(w)] -= 1
+        else:
+            w = np.full(bs, width)
+        kv = rng.integers(1, (max_blocks - 1) * page - 8, bs)
+        cu.copy_(torch.as_tensor(np.concatenate([[0], np.cumsum(w)]), dtype=torch.int32))
+        sk.copy_(torch.as_tensor(kv + w, dtype=torch.int32))
+        bt.copy_(torch.as_tensor(rng.permutation(pages)[: bs * max_blocks].reshape(bs, max_blocks),
+                                 dtype=torch.int32))
+        q.normal_()
+        out.fill_(float("nan"))
+        return w
+
+    fill()
+    s = torch.cuda.Stream()
+    s.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(s):
+        call()
+    torch.cuda.current_stream().wait_stream(s)
+    g = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(g):
+        call()
+    for _ in range(3):
+        w = fill()
+        g.replay()
+        torch.cuda.synchronize()
+        n = int(w.sum())
+        ref = reference_attention(q[:n], kc, vc, bt, cu.cpu(), sk.cpu(), D ** -0.5)
+        got = out[:n].float()
+        assert torch.isfinite(got).all()
+        err = float((got - ref).abs().max())
+        rel = float((got - ref).norm() / ref.norm())
+        assert err < 3e-2 and rel < 1e-2, (err, rel)
+
+
+def test_uniformity_check_reports_wrong_outputs_for_mixed_batches():
+    from backends.aiter import uniformity_check
+
+    r = uniformity_check("llama-3.1-8b", widths=[5, 5, 2, 1, 4], kv_lens=[900, 40, 3000, 17, 256])
+    assert r["mixed"] and r["misattributed_rows"] > 0
+    assert r["max_abs_error_exact_vs_reference"] < 3e-2
+    assert r["max_abs_error"] > 0.1
+    u = uniformity_check("llama-3.1-8b", widths=[3, 3], kv_lens=[900, 40])
+    assert u["max_abs_error"] == 0.0 and u["misattributed_rows"] == 0
+
+
+def test_executor_graph_eager_ragged_unsafe_draft_prefill():
+    import torch
+
+    from backends.aiter import make_executor
+    from backends.protocol import DraftBatch, PrefillBatch, VerifyBatch
+
+    ex = make_executor(_tiny_model(), capture_bs=[1, 2, 4, 8], max_context=8192, kv_pool_gib=1,
+                       check_unsafe=True)
+    kv = np.array([100, 2000, 50])
+    v = VerifyBatch(bs_real=3, bs_padded=4, widths=np.array([4, 4, 4]), kv_lens=kv, launch_width=4,
+                    mode="uniform", graph=True)
+    t_graph = [ex.verify(v).latency_s for _ in range(5)]
+    t_eager = [ex.verify(VerifyBatch(bs_real=3, bs_padded=3, widths=np.array([4, 4, 4]), kv_lens=kv,
+                                     launch_width=4, mode="uniform", graph=False)).latency_s
+               for _ in range(3)]
+    assert all(t > 0 for t in t_graph + t_eager)
+    assert np.median(t_graph) < np.median(t_eager)          # fewer launch gaps
+    st = ex.runner.graphs[("verify", 4, 4)]
+    assert torch.isfinite(st.out).all()
+    assert st.seq_lens[:4].tolist() == [100, 2000, 50, ex.runner.fill]  # padded row: fill value
+    u = ex.verify(VerifyBatch(bs_real=3, bs_padded=4, widths=np.array([8, 1, 3]), kv_lens=kv,
+                              launch_width=4, mode="unsafe-derived", graph=True))
+    assert u.misattributed_rows == 5 and u.max_abs_error > 0.1
+    r = ex.verify(VerifyBatch(bs_real=3, bs_padded=4, widths=np.array([8, 1, 3]), kv_lens=kv,
+                              launch_width=4, mode="ragged", graph=True))
+    assert r.latency_s > 0 and r.misattributed_rows is None
+    d = ex.draft(DraftBatch(bs_real=3, bs_padded=4, kv_lens=kv, passes=3, graph=True))
+    assert d > 0
+    p = ex.prefill(PrefillBatch(tokens=np.array([512, 64]), prefix=np.array([0, 1000])))
+    assert p > 0
+    desc = ex.describe()
+    assert desc["backend"] == "aiter" and desc["runtime"] in ("cuda", "rocm")
+
+
+def test_make_executor_refuses_models_it_cannot_time():
+    from backends.aiter import make_executor
+    from traces.errors import SpecschedError
+
+    with pytest.raises(SpecschedError, match="MLA"):
+        make_executor("deepseek-v3")
