@@ -50,6 +50,9 @@ __all__ = [
     "parse_acceptance",
     "estimate_position_accept_prob",
     "multi_range",
+    "fill_blocks",
+    "concat_lists",
+    "FILL_BLOCK_ROWS",
 ]
 
 
@@ -206,12 +209,53 @@ class AcceptanceModel(ABC):
              categories: np.ndarray | None = None) -> StepLists:
         """Per-step lists for these requests, drawn from ``rng``."""
 
+    def bind(self, categories: np.ndarray | None) -> None:
+        """Called once with the whole trace's categories before block-wise filling."""
+
     def metadata(self, seed: int | None) -> dict[str, Any]:
         return {"kind": self.kind, "params": self.params(), "seed": seed,
                 "position_accept_prob": self.position_accept_prob()}
 
     def describe(self) -> str:
         return f"{self.kind}:" + ",".join(f"{k}={v}" for k, v in self.params().items())
+
+
+#: requests per ``fill`` call when a whole trace is filled (``fill_blocks``)
+FILL_BLOCK_ROWS = 16384
+
+
+def fill_blocks(model: "AcceptanceModel", output_tokens: np.ndarray, rng: np.random.Generator,
+                categories: np.ndarray | None = None, *, block_rows: int = FILL_BLOCK_ROWS):
+    """Fill a whole trace block by block: yields ``(start, end, StepLists)``.
+
+    Every reader and writer fills through this function with the same block size, so the
+    lists of a trace depend only on its outputs, categories, model and seed (not on who filled
+    them), and memory stays bounded by one block.
+    """
+    output_tokens = np.asarray(output_tokens)
+    model.bind(categories)
+    n = output_tokens.size
+    for start in range(0, n, block_rows):
+        end = min(n, start + block_rows)
+        cats = None if categories is None else np.asarray(categories)[start:end]
+        yield start, end, model.fill(output_tokens[start:end], rng, cats)
+
+
+def concat_lists(blocks: list[StepLists]) -> StepLists:
+    """One ``StepLists`` from consecutive blocks."""
+    if len(blocks) == 1:
+        return blocks[0]
+    offs = [blocks[0].offsets]
+    base = int(blocks[0].offsets[-1])
+    for b in blocks[1:]:
+        offs.append(b.offsets[1:] + base)
+        base += int(b.offsets[-1])
+    cats = None
+    if all(b.category is not None for b in blocks):
+        cats = np.concatenate([b.category for b in blocks])
+    return StepLists(np.concatenate(offs),
+                     np.concatenate([b.draft_tokens for b in blocks]),
+                     np.concatenate([b.accepted_tokens for b in blocks]), cats)
 
 
 # --------------------------------------------------------------------------------------------
@@ -467,6 +511,15 @@ class SpecBenchModel(AcceptanceModel):
             raise SpecschedError(f"category {category!r} is not in the data "
                                  f"(it has: {', '.join(cats)})", path=data.path)
         self.assigned_category = False
+        self._bound: str | None = None
+
+    def bind(self, categories: np.ndarray | None) -> None:
+        """Resolve ``category=auto`` once for the whole trace (blocks must agree)."""
+        if self.category != "auto":
+            return
+        ok = (categories is not None and len(categories) > 0
+              and all(c in self.cat_questions for c in set(np.asarray(categories).tolist())))
+        self._bound = "trace" if ok else "mix"
 
     def params(self) -> dict[str, Any]:
         allv = self.data.all_lengths
@@ -503,7 +556,7 @@ class SpecBenchModel(AcceptanceModel):
 
     def _choose_categories(self, n: int, rng: np.random.Generator,
                            categories: np.ndarray | None) -> np.ndarray:
-        rule = self.category
+        rule = self._bound or self.category
         if rule == "auto":
             ok = (categories is not None and len(categories) == n and n > 0
                   and all(c in self.cat_questions for c in set(categories.tolist())))

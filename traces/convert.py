@@ -436,13 +436,10 @@ def convert(fmt: str, input_path: str | os.PathLike, output_path: str | os.PathL
     model = parse_acceptance(acceptance) if acceptance is not None else None
     src = read_source(fmt, input_path)
     src, notes = prepare(src, limit=limit, rate_scale=rate_scale)
-    lists = None
     meta: dict[str, Any] = {}
+    totals = {"steps": 0, "assigned": False}
     if model is not None:
-        lists = model.fill(src.output_tokens, np.random.default_rng(seed), src.category)
         meta[META_ACCEPTANCE] = model.metadata(seed)
-        if lists.category is not None and src.category is None:
-            notes.append("category: the Spec-Bench category each request's steps were drawn from")
     source = {
         "format": fmt,
         "file": Path(input_path).name,
@@ -455,9 +452,27 @@ def convert(fmt: str, input_path: str | os.PathLike, output_path: str | os.PathL
         **src.info,
     }
     meta[META_SOURCE] = source
+    if model is not None and model.kind == "specbench":
+        model.bind(src.category)
+        rule = getattr(model, "_bound", None) or getattr(model, "category", None)
+        if src.category is None:
+            notes.append("category: the Spec-Bench category each request's steps were drawn from")
+        elif rule != "trace":
+            notes.append(f"the input's categories are kept in 'category'; each request's "
+                         f"Spec-Bench category was drawn by rule '{rule}' and is not recorded")
     meta[META_NOTES] = notes
-    table = build_table(src, lists)
-    write_trace(table, output_path, metadata=meta)
+
+    def batches():
+        if model is None:
+            yield build_table(src, None)
+            return
+        from traces.acceptance import fill_blocks
+        rng = np.random.default_rng(seed)
+        for start, end, lists in fill_blocks(model, src.output_tokens, rng, src.category):
+            totals["steps"] += int(lists.offsets[-1])
+            yield build_table(src.select(np.arange(start, end)), lists)
+
+    write_trace(batches(), output_path, metadata=meta)
     return ConvertResult(str(output_path), len(src),
-                         None if lists is None else int(lists.offsets[-1]),
+                         None if model is None else totals["steps"],
                          src.dropped, tuple(notes), meta)

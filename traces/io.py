@@ -332,7 +332,8 @@ def read_trace_arrays(path: str | os.PathLike, *, acceptance: str | None = None,
     if model is not None:
         rng = np.random.default_rng(seed)
         cats_np = (np.asarray(category.to_pylist(), dtype=object) if category is not None else None)
-        lists = model.fill(output_a, rng, cats_np)
+        from traces.acceptance import concat_lists, fill_blocks
+        lists = concat_lists([b for _, _, b in fill_blocks(model, output_a, rng, cats_np)])
         if steps_len is not None:
             notes.append(f"the file's draft/accept lists were replaced by acceptance model "
                          f"{model.kind} (seed {seed})")

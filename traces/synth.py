@@ -9,8 +9,8 @@ Lengths (``LengthSpec``): ``lognormal:median=M,sigma=S[,min=A][,max=B]`` (rounde
 (prompt, output) pairs jointly, with replacement, from a trace (a specsched parquet, or any
 ``trace convert`` input format; a Vidur trace without arrival times works too).
 
-The trace is generated and written in blocks of ``ROW_GROUP_ROWS`` requests, so a trace of
-millions of requests never sits in memory whole.  Every draw comes from one
+The trace is generated in blocks of ``FILL_BLOCK_ROWS`` (16,384) requests and written in row
+groups of 65,536, so a trace of millions of requests never sits in memory whole.  Every draw comes from one
 ``numpy.random.default_rng(seed)`` in a fixed order: the same arguments give the same file.
 """
 
@@ -147,8 +147,8 @@ def synth(output_path: str | os.PathLike, *, n: int, rate: float, arrival: str =
           acceptance: str | None = None, seed: int = 0, block_rows: int | None = None,
           progress: Callable[[int], None] | None = None) -> SynthResult:
     """Generate ``n`` requests and write them to ``output_path`` (atomic, streamed by blocks)."""
-    from traces.acceptance import parse_acceptance
-    from traces.io import ROW_GROUP_ROWS, steps_table, write_trace
+    from traces.acceptance import FILL_BLOCK_ROWS, parse_acceptance
+    from traces.io import steps_table, write_trace
 
     if n < 1:
         raise SpecschedError(f"-n must be >= 1, got {n}")
@@ -164,7 +164,7 @@ def synth(output_path: str | os.PathLike, *, n: int, rate: float, arrival: str =
     emp = load_empirical(lengths) if lengths is not None else None
     p_spec = parse_lengths(prompt) if emp is None else None
     o_spec = parse_lengths(output) if emp is None else None
-    block = block_rows or ROW_GROUP_ROWS
+    block = block_rows or FILL_BLOCK_ROWS
     rng = np.random.default_rng(seed)
     source: dict[str, Any] = {
         "format": "synth", "n": n, "rate": rate, "arrival": arrival, "cv": cv, "seed": seed,
