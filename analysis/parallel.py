@@ -135,8 +135,8 @@ class RayBackend(Backend):
         if address == "local":
             self.jobs = jobs or default_jobs()
             kwargs["num_cpus"] = self.jobs
-            # keep the object store small on small machines; results come back as bytes
-            kwargs["object_store_memory"] = 256 * 1024 * 1024
+            # a modest object store: results come back as bytes and are released at once
+            kwargs["object_store_memory"] = 1 << 30
             self._started = True
             self.address = "local"
         else:

@@ -184,6 +184,10 @@ def plan(trace: str, slo: Slo, *, config=None, acceptance: str | None = None,
     if config.cluster.replicas != 1:
         notes.append(f"cluster.replicas {config.cluster.replicas} was set to 1 for the search")
     base = config.replace({"cluster.replicas": 1, "rate_scale": 1.0})
+    if _live(base, search_axes) and backend is None and not ray and jobs != 1:
+        jobs = 1
+        notes.append("the live aiter backend times passes on this machine's GPU: one "
+                     "simulation at a time, so they do not disturb each other's timings")
     points = expand(search_axes) if search_axes else []
     plans: list[ConfigPlan] = []
     if points:
@@ -213,6 +217,15 @@ def plan(trace: str, slo: Slo, *, config=None, acceptance: str | None = None,
         if p.error is None and p.search.status != "ok":
             result.notes.extend(p.search.notes)
     return result
+
+
+def _live(config, axes) -> bool:
+    """Does any configuration of the search use the live GPU executor?"""
+    names = {config.backend.name}
+    for a in axes or []:
+        if a.key in ("backend", "backend.name"):
+            names.update(str(v) for v in a.values)
+    return "aiter" in names
 
 
 def _new_search(start, tolerance, margin) -> ScaleSearch:

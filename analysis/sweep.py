@@ -329,6 +329,9 @@ def run_sweep(grid: SweepGrid, out: str | Path, *, jobs: int | None = None,
         task = prog.add_task("", total=len(grid.points), completed=len(outcome.skipped))
         prog.start()
     owned = backend is None
+    if backend is None and not ray and any(grid.configs[p.index].backend.name == "aiter"
+                                           for p in todo):
+        jobs = 1  # the live GPU executor: one simulation at a time, timings undisturbed
     backend = backend or make_backend(jobs=jobs, ray=ray)
     outcome.backend = backend.describe()
     by_name = {p.name: p for p in todo}

@@ -203,6 +203,8 @@ def uniformity(trace: str, *, config=None, acceptance: str | None = None,
     need_files = {p for p in order if keep_files or (gpu_batches > 0 and p == "unsafe-derived")}
     results: dict[str, dict] = {}
     owned = backend is None
+    if backend is None and not ray and config.backend.name == "aiter":
+        jobs = 1  # the live GPU executor: one simulation at a time, timings undisturbed
     backend = backend or make_backend(jobs=jobs, ray=ray)
     try:
         # two calls so each job knows whether to bring its files back
