@@ -122,3 +122,24 @@ def test_canonical_schema_has_documented_columns():
                                   "draft_tokens", "accepted_tokens", "category", "tenant",
                                   "ttft_slo_s", "tpot_slo_s"]
     assert TRACE_SCHEMA.field("draft_tokens").type == pa.list_(pa.int16())
+
+
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+
+@settings(max_examples=25, deadline=None)
+@given(n=st.integers(1, 120), seed=st.integers(0, 1000), chunk=st.integers(1, 50),
+       rg=st.integers(1, 64), lists=st.booleans())
+def test_roundtrip_property(tmp_path_factory, n, seed, chunk, rg, lists):
+    """Any valid table, in any batching and row-group size: write then read gives it back."""
+    t = make_table(n, lists=lists, seed=seed,
+                   tenant=pa.array([None if i % 4 == 0 else f"t{i % 3}" for i in range(n)]))
+    p = tmp_path_factory.mktemp("rt") / "t.parquet"
+    write_trace(t.to_batches(max_chunksize=chunk), p, metadata={"case": seed}, row_group_rows=rg)
+    back = pa.Table.from_batches(list(traces.iter_trace_batches(p)))
+    assert back.equals(t.cast(back.schema))
+    ta = read_trace_arrays(p, acceptance=None if lists else "geometric:k=2,alpha=0.5")
+    assert ta.request_id.to_pylist() == t["request_id"].to_pylist()
+    assert np.array_equal(ta.output_tokens, t["output_tokens"].to_numpy())
+    assert ta.tenant.to_pylist() == t["tenant"].to_pylist()

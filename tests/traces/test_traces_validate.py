@@ -256,3 +256,65 @@ def test_problems_in_later_row_groups_have_global_row_numbers(tmp_path):
         for _ in iter_trace_batches(p, batch_size=10):
             pass
     assert info.value.problems[0].row == 77
+
+
+# ---- the vectorised checks agree with a plain per-row reading of the rules -------------------
+
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+_step = st.tuples(st.integers(-1, 4), st.integers(-1, 4))
+_row = st.tuples(st.lists(_step, max_size=6), st.integers(0, 2), st.integers(1, 30))
+
+
+def _reference(rows):
+    """(row, column, kind) of every list problem, by the rules in docs/traces.md."""
+    out = set()
+    for i, (steps, extra, output) in enumerate(rows):
+        d = [s[0] for s in steps]
+        a = [s[1] for s in steps] + [0] * extra          # extra != 0: lists of different lengths
+        if len(a) != len(d):
+            out.add((i, "accepted_tokens", "length"))
+            if any(x < 0 for x in d):
+                out.add((i, "draft_tokens", "negative"))
+            if any(x < 0 for x in a):
+                out.add((i, "accepted_tokens", "negative"))
+            continue
+        if any(x < 0 for x in d):
+            out.add((i, "draft_tokens", "negative"))
+        if any(x < 0 for x in a):
+            out.add((i, "accepted_tokens", "negative"))
+        if any(y > x for x, y in zip(d, a)):
+            out.add((i, "accepted_tokens", ">"))
+        committed = 1 + sum(x + 1 for x in a)
+        if committed < output:
+            out.add((i, "accepted_tokens", "short"))
+        elif a and committed - (a[-1] + 1) >= output:
+            out.add((i, "accepted_tokens", "overshoot"))
+    return out
+
+
+def _kind(message):
+    for key, kind in (("same length", "length"), ("negative", "negative"), (" > drafted", ">"),
+                      ("fall short", "short"), ("overshoot", "overshoot")):
+        if key in message:
+            return kind
+    return message
+
+
+@settings(max_examples=60, deadline=None)
+@given(rows=st.lists(_row, min_size=1, max_size=12))
+def test_list_checks_match_a_plain_reading_of_the_rules(tmp_path_factory, rows):
+    n = len(rows)
+    t = make_table(n)
+    t = _lists(t, [[s[0] for s in r[0]] for r in rows],
+               [[s[1] for s in r[0]] + [0] * r[1] for r in rows], [r[2] for r in rows])
+    p = write_raw(t, tmp_path_factory.mktemp("h") / "h.parquet")
+    expected = _reference(rows)
+    if not expected:
+        assert validate_trace(p).rows == n
+        return
+    with pytest.raises(TraceValidationError) as info:
+        validate_trace(p)
+    got = {(pr.row, pr.column, _kind(pr.message)) for pr in info.value.problems}
+    assert got == expected
