@@ -38,3 +38,25 @@ def test_labels_are_unique():
 
     assert _labels(["x/a/run", "y/b/run"]) == ["a/run", "b/run"]
     assert _labels(["runs/pad", "runs/split"]) == ["pad", "split"]
+
+
+def test_report_without_request_steps_and_with_unfinished(make_run, tmp_path):
+    import math
+
+    from analysis.report import write_report
+    from analysis.slo import parse_slo
+
+    run = make_run([dict(arrival_s=0, admit_s=0, first_token_s=0.5, finish_s=2, output_tokens=4,
+                         steps=2),
+                    dict(arrival_s=1, admit_s=math.nan, first_token_s=math.nan,
+                         finish_s=math.nan, output_tokens=3)],
+                   [dict(kind="verify", start_s=1.0, bs=1, width=3, tokens=3, committed_tokens=2),
+                    dict(kind="verify", start_s=1.5, iteration=1, bs=1, width=2, tokens=2,
+                         committed_tokens=1)], None, name="partial")
+    out = tmp_path / "r.html"
+    sums = write_report([run], out, slo=parse_slo("ttft_p50<=1s"))
+    html = out.read_text()
+    assert html.count("<figure class='plot'") == 7
+    assert "no request_steps.parquet" in html
+    assert sums[0]["itl_s"] is None and sums[0]["finished"] == 1
+    assert (out.stat().st_mode & 0o644) == 0o644  # readable like any other file
