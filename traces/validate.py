@@ -81,6 +81,8 @@ def _type_kind_ok(name: str, typ: pa.DataType) -> bool:
     dictionary of strings for text, list / large list of any integer width for the step lists.
     """
     canonical = TRACE_SCHEMA.field(name).type
+    if pa.types.is_null(typ):
+        return True          # an all-null column (its nulls are checked like any others)
     if pa.types.is_dictionary(typ):
         typ = typ.value_type
     if pa.types.is_string(canonical):
