@@ -282,6 +282,12 @@ class TraceChecker:
 
     def _check_lists(self, cols: dict, offset: int, n: int) -> dict[str, pa.Array]:
         dl, al = cols["draft_tokens"], cols["accepted_tokens"]
+        if pa.types.is_null(dl.type) or pa.types.is_null(al.type):
+            for name, col in (("draft_tokens", dl), ("accepted_tokens", al)):
+                if pa.types.is_null(col.type):
+                    self._add_rows(np.ones(n, bool), offset, name,
+                                   lambda i: "null list: the column holds no lists at all")
+            return {"draft_tokens": dl.cast(_LIST_I16), "accepted_tokens": al.cast(_LIST_I16)}
         for name, col in (("draft_tokens", dl), ("accepted_tokens", al)):
             if col.null_count:
                 self._add_rows(_nullmask(col), offset, name,

@@ -318,3 +318,12 @@ def test_list_checks_match_a_plain_reading_of_the_rules(tmp_path_factory, rows):
         validate_trace(p)
     got = {(pr.row, pr.column, _kind(pr.message)) for pr in info.value.problems}
     assert got == expected
+
+
+def test_all_null_columns(tmp_path):
+    t = make_table(3)
+    t = set_col(t, "draft_tokens", pa.nulls(3))
+    t = set_col(t, "accepted_tokens", pa.nulls(3))
+    refused(write_raw(t, tmp_path / "n.parquet"), row=2, column="draft_tokens", text="null list")
+    ok = make_table(3, tenant=pa.nulls(3))
+    assert read_trace_arrays(write_raw(ok, tmp_path / "ok.parquet")).tenant.null_count == 3
