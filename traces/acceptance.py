@@ -424,7 +424,11 @@ def load_specbench(path: str | os.PathLike) -> SpecBenchData:
         if not all(isinstance(x, int) and not isinstance(x, bool) for x in al):
             raise SpecschedError("accept_lengths must be whole numbers", path=str(path), row=row,
                                  column="choices[0].accept_lengths")
-        arr = np.asarray(al, dtype=np.int64)
+        try:
+            arr = np.asarray(al, dtype=np.int64)
+        except OverflowError:
+            raise SpecschedError("accept length too large", path=str(path), row=row,
+                                 column="choices[0].accept_lengths") from None
         if arr.min() < 1:
             raise SpecschedError(f"accept length {int(arr.min())} < 1 (the count includes the "
                                  "bonus token, so it is at least 1)", path=str(path), row=row,

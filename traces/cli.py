@@ -61,7 +61,7 @@ _ACCEPTANCE_HELP = ("Fill per-step draft/accept lists with this model: "
 @click.option("-o", "--output", "output_path", required=True, type=click.Path(dir_okay=False),
               help="The trace to write (parquet).")
 @click.option("--acceptance", default=None, help=_ACCEPTANCE_HELP)
-@click.option("--seed", default=0, show_default=True, type=int,
+@click.option("--seed", default=0, show_default=True, type=click.IntRange(min=0),
               help="Seed of the acceptance model's draws.")
 @click.option("--limit", default=None, type=click.IntRange(min=1),
               help="Keep only the first N requests of the input (file order).")
@@ -103,7 +103,8 @@ def convert(fmt: str, input_path: str, output_path: str, acceptance: str | None,
                    "parquet) or empirical:FORMAT:PATH (azure, mooncake, burstgpt, vidur). "
                    "Overrides --prompt/--output-len.")
 @click.option("--acceptance", default=None, help=_ACCEPTANCE_HELP)
-@click.option("--seed", default=0, show_default=True, type=int, help="Seed of every draw.")
+@click.option("--seed", default=0, show_default=True, type=click.IntRange(min=0),
+              help="Seed of every draw.")
 @click.option("-o", "--output", "output_path", required=True, type=click.Path(dir_okay=False),
               help="The trace to write (parquet).")
 @click.option("--progress", is_flag=True, help="Show a progress bar on stderr.")

@@ -94,8 +94,10 @@ class _Problems:
 
 def _read_csv_strings(path: str, required: list[str]) -> pa.Table:
     p = Path(path)
-    if not p.is_file():
+    if not p.exists():
         raise SpecschedError("no such file", path=path)
+    if not p.is_file():
+        raise SpecschedError("is not a file", path=path)
     if p.stat().st_size == 0:
         raise TraceValidationError(path, [Problem("empty file (0 bytes)")])
     with p.open("rb") as fh:
@@ -155,6 +157,10 @@ def _parse_numeric(col, name: str, probs: _Problems, *, integer: bool) -> np.nda
     clean = pc.if_else(pa.array(ok), col, pa.scalar("0"))
     out = np.asarray(pc.cast(clean, pa.float64()).to_numpy(zero_copy_only=False), dtype=np.float64)
     if integer:
+        big = np.abs(out) > np.iinfo(np.int32).max
+        if big.any():
+            probs.add_rows(np.flatnonzero(big), name, lambda r: f"{out[r]:.0f} does not fit int32")
+            out = np.where(big, 1.0, out)
         return out.astype(np.int64)
     return out
 
@@ -314,6 +320,11 @@ def read_mooncake(path: str) -> SourceRequests:
         if any(v is None for v in vals):
             continue
         t, i, o = vals
+        if abs(i) > np.iinfo(np.int32).max or abs(o) > np.iinfo(np.int32).max:
+            probs.add("token count does not fit int32", row,
+                      "input_length" if abs(i) > np.iinfo(np.int32).max else "output_length")
+            continue
+        t = float(t)
         if not np.isfinite(t) or t < 0:
             probs.add(f"bad timestamp {t!r} (milliseconds, >= 0)", row, "timestamp")
         if i < 1:
@@ -431,8 +442,9 @@ def convert(fmt: str, input_path: str | os.PathLike, output_path: str | os.PathL
     ``numpy.random.default_rng(seed)`` in arrival order; the model is recorded in the metadata.
     """
     from traces.acceptance import parse_acceptance
-    from traces.io import write_trace
+    from traces.io import check_seed, write_trace
 
+    check_seed(seed)
     model = parse_acceptance(acceptance) if acceptance is not None else None
     src = read_source(fmt, input_path)
     src, notes = prepare(src, limit=limit, rate_scale=rate_scale)

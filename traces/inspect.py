@@ -13,7 +13,7 @@ import numpy as np
 
 from traces.io import _list_numpy
 from traces.schema import META_ACCEPTANCE, META_NOTES, META_SOURCE
-from traces.validate import TraceChecker, open_trace
+from traces.validate import TraceChecker, open_trace, read_batches
 
 __all__ = ["inspect_trace", "render_inspect"]
 
@@ -73,7 +73,7 @@ def inspect_trace(path: str | os.PathLike) -> dict[str, Any]:
     pairs = _Pairs()
     cats: dict[str, int] = {}
     tenants: dict[str, int] = {}
-    for batch in pf.iter_batches(batch_size=65536):
+    for batch in read_batches(pf, str(path), batch_size=65536):
         b = checker.feed(batch)
         if checker.fatal:
             continue

@@ -29,7 +29,7 @@ from traces.schema import (
     encode_metadata,
     schema_for,
 )
-from traces.validate import TraceChecker, open_trace
+from traces.validate import TraceChecker, open_trace, read_batches
 
 __all__ = ["TraceArrays", "read_trace_arrays", "iter_trace_batches", "write_trace",
            "ROW_GROUP_ROWS", "steps_table"]
@@ -110,6 +110,15 @@ def write_trace(table_or_batches: pa.Table | pa.RecordBatch | Iterable, path: st
     """
     meta = encode_metadata(metadata)
     batches = _as_batches(table_or_batches)
+    if os.path.isdir(path):
+        raise SpecschedError("is a folder: give a file name for the trace", path=str(path))
+    try:
+        _write(batches, path, meta, row_group_rows, validate)
+    except OSError as exc:
+        raise SpecschedError(f"cannot write ({exc.strerror or exc})", path=str(path)) from None
+
+
+def _write(batches, path, meta, row_group_rows: int, validate: bool) -> None:
     with atomic_output_file(path) as tmp:
         writer: pq.ParquetWriter | None = None
         checker: TraceChecker | None = None
@@ -212,7 +221,7 @@ def iter_trace_batches(path: str | os.PathLike, *, columns: list[str] | None = N
             read_cols = list(columns)
     else:
         read_cols = None
-    for batch in pf.iter_batches(batch_size=batch_size, columns=read_cols):
+    for batch in read_batches(pf, str(path), batch_size=batch_size, columns=read_cols):
         out = checker.feed(batch)
         checker.raise_if_problems()
         if columns is not None:
@@ -224,6 +233,13 @@ def _list_numpy(arr: pa.Array) -> tuple[np.ndarray, np.ndarray]:
     off = np.asarray(arr.offsets.to_numpy(), dtype=np.int64)
     vals = arr.values.slice(int(off[0]), int(off[-1] - off[0]))
     return off - off[0], np.asarray(vals.to_numpy(zero_copy_only=False), dtype=np.int16)
+
+
+def check_seed(seed) -> int:
+    """Seeds are whole numbers >= 0 (what ``numpy.random.default_rng`` accepts)."""
+    if isinstance(seed, bool) or not isinstance(seed, (int, np.integer)) or seed < 0:
+        raise SpecschedError(f"seed must be a whole number >= 0, got {seed!r}")
+    return int(seed)
 
 
 def _list_capacity(pf: pq.ParquetFile) -> int:
@@ -250,6 +266,7 @@ def read_trace_arrays(path: str | os.PathLike, *, acceptance: str | None = None,
     """
     from traces.acceptance import estimate_position_accept_prob, parse_acceptance
 
+    check_seed(seed)
     model = parse_acceptance(acceptance) if acceptance is not None else None
     pf = open_trace(path)
     checker = TraceChecker(str(path), pf.schema_arrow, pf.metadata.metadata)
@@ -268,7 +285,7 @@ def read_trace_arrays(path: str | os.PathLike, *, acceptance: str | None = None,
     drafts_buf = np.empty(cap, np.int16)
     accepts_buf = np.empty(cap, np.int16)
     filled = 0
-    for batch in pf.iter_batches(batch_size=ROW_GROUP_ROWS):
+    for batch in read_batches(pf, str(path), batch_size=ROW_GROUP_ROWS):
         b = checker.feed(batch)
         if checker.fatal:
             continue     # keep counting problems over the whole file, skip the conversion

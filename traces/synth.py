@@ -150,6 +150,9 @@ def synth(output_path: str | os.PathLike, *, n: int, rate: float, arrival: str =
     from traces.acceptance import FILL_BLOCK_ROWS, parse_acceptance
     from traces.io import steps_table, write_trace
 
+    from traces.io import check_seed
+
+    check_seed(seed)
     if n < 1:
         raise SpecschedError(f"-n must be >= 1, got {n}")
     if not (math.isfinite(rate) and rate > 0):

@@ -36,7 +36,8 @@ from traces.schema import (
     schema_for,
 )
 
-__all__ = ["ValidationReport", "validate_trace", "open_trace", "TraceChecker", "MAX_PROBLEMS"]
+__all__ = ["ValidationReport", "validate_trace", "open_trace", "read_batches", "TraceChecker",
+           "MAX_PROBLEMS"]
 
 #: problems kept (and counted beyond) before a file is refused
 MAX_PROBLEMS = 200
@@ -110,6 +111,19 @@ def open_trace(path: str | os.PathLike) -> pq.ParquetFile:
         return pq.ParquetFile(p)
     except (pa.ArrowInvalid, pa.ArrowException, OSError) as exc:
         raise TraceValidationError(str(path), [Problem(f"not a parquet file ({exc})")]) from None
+
+
+def read_batches(pf: pq.ParquetFile, path: str, **kwargs):
+    """``pf.iter_batches(**kwargs)``, turning unreadable data into a refusal (not a traceback)."""
+    it = pf.iter_batches(**kwargs)
+    while True:
+        try:
+            batch = next(it)
+        except StopIteration:
+            return
+        except (pa.ArrowException, OSError) as exc:
+            raise TraceValidationError(str(path), [Problem(f"unreadable parquet data ({exc})")]) from None
+        yield batch
 
 
 class TraceChecker:
@@ -461,7 +475,7 @@ def validate_trace(path: str | os.PathLike) -> ValidationReport:
     checker = TraceChecker(str(path), pf.schema_arrow, pf.metadata.metadata)
     if checker.fatal:
         checker.raise_if_problems()
-    for batch in pf.iter_batches(batch_size=65536):
+    for batch in read_batches(pf, str(path), batch_size=65536):
         checker.feed(batch)
     moved = checker.finish()
     notes = []

@@ -163,3 +163,49 @@ def test_synth_command(tmp_path):
     assert t.num_rows == 300
     meta = json.loads(t.schema.metadata[b"specsched.source"])
     assert meta["arrival"] == "gamma" and meta["cv"] == 2.0 and meta["seed"] == 5
+
+
+def test_corrupt_pages_are_refused_not_a_traceback(tmp_path):
+    good = tmp_path / "g.parquet"
+    from traces import write_trace
+    write_trace(make_table(200), good, metadata={})
+    data = bytearray(good.read_bytes())
+    for i in range(8, len(data) // 2):       # scramble the data pages, keep header and footer
+        data[i] = (data[i] * 7 + 13) % 256
+    bad = tmp_path / "bad.parquet"
+    bad.write_bytes(bytes(data))
+    res = run(["trace", "validate", "bad.parquet"], tmp_path)
+    assert res.returncode == 2, res.stderr
+    assert "Traceback" not in res.stderr and "bad.parquet" in res.stderr
+
+
+def test_output_that_is_a_folder_and_negative_seed(tmp_path):
+    src = tmp_path / "in.csv"
+    src.write_text("arrived_at,num_prefill_tokens,num_decode_tokens\n0.0,5,3\n")
+    (tmp_path / "outdir").mkdir()
+    res = run(["trace", "convert", "--from", "vidur", "in.csv", "-o", "outdir"], tmp_path)
+    assert res.returncode == 2 and "is a directory" in res.stderr and "Traceback" not in res.stderr
+    from traces.convert import convert as do_convert
+    with pytest.raises(SpecschedError, match="is a folder"):
+        do_convert("vidur", src, tmp_path / "outdir")
+    res = run(["trace", "convert", "--from", "vidur", "in.csv", "-o", "o.parquet", "--seed", "-1"],
+              tmp_path)
+    assert res.returncode == 2 and "Traceback" not in res.stderr
+    from traces import read_trace_arrays
+    from traces.convert import convert
+    convert("vidur", src, tmp_path / "o.parquet")
+    with pytest.raises(SpecschedError, match="seed"):
+        read_trace_arrays(tmp_path / "o.parquet", acceptance="geometric:k=1,alpha=0.5", seed=-3)
+
+
+def test_numbers_too_large(tmp_path):
+    from traces.convert import read_source
+    src = tmp_path / "a.csv"
+    src.write_text("TIMESTAMP,ContextTokens,GeneratedTokens\n"
+                   "2023-11-16 18:15:46.6805900,99999999999999999999,4\n")
+    with pytest.raises(TraceValidationError, match="row 0, column 'ContextTokens'.*int32"):
+        read_source("azure", src)
+    moon = tmp_path / "m.jsonl"
+    moon.write_text('{"timestamp": 0, "input_length": 99999999999999999999999, "output_length": 2}\n')
+    with pytest.raises(TraceValidationError, match="input_length"):
+        read_source("mooncake", moon)
