@@ -108,11 +108,12 @@ class PoolBackend(Backend):
 
     def abort(self) -> None:
         """Stop now: cancel queued jobs and end the workers (after an interrupt)."""
+        procs = list((getattr(self._pool, "_processes", None) or {}).values())
         self._pool.shutdown(wait=False, cancel_futures=True)
-        for p in list(getattr(self._pool, "_processes", {}).values()):
+        for p in procs:
             try:
                 p.terminate()
-            except Exception:  # noqa: BLE001
+            except Exception:  # noqa: BLE001 - already gone
                 pass
 
 

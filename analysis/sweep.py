@@ -357,6 +357,11 @@ def run_sweep(grid: SweepGrid, out: str | Path, *, jobs: int | None = None,
         if hasattr(backend, "abort"):
             backend.abort()
             owned = False
+        for p in todo:  # a folder may have been completed just as the interrupt came
+            if status[p.name] == "pending" and _point_complete(out / p.name,
+                                                               grid.fingerprint(p.index)):
+                status[p.name] = "done"
+                outcome.ran.append(p.name)
     finally:
         if prog is not None:
             prog.stop()
