@@ -25,7 +25,7 @@ from __future__ import annotations
 
 import math
 import re
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
@@ -145,7 +145,12 @@ class Slo:
         results = []
         for t in self.constraints:
             if t.metric == "goodput":
-                value = gp["fraction"] if gp is not None else 1.0
+                if gp is None:
+                    raise SpecschedError(
+                        f"'{t.text}': goodput needs TTFT/TPOT thresholds: add a term such as "
+                        f"ttft_p90<=2s or ttft<=2s, or give the trace ttft_slo_s/tpot_slo_s "
+                        f"columns", path=str(run.path or run.name))
+                value = gp["fraction"]
             else:
                 v = samples[t.metric]
                 v = np.sort(v[~np.isnan(v)])

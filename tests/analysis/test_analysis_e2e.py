@@ -357,3 +357,32 @@ def test_report_screenshot_renders_every_plot(two_runs, tmp_path):
     res = shot.check(out, tmp_path / "r.png")
     assert res["figures_rendered"] == res["figures"] == 7
     assert res["ok"], res
+
+
+def test_goodput_uses_per_request_slo_columns(tmp_path, roofline):
+    """A trace with per-request SLO columns: they override the global threshold per request."""
+    import pyarrow as pa
+
+    from analysis.results import load_run
+    from analysis.slo import parse_slo
+    from specsched.setup import load_trace, simulate_to
+    from traces import write_trace
+
+    pf = pq.ParquetFile(SAMPLE)
+    meta = {k.decode(): json.loads(v) for k, v in pf.metadata.metadata.items()
+            if k.decode().startswith("specsched.") and k != b"specsched.format_version"}
+    t = pf.read().slice(0, 200)
+    tight = pa.array([1e-4 if i % 2 == 0 else None for i in range(200)], pa.float64())
+    t = t.append_column("ttft_slo_s", tight)
+    write_trace(t, tmp_path / "slo.parquet", metadata=meta)
+    simulate_to(load_trace(tmp_path / "slo.parquet"), roofline, tmp_path / "run")
+    run = load_run(tmp_path / "run")
+    check = parse_slo("ttft_p90<=10s,goodput>=0.1").check(run)
+    r = run.requests
+    ttft = (r["first_token_s"].to_numpy() - r["arrival_s"].to_numpy())
+    odd = np.arange(200) % 2 == 1
+    # even requests must reach their first token within 0.1 ms (impossible); odd ones within 10 s
+    want = (np.sum(odd & (ttft <= 10.0)) + np.sum(~odd & (ttft <= 1e-4))) / 200
+    assert check.goodput["fraction"] == pytest.approx(want)
+    assert 0.4 <= want <= 0.5
+    assert check.goodput["thresholds"]["per_request_ttft"] == 100

@@ -10,7 +10,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from analysis.metrics import (dist, goodput, inter_token_gaps, iteration_stats, quantile,
+from analysis.metrics import (goodput, inter_token_gaps, iteration_stats, quantile,
                               request_latencies, summarize, verify_stats)
 from analysis.results import from_tables, load_run
 from traces.errors import SpecschedError

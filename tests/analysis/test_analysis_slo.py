@@ -108,3 +108,8 @@ def test_check_unfinished_fails_tail(make_run):
                            finish_s=math.nan, output_tokens=2)], [dict()])
     c = parse_slo("e2e_p99<=2s,e2e_max<=2s").check(run)
     assert c.terms[0].ok and not c.terms[1].ok and math.isinf(c.terms[1].value)
+
+
+def test_goodput_without_any_threshold_is_refused(hand_run):
+    with pytest.raises(SpecschedError, match="goodput needs TTFT/TPOT thresholds"):
+        parse_slo("e2e_p99<=10s,goodput>=0.5").check(hand_run)
