@@ -45,7 +45,8 @@ import pyarrow.compute as pc
 from analysis.results import RunResults
 
 __all__ = ["Dist", "quantile", "dist", "col", "kind_mask", "duration_s", "request_latencies", "inter_token_gaps",
-           "goodput", "verify_stats", "iteration_stats", "summarize", "LATENCY_METRICS"]
+           "goodput", "verify_stats", "iteration_stats", "breakdown", "summarize",
+           "LATENCY_METRICS"]
 
 #: Per-request latency metrics (name -> description), the ones an SLO can name.
 LATENCY_METRICS = {
@@ -283,6 +284,58 @@ def iteration_stats(run: RunResults) -> dict[str, Any]:
     }
 
 
+def breakdown(run: RunResults, column: str, *, ttft_s: float | None = None,
+              tpot_s: float | None = None, top: int = 20,
+              lat: dict[str, np.ndarray] | None = None) -> list[dict[str, Any]] | None:
+    """Per value of ``column`` (``category`` or ``tenant``): requests, latency percentiles,
+    goodput and acceptance, most frequent values first (at most ``top``; ties by name).
+
+    None when the column is absent or entirely null.  Acceptance length here is per request
+    (``(accepted_tokens + steps) / steps`` summed over the class), since steps.parquet does not
+    say which class a launch served.
+    """
+    r = run.requests
+    if column not in r.column_names or r[column].null_count == r.num_rows:
+        return None
+    c = r[column]
+    if pa.types.is_dictionary(c.type):
+        c = c.cast(pa.string())
+    labels = np.asarray(pc.fill_null(c, "(none)").to_numpy(zero_copy_only=False), dtype=object)
+    lat = lat or request_latencies(run)
+    per_ttft = col(r, "ttft_slo_s") if "ttft_slo_s" in r.column_names else None
+    per_tpot = col(r, "tpot_slo_s") if "tpot_slo_s" in r.column_names else None
+    thr_t = np.full(r.num_rows, math.nan if ttft_s is None else float(ttft_s))
+    thr_p = np.full(r.num_rows, math.nan if tpot_s is None else float(tpot_s))
+    if per_ttft is not None:
+        thr_t = np.where(np.isnan(per_ttft), thr_t, per_ttft)
+    if per_tpot is not None:
+        thr_p = np.where(np.isnan(per_tpot), thr_p, per_tpot)
+    finished = np.isfinite(lat["e2e"])
+    good = (finished & (np.isnan(thr_t) | (lat["ttft"] <= thr_t))
+            & (np.isnan(thr_p) | np.isnan(lat["tpot"]) | (lat["tpot"] <= thr_p)))
+    any_thr = bool(np.any(~np.isnan(thr_t)) or np.any(~np.isnan(thr_p)))
+    steps = col(r, "steps", np.int64, 0)
+    acc = col(r, "accepted_tokens", np.int64, 0)
+    labels = labels.astype(str)
+    values, counts = np.unique(labels, return_counts=True)
+    order = sorted(range(len(values)), key=lambda i: (-counts[i], values[i]))[:top]
+    rows = []
+    for i in order:
+        m = labels == values[i]
+        st = steps[m].sum()
+        rows.append({
+            column: str(values[i]),
+            "requests": int(m.sum()),
+            "finished": int(finished[m].sum()),
+            "ttft_p50_s": dist(lat["ttft"][m]).p50, "ttft_p99_s": dist(lat["ttft"][m]).p99,
+            "tpot_p50_s": dist(lat["tpot"][m]).p50, "tpot_p99_s": dist(lat["tpot"][m]).p99,
+            "e2e_p99_s": dist(lat["e2e"][m]).p99,
+            "goodput_frac": float(good[m].mean()) if any_thr else None,
+            "accept_len_mean": float((acc[m].sum() + st) / st) if st else None,
+        })
+    return rows
+
+
 def summarize(run: RunResults, *, ttft_s: float | None = None,
               tpot_s: float | None = None) -> dict[str, Any]:
     """Every headline metric of a run as a JSON-ready dict (non-finite numbers become None).
@@ -323,6 +376,8 @@ def summarize(run: RunResults, *, ttft_s: float | None = None,
         "retracted_requests": int(np.sum(col(r, "retractions", np.int64, 0) > 0)),
         "verify": verify_stats(run),
         "iterations": iteration_stats(run),
+        "by_category": breakdown(run, "category", ttft_s=ttft_s, tpot_s=tpot_s, lat=lat),
+        "by_tenant": breakdown(run, "tenant", ttft_s=ttft_s, tpot_s=tpot_s, lat=lat),
     }
     return _clean(out)
 

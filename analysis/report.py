@@ -138,6 +138,9 @@ def _meta(run: RunResults) -> dict[str, str]:
     }
 
 
+_CLASS_HEAD = ("requests", "TTFT p50", "TTFT p99", "TPOT p50", "TPOT p99", "E2E p99", "goodput",
+               "acceptance length")
+
 _CSS = """
 body{font-family:-apple-system,Segoe UI,Helvetica,Arial,sans-serif;margin:24px auto;max-width:1240px;
 color:#222;padding:0 16px}
@@ -203,6 +206,21 @@ def build_html(runs: list[RunResults], *, slo: Slo | None = None,
         out.append("<tr><th>all terms</th>" + "".join(
             f"<td class='v {'ok' if c.ok else 'fail'}'>{'met' if c.ok else 'missed'}</td>"
             for c in checks) + "</tr></table>")
+    for key, title_ in (("by_category", "category"), ("by_tenant", "tenant")):
+        for r, s in zip(runs, summaries):
+            rows = s.get(key)
+            if not rows:
+                continue
+            out.append(f"<h2>Per {title_}: {e(r.name)}</h2><table><tr><th>{title_}</th>"
+                       + "".join(f"<th>{h}</th>" for h in _CLASS_HEAD) + "</tr>")
+            for row in rows:
+                cells = [str(row["requests"]), _ms(row["ttft_p50_s"]), _ms(row["ttft_p99_s"]),
+                         _ms(row["tpot_p50_s"]), _ms(row["tpot_p99_s"]), _ms(row["e2e_p99_s"]),
+                         _pct(row["goodput_frac"]),
+                         "n/a" if row["accept_len_mean"] is None else f"{row['accept_len_mean']:.3f}"]
+                out.append(f"<tr><th>{e(row[title_])}</th>"
+                           + "".join(f"<td class='v'>{e(c)}</td>" for c in cells) + "</tr>")
+            out.append("</table>")
     out.append("<h2>Figures</h2>")
     for fid, ftitle, caption, svg in render_all(runs, summaries):
         out.append(f"<figure class='plot' id='{fid}'><figcaption><b>{e(ftitle)}.</b> "

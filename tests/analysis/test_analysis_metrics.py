@@ -180,3 +180,23 @@ def test_missing_column_is_named(hand_run, tmp_path):
     (d / "steps.parquet").write_text("not parquet")
     with pytest.raises(SpecschedError, match="cannot read as parquet"):
         load_run(d)
+
+
+def test_breakdown_by_category(hand_run):
+    from analysis.metrics import breakdown
+
+    req = hand_run.requests
+    i = req.column_names.index("category")
+    req = req.set_column(i, "category", pa.array(["chat", "code", "chat"]))
+    run = from_tables("x", req, hand_run.steps, hand_run.request_steps)
+    rows = breakdown(run, "category", ttft_s=0.6, tpot_s=0.6)
+    assert [r["category"] for r in rows] == ["chat", "code"]  # most requests first
+    chat, code = rows
+    assert chat["requests"] == 2 and code["requests"] == 1
+    # chat = r0 (ttft .5, good) and r2 (ttft 1.0, not good); code = r1 (tpot 1.0, not good)
+    assert chat["goodput_frac"] == pytest.approx(0.5) and code["goodput_frac"] == 0.0
+    assert chat["ttft_p50_s"] == pytest.approx(0.75)
+    # acceptance per request: r0 (2 accepted + 2 steps) / 2 steps; r2 has no steps
+    assert chat["accept_len_mean"] == pytest.approx(2.0)
+    assert code["accept_len_mean"] == pytest.approx(2.0)  # (1 + 1) / 1
+    assert breakdown(hand_run, "tenant") is None  # all null
