@@ -261,19 +261,30 @@ def _print_plan(result, d) -> None:
             con.print(f"  {n}")
         return
     c = d["best"]["checked"]
-    con.print(f"[bold]max rate: {best.rate:.3f} req/s[/bold] ({best.search.answer:.4g}x the "
+    atleast = "at least " if best.search.status != "ok" else ""
+    con.print(f"[bold]max rate: {atleast}{best.rate:.3f} req/s[/bold] ({best.search.answer:.4g}x the "
               f"recorded rate){' with ' + ', '.join(f'{k}={v}' for k, v in best.params.items()) if best.params else ''}")
     at = c["at"]["check"]
-    con.print(f"  checked: meets the SLO at {c['at']['rate_req_s']:.3f} req/s (margin "
-              f"{_fmt_pct(at['margin'])}); misses it at {c['above']['rate_req_s']:.3f} req/s "
-              f"(+{100 * (result.margin - 1):.0f}%)")
+    if c["above"] is not None:
+        con.print(f"  checked: meets the SLO at {c['at']['rate_req_s']:.3f} req/s (margin "
+                  f"{_fmt_pct(at['margin'])}); misses it at {c['above']['rate_req_s']:.3f} "
+                  f"req/s (+{100 * (result.margin - 1):.0f}%)")
+    else:
+        con.print(f"  [yellow]{best.search.status}: meets the SLO at "
+                  f"{c['at']['rate_req_s']:.3f} req/s, the highest rate tried; no rate above "
+                  f"it was found to miss it[/yellow]")
+
     for term in at["terms"]:
         con.print(f"    {term['term']}: {term['value']:.4g}" if term["term"].startswith("goodput")
                   else f"    {term['term']}: {_fmt_s(term['value'])}")
     if d.get("margin_over_runner_up") is not None:
         con.print(f"  margin over the runner-up: {_fmt_pct(d['margin_over_runner_up'])}")
-    con.print(f"  precision: within {100 * result.tolerance:.0f}% below the boundary; "
-              f"{sum(len(p.search.probes) for p in result.plans)} simulations")
+    sims = sum(len(p.search.probes) for p in result.plans)
+    if best.search.status == "ok":
+        con.print(f"  precision: within {100 * result.tolerance:.0f}% below the boundary; "
+                  f"{sims} simulations")
+    else:
+        con.print(f"  {sims} simulations")
     r = d.get("replicas")
     if r:
         if r.get("replicas") is None:

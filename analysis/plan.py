@@ -215,7 +215,10 @@ def plan(trace: str, slo: Slo, *, config=None, acceptance: str | None = None,
             backend.close()
     for p in plans:
         if p.error is None and p.search.status != "ok":
-            result.notes.extend(p.search.notes)
+            for n in p.search.notes:
+                note = f"{_label(p.params)}{n}"
+                if note not in result.notes:
+                    result.notes.append(note)
     return result
 
 
