@@ -5,7 +5,8 @@ The trace's arrivals are scaled (``rate_scale``: 2 = twice as fast; the requests
 unchanged) and each candidate scale is simulated with the engine; :class:`analysis.search.ScaleSearch`
 brackets and narrows the scale and checks its answer at both bounds: the reported rate met the
 SLO, and ``margin`` (1.1) times it did not, both simulated.  Several scales are simulated at once
-(``jobs`` workers, one per core by default).
+(two per round for each configuration, whatever the number of workers, so the answer does
+not depend on where the simulations ran).
 
 The trace's *recorded rate* is ``requests / (last arrival - first arrival)``; a scale ``x``
 means ``x`` times that rate.
@@ -31,6 +32,12 @@ from analysis.slo import Slo
 from traces.errors import SpecschedError
 
 __all__ = ["probe", "plan", "PlanResult", "ConfigPlan", "recorded_rate"]
+
+
+#: Scales each search simulates per round.  Fixed (not the number of workers) so the answer
+#: does not depend on --jobs or on the Ray cluster: two at once suit a 2-core machine; more
+#: workers serve several configurations (--search) at once.
+PROBES_PER_ROUND = 2
 
 
 def recorded_rate(arrival_s: np.ndarray) -> float:
@@ -244,10 +251,9 @@ def _drive(plans: list[ConfigPlan], backend, trace, acceptance, digest, slo, pro
         active = [i for i, p in enumerate(plans) if not p.search.done and p.error is None]
         if not active:
             return
-        per = max(1, backend.jobs // len(active))
         jobs = []
         for i in active:
-            for scale in plans[i].search.propose(per):
+            for scale in plans[i].search.propose(PROBES_PER_ROUND):
                 cfg = plans[i].config.replace({"rate_scale": float(scale)})
                 jobs.append(((i, scale), RunSpec(trace, cfg, acceptance, digest)))
         if not jobs:

@@ -386,3 +386,13 @@ def test_goodput_uses_per_request_slo_columns(tmp_path, roofline):
     assert check.goodput["fraction"] == pytest.approx(want)
     assert 0.4 <= want <= 0.5
     assert check.goodput["thresholds"]["per_request_ttft"] == 100
+
+
+def test_plan_answer_does_not_depend_on_workers(small_trace, roofline):
+    from analysis.plan import plan
+    from analysis.slo import parse_slo
+
+    slo = parse_slo("ttft_p90<=500ms,tpot_p99<=20ms")
+    one = plan(str(small_trace), slo, config=roofline, jobs=1).to_dict()
+    two = plan(str(small_trace), slo, config=roofline, jobs=2).to_dict()
+    assert one == two
