@@ -17,6 +17,17 @@ from typing import Iterator
 __all__ = ["atomic_output_dir", "atomic_output_file"]
 
 
+def _umask() -> int:
+    mask = os.umask(0)
+    os.umask(mask)
+    return mask
+
+
+def _normal_mode(path: Path, *, folder: bool) -> None:
+    """mkdtemp/mkstemp create 0700/0600; results should get the user's usual permissions."""
+    os.chmod(path, (0o777 if folder else 0o666) & ~_umask())
+
+
 @contextmanager
 def atomic_output_dir(final: str | os.PathLike, *, overwrite: bool = True) -> Iterator[Path]:
     """Yield a fresh temporary folder; on success it replaces ``final``.
@@ -35,6 +46,7 @@ def atomic_output_dir(final: str | os.PathLike, *, overwrite: bool = True) -> It
         raise SpecschedError("exists and is not a folder", path=str(final))
     parent.mkdir(parents=True, exist_ok=True)
     tmp = Path(tempfile.mkdtemp(prefix=f".{final.name}.tmp-", dir=parent))
+    _normal_mode(tmp, folder=True)
     try:
         yield tmp
     except BaseException:
@@ -58,6 +70,7 @@ def atomic_output_file(final: str | os.PathLike) -> Iterator[Path]:
     fd, name = tempfile.mkstemp(prefix=f".{final.name}.tmp-", dir=parent)
     os.close(fd)
     tmp = Path(name)
+    _normal_mode(tmp, folder=False)
     try:
         yield tmp
     except BaseException:
