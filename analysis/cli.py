@@ -130,6 +130,7 @@ def report(run_dirs, out, slo, names, title, as_json):
     \b
     Example:
       specsched report runs/pad runs/split -o compare.html --slo 'ttft_p90<=2s,tpot_p99<=200ms'
+      specsched report runs/grid -o grid.html     # a sweep folder: all its finished points
 
     The HTML file embeds every plot (latency CDFs, TTFT and TPOT over time, batch size and
     width mix over time, padding waste, runs side by side): it needs no network to open.
@@ -139,6 +140,7 @@ def report(run_dirs, out, slo, names, title, as_json):
     from analysis.slo import parse_slo
 
     parsed = parse_slo(slo, option="--slo") if slo else None
+    run_dirs = _expand_sweeps(run_dirs)
     if names and len(names) != len(run_dirs):
         raise SpecschedError(f"--name: give one label per run ({len(run_dirs)}), got "
                              f"{len(names)}")
@@ -156,6 +158,27 @@ def report(run_dirs, out, slo, names, title, as_json):
         checks = [parsed.check(r) for r in runs] if parsed else None
         print_summary(runs, summaries, checks=checks, console=_console())
         Console(stderr=True).print(f"report: {out}")
+
+
+def _expand_sweeps(run_dirs) -> list[str]:
+    """A sweep's output folder (manifest.json, no requests.parquet) stands for its finished
+    points, in grid order."""
+    out = []
+    for d in run_dirs:
+        p = Path(d)
+        man = p / "manifest.json"
+        if man.is_file() and not (p / "requests.parquet").exists():
+            try:
+                doc = json.loads(man.read_text())
+                points = [pt["name"] for pt in doc["points"] if pt.get("status") == "done"]
+            except (ValueError, KeyError, TypeError):
+                raise SpecschedError("not a sweep manifest", path=str(man)) from None
+            if not points:
+                raise SpecschedError("the sweep has no finished point yet", path=str(p))
+            out.extend(str(p / n) for n in points)
+        else:
+            out.append(str(d))
+    return out
 
 
 def _labels(run_dirs) -> list[str]:

@@ -227,8 +227,12 @@ def fig_batch_over_time(runs: list[RunResults]) -> str:
     return _svg(fig)
 
 
+MAX_PANELS = 8
+
+
 def fig_width_mix(runs: list[RunResults]) -> str:
     plt = _mpl()
+    runs = runs[:MAX_PANELS]  # one panel per run: the first eight
     fig, axes = plt.subplots(len(runs), 1, figsize=(11, 2.8 * len(runs) + 0.6), squeeze=False)
     for i, run in enumerate(runs):
         ax = axes[i, 0]
@@ -380,7 +384,8 @@ FIGURES: list[tuple[str, str, str, Callable]] = [
      "iteration.", lambda runs, sums: fig_batch_over_time(runs)),
     ("width-mix", "Width mix over time",
      "Share of verified requests by launch width, and the fraction of iterations whose "
-     "running set proposed more than one width.", lambda runs, sums: fig_width_mix(runs)),
+     "running set proposed more than one width (one panel per run, the first eight).",
+     lambda runs, sums: fig_width_mix(runs)),
     ("width-distribution", "Distinct widths per iteration",
      "Distribution of the number of distinct proposed widths per verify iteration.",
      lambda runs, sums: fig_width_distribution(runs, sums)),

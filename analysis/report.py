@@ -105,6 +105,20 @@ SUMMARY_ROWS: list[tuple[str, Callable[[dict], Any], Callable[[Any], str]]] = [
 ]
 
 
+#: Columns of the one-row-per-run terminal table (many runs): summary row label -> header.
+_COMPACT = {
+    "throughput (output tok/s)": "tok/s",
+    "goodput (fraction)": "goodput",
+    "TTFT p90": "TTFT p90",
+    "TPOT p99": "TPOT p99",
+    "inter-token gap p99 (per token)": "ITL p99",
+    "acceptance length (tokens/step)": "accept",
+    "padding waste (all)": "padding",
+    "verify launches / iteration": "launch/it",
+    "iterations mixing widths": "mixed",
+}
+
+
 def summary_table(summaries: list[dict]) -> list[tuple[str, list[str]]]:
     """[(label, [formatted value per run])] -- the one table both the terminal and HTML show."""
     rows = []
@@ -246,6 +260,27 @@ def print_summary(runs: list[RunResults], summaries: list[dict], *, console=None
     from rich.table import Table
 
     console = console or Console()
+    if len(runs) > 4:  # many runs: one row per run, the headline metrics only
+        table = Table(title="specsched summary")
+        table.add_column("run")
+        rows = [r for r in SUMMARY_ROWS if r[0] in _COMPACT]
+        for label, _, _ in rows:
+            table.add_column(_COMPACT[label], justify="right")
+        if checks:
+            table.add_column("SLO")
+        for i, (r, s) in enumerate(zip(runs, summaries)):
+            cells = []
+            for _, get, fmt in rows:
+                try:
+                    v = get(s)
+                except (KeyError, TypeError):
+                    v = None
+                cells.append(fmt(v) if v is not None else "n/a")
+            if checks:
+                cells.append("[green]met[/]" if checks[i].ok else "[red]missed[/]")
+            table.add_row(r.name, *cells)
+        console.print(table)
+        return
     table = Table(title="specsched summary", show_lines=False)
     table.add_column("metric")
     for r in runs:

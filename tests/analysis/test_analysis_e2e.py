@@ -222,6 +222,10 @@ def test_sweep_pool_inline_identical_and_resume(small_trace, tmp_path):
     _same_results(tmp_path / "pool", tmp_path / "inline", names)
     table = pq.read_table(tmp_path / "pool" / "sweep.parquet")
     assert table["point"].to_pylist() == names and "ttft_p90_s" in table.column_names
+    # `specsched report OUT` stands for every finished point of the sweep, in grid order
+    from analysis.cli import _expand_sweeps
+
+    assert _expand_sweeps([str(tmp_path / "pool")]) == [str(tmp_path / "pool" / n) for n in names]
 
     # resume: a missing folder and a stray temporary (a killed run) -> only that point runs
     shutil.rmtree(tmp_path / "inline" / names[2])
