@@ -249,10 +249,37 @@ def plan(trace_path, slo, config_path, backend, model, gpu, profile_path, accept
                       target_rate=target_rate, jobs=jobs, ray=ray_address, tolerance=tolerance,
                       progress=say)
     d = result.to_dict()
+    best = result.best
+    if best is not None:
+        d["reproduce"] = _reproduce(trace, config_path, backend, model, gpu, profile_path,
+                                    acceptance, seed, sets, policy, best.params,
+                                    best.search.answer)
     if as_json:
         _echo_json(d)
         return
     _print_plan(result, d)
+
+
+def _reproduce(trace, config_path, backend, model, gpu, profile_path, acceptance, seed, sets,
+               policy, params, scale) -> str:
+    """The `specsched simulate` command that replays the answer."""
+    import shlex
+
+    from analysis.grid import resolve_overrides
+
+    args = ["specsched", "simulate", "--trace", str(trace)]
+    for flag, v in (("--config", config_path), ("--backend", backend), ("--model", model),
+                    ("--gpu", gpu), ("--profile", profile_path), ("--acceptance", acceptance),
+                    ("--seed", seed), ("--policy", policy)):
+        if v is not None:
+            args += [flag, str(v)]
+    for item in sets:
+        args += ["--set", item]
+    for k, v in resolve_overrides(params, "--search").items():
+        v = ",".join(map(str, v)) if isinstance(v, (list, tuple)) else v
+        args += ["--set", f"{k}={v}"]
+    args += ["--rate-scale", repr(float(scale))]
+    return shlex.join(args)
 
 
 def _print_plan(result, d) -> None:
@@ -300,6 +327,8 @@ def _print_plan(result, d) -> None:
     for term in at["terms"]:
         con.print(f"    {term['term']}: {term['value']:.4g}" if term["term"].startswith("goodput")
                   else f"    {term['term']}: {_fmt_s(term['value'])}")
+    if d.get("reproduce"):
+        con.print(f"  reproduce: {d['reproduce']}", soft_wrap=True)
     if d.get("margin_over_runner_up") is not None:
         con.print(f"  margin over the runner-up: {_fmt_pct(d['margin_over_runner_up'])}")
     sims = sum(len(p.search.probes) for p in result.plans)

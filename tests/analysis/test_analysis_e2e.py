@@ -83,9 +83,12 @@ def test_plan_answer_holds(small_trace, roofline, tmp_path):
     assert res.base_rate == pytest.approx(len(arr) / (arr[-1] - arr[0]))
 
 
-def test_plan_cli_json_replicas_and_determinism(small_trace):
-    args = ["plan", "--trace", small_trace, "--slo", "ttft_p90<=500ms,tpot_p99<=20ms",
-            "--backend", "roofline", "--target-rate", "60", "--json", "--jobs", "2"]
+def test_plan_cli_json_replicas_and_determinism(small_trace, tmp_path):
+    import shlex
+
+    slo = "ttft_p90<=500ms,tpot_p99<=20ms"
+    args = ["plan", "--trace", small_trace, "--slo", slo, "--backend", "roofline",
+            "--target-rate", "60", "--json", "--jobs", "2"]
     a = json.loads(_cli(*args).stdout)
     b = json.loads(_cli(*args).stdout)
     assert a == b  # same inputs, same answer, byte for byte
@@ -93,6 +96,14 @@ def test_plan_cli_json_replicas_and_determinism(small_trace):
     r = a["replicas"]
     assert r["replicas"] >= math.ceil(60 / a["max_rate_req_s"] - 1e-9)
     assert r["checked"][-1]["meets_slo"] is True
+    # the printed `specsched simulate` command replays the answer, which meets the SLO
+    cmd = shlex.split(a["reproduce"])
+    assert cmd[:2] == ["specsched", "simulate"]
+    _cli(*cmd[1:], "--out", tmp_path / "repro", "--no-report", "--no-progress")
+    rep = json.loads(_cli("report", tmp_path / "repro", "-o", tmp_path / "r.html", "--slo", slo,
+                          "--json").stdout)
+    assert rep["slo"]["repro"]["ok"] is True
+    assert rep["slo"]["repro"] == a["best"]["checked"]["at"]["check"]
 
 
 def test_plan_search_ranks_configurations(small_trace, roofline):
