@@ -25,6 +25,7 @@ stage() {  # stage NAME SECONDS COMMAND...
   timeout "$secs" "$@" 2>&1 | tee -a "$LOG"
   local rc=${PIPESTATUS[0]}
   echo "=== $name rc=$rc in $((SECONDS - t0))s ===" | tee -a "$LOG"
+  if [ "$rc" != 0 ] && [ -n "${STOP_ON_FAIL:-}" ]; then echo "stopping: $name failed" | tee -a "$LOG"; exit "$rc"; fi
 }
 
 for s in "$@"; do
