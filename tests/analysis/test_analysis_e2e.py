@@ -61,19 +61,28 @@ def _simulate_check(trace, config, scale, slo, out):
 
 
 # ----------------------------------------------------------------------------- plan
-def test_plan_answer_holds(small_trace, roofline, tmp_path):
+@pytest.mark.parametrize("backend", ["profile", "roofline"])
+def test_plan_answer_holds(small_trace, backend, tmp_path):
     from analysis.plan import plan
     from analysis.slo import parse_slo
+    from simulator.config import SimConfig
+    from specsched.setup import prepare
+    from traces.errors import SpecschedError
 
+    config = SimConfig.load(None, {"backend.name": backend})
+    try:
+        prepare(config)
+    except SpecschedError as exc:
+        pytest.skip(f"the {backend} backend is unavailable here: {exc}")
     slo = parse_slo("ttft_p90<=500ms,tpot_p99<=20ms")
-    res = plan(str(small_trace), slo, config=roofline, jobs=2)
+    res = plan(str(small_trace), slo, config=config, jobs=2)
     best = res.best
     assert best is not None and best.search.status == "ok"
     scale = best.search.answer
     assert best.rate == pytest.approx(scale * res.base_rate)
     # independently of the search: simulate at the reported rate, and at 10% more
-    at = _simulate_check(small_trace, roofline, scale, slo, tmp_path / "at")
-    above = _simulate_check(small_trace, roofline, scale * 1.1, slo, tmp_path / "above")
+    at = _simulate_check(small_trace, config, scale, slo, tmp_path / "at")
+    above = _simulate_check(small_trace, config, scale * 1.1, slo, tmp_path / "above")
     assert at.ok, at.failed()
     assert not above.ok
     d = res.to_dict()
