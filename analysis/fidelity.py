@@ -242,8 +242,9 @@ def _not_captured(table, steps_report: dict) -> list[str]:
     if steps_report.get("out_of_grid_steps"):
         items.append(f"{steps_report['out_of_grid_steps']} reference steps lie outside the "
                      "profile's grid (extrapolated)")
-    if src.get("monotone_raised"):
-        items.append(f"measured points raised to keep latency monotone: {src['monotone_raised']}")
+    if src.get("monotone_adjusted"):
+        items.append("measured points moved by the isotonic fit along KV / prefill tokens: "
+                     f"{src['monotone_adjusted']}")
     return items
 
 
@@ -330,7 +331,7 @@ def render_markdown(report: dict, *, reference: str) -> str:
 def run_fidelity(trace_path: str | Path, model: str, *, out_dir: str | Path | None = None,
                  reference: str = "aiter", gpu: str | None = None, profile: str | None = None,
                  config_path: str | None = None, overrides: dict[str, Any] | None = None,
-                 worst: int = 20, progress=None) -> dict[str, Any]:
+                 worst: int = 20, progress=None, limit: int | None = None) -> dict[str, Any]:
     """Run ``trace_path`` with the ``reference`` backend and with ``profile``; compare them.
 
     With ``out_dir``: writes ``<out>/reference/`` and ``<out>/profile/`` (results folders),
@@ -352,7 +353,7 @@ def run_fidelity(trace_path: str | Path, model: str, *, out_dir: str | Path | No
     base = SimConfig.load(config_path, ov)
     ref_cfg = base.replace({"backend.name": reference, "backend.profile": ""})
     prof_cfg = base.replace({"backend.name": "profile"})
-    trace = load_trace(trace_path, seed=base.seed)
+    trace = load_trace(trace_path, seed=base.seed, limit=limit)
     prof_prep = prepare(prof_cfg)
     if not isinstance(prof_prep.executor, ProfileExecutor):
         raise SpecschedError("the profile backend did not yield a profile executor")
@@ -371,6 +372,7 @@ def run_fidelity(trace_path: str | Path, model: str, *, out_dir: str | Path | No
         report = build_report(steps, ref.summary, mod.summary, table, worst=worst)
         report["reference"] = {"backend": reference, "describe": _jsonable(ref.summary.get("backend"))}
         report["trace"] = str(trace_path)
+        report["requests"] = len(trace)
         report["model"] = model
         if folder:
             (folder / "fidelity.json").write_text(json.dumps(report, indent=2, sort_keys=True,
@@ -410,8 +412,10 @@ import click  # noqa: E402
 @click.option("--set", "sets", multiple=True, metavar="KEY=VALUE",
               help="Any configuration key, e.g. --set engine.policy=split (repeatable).")
 @click.option("--worst", default=20, show_default=True, type=int, help="Worst steps to list.")
+@click.option("--limit", type=int, help="Only the first N requests of the trace.")
 @click.option("--json", "as_json", is_flag=True, help="Print the report as JSON.")
-def fidelity(trace_path, model, out_dir, reference, gpu, profile, config_path, sets, worst, as_json):
+def fidelity(trace_path, model, out_dir, reference, gpu, profile, config_path, sets, worst, limit,
+             as_json):
     """Compare the profile backend with live GPU replay on one trace.
 
     \b
@@ -434,7 +438,7 @@ def fidelity(trace_path, model, out_dir, reference, gpu, profile, config_path, s
         out_dir = Path("runs") / f"fidelity__{Path(trace_path).stem}__{Path(model).stem}"
     report = run_fidelity(trace_path, model, out_dir=out_dir, reference=reference, gpu=gpu,
                           profile=profile, config_path=config_path, overrides=overrides,
-                          worst=worst)
+                          worst=worst, limit=limit)
     if as_json:
         click.echo(json.dumps(report, indent=2, sort_keys=True, default=str))
     else:

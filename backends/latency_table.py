@@ -14,10 +14,13 @@ grid                      axes (in this order)                                  
 ========================  ======================================================  ============
 
 Evaluation is multilinear between grid points, exact on them, and beyond the grid it
-extrapolates linearly from the last segment of each axis (below the first point it holds the
-first value); any evaluation outside the grid is flagged so the summary can warn.  Values are
-made non-decreasing along every axis when a table is built (a running maximum), so
-interpolation is monotone and extrapolation never decreases.
+extrapolates linearly from the last segment of each axis, never downwards (below the first point
+it holds the first value); any evaluation outside the grid is flagged so the summary can warn.
+A table may declare axes along which latency must not decrease (a profile: KV length and prefill
+tokens): values along those are made monotone when the table is built, by isotonic regression
+(pool-adjacent-violators, which averages a noisy pair instead of raising one to the other), so
+interpolation along them is monotone.  Other axes keep what was measured: a real kernel can be
+faster at width 4 than at width 3.
 
 How a batch maps onto the axes (the same rule for every table executor, and for the engine's
 compiled fast path, which calls the same functions):
@@ -52,9 +55,12 @@ class Grid:
     values: np.ndarray
 
     @staticmethod
-    def build(axes, values, *, name: str = "grid") -> "Grid":
+    def build(axes, values, *, name: str = "grid",
+              monotone: tuple[int, ...] | None = None) -> "Grid":
+        """Validate and store a grid; ``monotone`` lists the axes along which latency may not
+        decrease (default: every axis)."""
         ax = tuple(np.ascontiguousarray(np.asarray(a, dtype=np.float64)) for a in axes)
-        v = np.ascontiguousarray(np.asarray(values, dtype=np.float64))
+        v = np.array(values, dtype=np.float64)
         shape = tuple(len(a) for a in ax)
         if v.shape != shape:
             raise ValueError(f"{name}: values have shape {v.shape}, axes give {shape}")
@@ -63,9 +69,24 @@ class Grid:
                 raise ValueError(f"{name}: axis {i} must be non-empty and strictly increasing")
         if not np.all(np.isfinite(v)) or np.any(v <= 0):
             raise ValueError(f"{name}: latencies must be finite and > 0")
-        for i in range(v.ndim):  # monotone non-decreasing along every axis
+        axes_m = tuple(range(v.ndim)) if monotone is None else tuple(monotone)
+        for i in axes_m:
+            v = np.apply_along_axis(isotonic, i, v)
+        for i in axes_m:  # isotonic along one axis can dent another by rounding: settle it
             v = np.maximum.accumulate(v, axis=i)
-        return Grid(ax, v)
+        return Grid(ax, np.ascontiguousarray(v))
+
+
+def isotonic(y: np.ndarray) -> np.ndarray:
+    """The non-decreasing sequence closest to ``y`` in least squares (pool adjacent violators)."""
+    blocks: list[list[float]] = []  # [mean, weight]
+    for x in np.asarray(y, dtype=np.float64):
+        blocks.append([float(x), 1.0])
+        while len(blocks) > 1 and blocks[-2][0] > blocks[-1][0]:
+            m2, w2 = blocks.pop()
+            m1, w1 = blocks.pop()
+            blocks.append([(m1 * w1 + m2 * w2) / (w1 + w2), w1 + w2])
+    return np.concatenate([np.full(int(w), m) for m, w in blocks])
 
 
 @njit
@@ -93,33 +114,43 @@ def _locate(axis, x):
 
 
 @njit
+def _lerp(a, b, t):
+    """a + t (b - a); beyond the segment (t > 1) it never decreases."""
+    if t <= 1.0:
+        return a + t * (b - a)
+    return b + (t - 1.0) * max(b - a, 0.0)
+
+
+@njit
 def interp2(a0, a1, v, x0, x1):
-    """Bilinear interpolation (linear extrapolation above the grid).  Returns (value, outside)."""
+    """Bilinear interpolation (non-decreasing linear extrapolation above the grid).
+    Returns (value, outside)."""
     i, t, o0 = _locate(a0, x0)
     j, u, o1 = _locate(a1, x1)
     i1 = min(i + 1, a0.shape[0] - 1)
     j1 = min(j + 1, a1.shape[0] - 1)
-    r0 = v[i, j] + u * (v[i, j1] - v[i, j])
-    r1 = v[i1, j] + u * (v[i1, j1] - v[i1, j])
-    return r0 + t * (r1 - r0), (o0 or o1)
+    r0 = _lerp(v[i, j], v[i, j1], u)
+    r1 = _lerp(v[i1, j], v[i1, j1], u)
+    return _lerp(r0, r1, t), (o0 or o1)
 
 
 @njit
 def interp3(a0, a1, a2, v, x0, x1, x2):
-    """Trilinear interpolation (linear extrapolation above the grid).  Returns (value, outside)."""
+    """Trilinear interpolation (non-decreasing linear extrapolation above the grid).
+    Returns (value, outside)."""
     i, t, o0 = _locate(a0, x0)
     j, u, o1 = _locate(a1, x1)
     k, s, o2 = _locate(a2, x2)
     i1 = min(i + 1, a0.shape[0] - 1)
     j1 = min(j + 1, a1.shape[0] - 1)
     k1 = min(k + 1, a2.shape[0] - 1)
-    c00 = v[i, j, k] + s * (v[i, j, k1] - v[i, j, k])
-    c01 = v[i, j1, k] + s * (v[i, j1, k1] - v[i, j1, k])
-    c10 = v[i1, j, k] + s * (v[i1, j, k1] - v[i1, j, k])
-    c11 = v[i1, j1, k] + s * (v[i1, j1, k1] - v[i1, j1, k])
-    c0 = c00 + u * (c01 - c00)
-    c1 = c10 + u * (c11 - c10)
-    return c0 + t * (c1 - c0), (o0 or o1 or o2)
+    c00 = _lerp(v[i, j, k], v[i, j, k1], s)
+    c01 = _lerp(v[i, j1, k], v[i, j1, k1], s)
+    c10 = _lerp(v[i1, j, k], v[i1, j, k1], s)
+    c11 = _lerp(v[i1, j1, k], v[i1, j1, k1], s)
+    c0 = _lerp(c00, c01, u)
+    c1 = _lerp(c10, c11, u)
+    return _lerp(c0, c1, t), (o0 or o1 or o2)
 
 
 def verify_axes(batch: VerifyBatch) -> tuple[float, float, float]:

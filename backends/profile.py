@@ -10,7 +10,7 @@ Building the grids (each documented in ``LatencyTable.source``):
 
 - **Axes** are the measured values: verify (padded batch size, width, KV length), draft (batch
   size, KV length), prefill (tokens, prefix).  Measured points are reproduced exactly (unless the
-  monotone pass below had to raise a noisy one; counted).
+  monotone pass below had to move a noisy one; counted).
 - **Holes** (points a sweep skipped, typically large batch x long KV that did not fit) are filled,
   in this order: (1) along KV within the same batch size and width, linearly between measured
   points and, beyond the last one, by extending the last measured segment (latency is affine in
@@ -23,8 +23,11 @@ Building the grids (each documented in ``LatencyTable.source``):
   with no eager point anywhere, takes the graph value and says so in ``source["warnings"]``.
 - **Prefill** rows with the same (tokens, prefix) and different request counts are averaged (the
   table has no request-count axis); the largest spread is reported.
-- Values are then made non-decreasing along every axis (``Grid.build``).
-- **Beyond the grid** the table extrapolates linearly from the last segment of each axis (holds
+- Values are then made non-decreasing along KV length (verify, draft) and along tokens and
+  prefix (prefill) by isotonic regression (``Grid.build``); batch size and width keep what was
+  measured (a kernel can be faster at width 4 than at width 3).
+- **Beyond the grid** the table extrapolates linearly (never downwards) from the last segment of
+  each axis (holds
   the first value below it) and flags the lookup ``out_of_grid``; the simulator counts those and
   warns in its summary.
 """
@@ -299,12 +302,16 @@ def _grid_from_points(points: dict[tuple, float], axes: tuple[np.ndarray, ...], 
 
 
 def _build(axes, values, name, measured_mask, stats) -> Grid:
-    grid = Grid.build(axes, values, name=name)
-    raised = measured_mask & (grid.values > values * (1 + 1e-12))
-    if raised.any():
-        rel = float(np.max(grid.values[raised] / values[raised] - 1))
-        stats.setdefault("monotone_raised", {})[name] = {"points": int(raised.sum()),
-                                                         "max_rel": round(rel, 6)}
+    """The grid, monotone along KV length (verify, draft) or tokens and prefix (prefill) only:
+    along batch size and width a real kernel need not be monotone, and the profile keeps what
+    was measured.  Measured points the isotonic fit moved are counted."""
+    monotone = (0, 1) if name == "prefill" else (len(axes) - 1,)
+    grid = Grid.build(axes, values, name=name, monotone=monotone)
+    moved = measured_mask & (np.abs(grid.values - values) > 1e-12 * values)
+    if moved.any():
+        rel = float(np.max(np.abs(grid.values[moved] / values[moved] - 1)))
+        stats.setdefault("monotone_adjusted", {})[name] = {"points": int(moved.sum()),
+                                                           "max_rel": round(rel, 6)}
     return grid
 
 

@@ -45,6 +45,7 @@ def _parse_set(values: tuple[str, ...]) -> dict[str, str]:
                                    "geometric:k=4,alpha=0.7 (see docs/traces.md).")
 @click.option("--set", "sets", multiple=True, metavar="KEY=VALUE",
               help="Any configuration key, e.g. --set engine.max_running=64 (repeatable).")
+@click.option("--limit", type=int, help="Simulate only the first N requests of the trace.")
 @click.option("--out", "out_dir", type=click.Path(file_okay=False),
               help="Results folder (default runs/<trace>__<policy>__<backend>); replaced "
                    "atomically if it exists.")
@@ -54,7 +55,8 @@ def _parse_set(values: tuple[str, ...]) -> dict[str, str]:
               help="Progress bar on stderr (default: when stderr is a terminal).")
 @click.option("--json", "as_json", is_flag=True, help="Print the summary as JSON instead of a table.")
 def simulate(trace_path, config_path, backend, policy, model, tp, gpu, profile_path, replicas,
-             router, rate_scale, seed, acceptance, sets, out_dir, report, progress, as_json):
+             router, rate_scale, seed, acceptance, sets, limit, out_dir, report, progress,
+             as_json):
     """Replay a trace through the engine and write a results folder.
 
     \b
@@ -74,7 +76,7 @@ def simulate(trace_path, config_path, backend, policy, model, tp, gpu, profile_p
                  "rate_scale": rate_scale, "seed": seed}
     overrides.update(_parse_set(sets))
     config = SimConfig.load(config_path, overrides)
-    trace = load_trace(trace_path, acceptance=acceptance, seed=config.seed)
+    trace = load_trace(trace_path, acceptance=acceptance, seed=config.seed, limit=limit)
     if out_dir is None:
         out_dir = (Path("runs") / f"{Path(trace_path).stem}__{config.engine.policy}__"
                    f"{config.backend.name}")

@@ -48,11 +48,14 @@ def prepare(config: SimConfig, *, executor: Any = None) -> Prepared:
                     model=model)
 
 
-def load_trace(path: str | Path, *, acceptance: str | None = None, seed: int = 0):
-    """Read and validate a trace for simulation (``acceptance`` fills missing draft lists)."""
+def load_trace(path: str | Path, *, acceptance: str | None = None, seed: int = 0,
+               limit: int | None = None):
+    """Read and validate a trace for simulation (``acceptance`` fills missing draft lists;
+    ``limit`` keeps the first requests only)."""
     from traces import read_trace_arrays
 
-    return read_trace_arrays(path, acceptance=acceptance, seed=seed)
+    trace = read_trace_arrays(path, acceptance=acceptance, seed=seed)
+    return trace if limit is None else trace.head(limit)
 
 
 def simulate_to(trace, config: SimConfig, out_dir: str | Path | None, *, executor: Any = None,

@@ -65,6 +65,24 @@ class TraceArrays:
     def n_steps(self) -> int:
         return int(self.step_offsets[-1])
 
+    def head(self, n: int) -> "TraceArrays":
+        """The first ``n`` requests (in arrival order), with their step lists."""
+        n = int(n)
+        if n < 1:
+            raise SpecschedError(f"--limit must be >= 1, got {n}")
+        if n >= len(self):
+            return self
+        end = int(self.step_offsets[n])
+        cut = lambda a: None if a is None else a[:n]  # noqa: E731
+        return dataclasses.replace(
+            self, request_id=self.request_id[:n], arrival_s=self.arrival_s[:n],
+            prompt_tokens=self.prompt_tokens[:n], output_tokens=self.output_tokens[:n],
+            step_offsets=self.step_offsets[:n + 1], draft_tokens=self.draft_tokens[:end],
+            accepted_tokens=self.accepted_tokens[:end], category=cut(self.category),
+            tenant=cut(self.tenant), ttft_slo_s=cut(self.ttft_slo_s),
+            tpot_slo_s=cut(self.tpot_slo_s),
+            notes=self.notes + (f"the first {n} of {len(self)} requests",))
+
     def with_rate_scale(self, x: float) -> "TraceArrays":
         """The same trace with arrivals divided by ``x`` (x = 2: twice the request rate)."""
         try:
