@@ -23,12 +23,13 @@ fid() {  # fid NAME SECONDS ARGS...
   echo "fidelity $name rc=$? in $((SECONDS - t0)) s"
   cp "/tmp/fid_$name/fidelity.json" "$out/fidelity_$name.json" 2>/dev/null
   cp "/tmp/fid_$name/reference/summary.json" "$out/live_summary_$name.json" 2>/dev/null
+  cp "/tmp/fid_$name/reference/steps.parquet" "$out/live_steps_$name.parquet" 2>/dev/null
   tail -30 "$out/fidelity_$name.md"; tail -5 "$out/fidelity_$name.err"
 }
 for s in "${@:1:$#-1}"; do
   case "$s" in
     tests) timeout 200 python3 -m pytest tests/aiter/test_aiter_gpu.py -q -rs -p no:cacheprovider 2>&1 | tee "$out/gpu_tests.log" | tail -15 ;;
     conv400) fid conv400 230 --trace traces/samples/azure_conv_eagle_2k.parquet --limit 400 ;;
-    code) fid code 540 --trace traces/samples/azure_code_sps_2k.parquet ;;
+    code) fid code 330 --trace traces/samples/azure_code_sps_2k.parquet --limit "${CODE_LIMIT:-2000}" ;;
   esac
 done
