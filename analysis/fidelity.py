@@ -42,8 +42,11 @@ NOT_CAPTURED = (
     "per-request KV-length spread inside a batch: the profile looks a batch up by its mean KV "
     "length; attention kernels split work by the longest sequence",
     "ragged launches are interpolated between uniform widths (tokens / batch)",
-    "prefill passes are looked up by total tokens and token-weighted mean prefix; how tokens split "
-    "across requests is not an axis",
+    "prefill passes are looked up by total tokens and the attention-equivalent prefix (the same "
+    "query-key pairs as one request); a profile measures one request per pass, so how several "
+    "requests' GEMM and attention kernels differ from one request's is not captured",
+    "eager passes (prefill, widths or batches beyond the captured ones) are host-bound on this "
+    "GPU (about 30-60 us per kernel launch) and vary by tens of percent from pass to pass",
     "host-side time between passes (scheduling, sampling, metadata building) beyond the engine's "
     "configured scheduler overhead",
     "clock and thermal state of the GPU while the profile was recorded versus now",
@@ -74,7 +77,10 @@ def _lookup_points(steps: pa.Table) -> dict[str, np.ndarray]:
             else np.full(len(kind), "uniform", dtype=object))
     bs_ax = np.where(graph, bs_pad, bs)
     with np.errstate(invalid="ignore", divide="ignore"):
-        kv_ax = np.where(kind == "prefill", kv_mean, kv_mean * bs / np.maximum(bs_ax, 1))
+        if "lookup_kv" in steps.column_names:  # the coordinate the engine itself looked up
+            kv_ax = _col(steps, "lookup_kv").astype(np.float64)
+        else:
+            kv_ax = np.where(kind == "prefill", kv_mean, kv_mean * bs / np.maximum(bs_ax, 1))
         uniform = np.array([m is None or m == "uniform" for m in mode], dtype=bool)
         w_ax = np.where(uniform, width, tokens / np.maximum(bs, 1))
     return {"kind": kind, "graph": graph, "bs": bs_ax, "width": w_ax, "kv": kv_ax,

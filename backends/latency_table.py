@@ -10,7 +10,7 @@ grid                      axes (in this order)                                  
 ``verify_eager``          batch size, width, KV length per request                seconds
 ``draft_graph``           padded batch size, KV length per request                seconds/pass
 ``draft_eager``           batch size, KV length per request                       seconds/pass
-``prefill``               tokens in the pass, mean prefix (tokens already cached) seconds
+``prefill``               tokens in the pass, attention-equivalent prefix         seconds
 ========================  ======================================================  ============
 
 Evaluation is multilinear between grid points, exact on them, and beyond the grid it
@@ -29,7 +29,15 @@ compiled fast path, which calls the same functions):
   for ragged and unsafe-derived ones; KV = ``sum(kv_lens) / bs_padded`` -- padded rows carry
   SGLang's fill length, which is negligible, so this keeps the total KV read equal.
 - draft: KV likewise; the phase costs ``passes`` times the per-pass value.
-- prefill: tokens = the pass's total; prefix = token-weighted mean prefix.
+- prefill: tokens T = the pass's total; prefix = the *attention-equivalent prefix*
+  ``A / T - T / 2`` with ``A = sum_i t_i (p_i + t_i / 2)`` the query-key pairs the pass attends
+  (request i computes t_i tokens after p_i cached ones).  A profile measures one request per
+  pass, whose pairs are ``T (p + T / 2)``; a pass of several requests attends far fewer pairs
+  than one request of the same total length, and this maps it onto the single-request prefill
+  with the same tokens and the same attention work.  Below the grid's first prefix (a negative
+  equivalent prefix: less attention than one causal request of T tokens), latency follows the
+  first segment's slope down to the no-attention cost at ``-T / 2`` (prefill attention is linear
+  in the keys attended); this is a rule, not an extrapolation, and is not flagged.
 """
 
 from __future__ import annotations
@@ -42,7 +50,8 @@ import numpy as np
 from backends.jit import njit
 from backends.protocol import DraftBatch, PrefillBatch, VerifyBatch, VerifyTiming
 
-__all__ = ["Grid", "LatencyTable", "TableExecutor", "interp2", "interp3", "verify_axes",
+__all__ = ["Grid", "LatencyTable", "TableExecutor", "interp2", "interp3", "interp_prefill",
+           "verify_axes",
            "draft_axes", "prefill_axes"]
 
 
@@ -171,10 +180,27 @@ def draft_axes(batch: DraftBatch) -> tuple[float, float]:
 
 
 def prefill_axes(batch: PrefillBatch) -> tuple[float, float]:
-    """(tokens, mean prefix) at which a prefill pass is looked up."""
-    tokens = float(np.sum(batch.tokens))
-    prefix = float(np.sum(batch.tokens * batch.prefix)) / tokens if tokens else 0.0
-    return tokens, prefix
+    """(tokens, attention-equivalent prefix) at which a prefill pass is looked up."""
+    t = np.asarray(batch.tokens, dtype=np.float64)
+    p = np.asarray(batch.prefix, dtype=np.float64)
+    tokens = float(t.sum())
+    if not tokens:
+        return 0.0, 0.0
+    pairs = float(np.sum(t * (p + t / 2.0)))
+    return tokens, pairs / tokens - tokens / 2.0
+
+
+@njit
+def interp_prefill(a0, a1, v, tokens, prefix):
+    """Prefill latency at (tokens, attention-equivalent prefix): bilinear on the grid; below the
+    first prefix point, linear along the first prefix segment (not flagged as outside)."""
+    if prefix >= a1[0] or a1.shape[0] < 2:
+        return interp2(a0, a1, v, tokens, max(prefix, a1[0]))
+    base, outside = interp2(a0, a1, v, tokens, a1[0])
+    nxt, _ = interp2(a0, a1, v, tokens, a1[1])
+    slope = max(nxt - base, 0.0) / (a1[1] - a1[0])
+    floor = max(base - slope * (a1[0] + tokens / 2.0), 0.05 * base)
+    return max(base + slope * (prefix - a1[0]), floor), outside
 
 
 @dataclass(frozen=True)
@@ -207,7 +233,7 @@ class LatencyTable:
 
     def prefill_s(self, tokens: float, prefix: float) -> tuple[float, bool]:
         g = self.prefill
-        value, outside = interp2(g.axes[0], g.axes[1], g.values, tokens, prefix)
+        value, outside = interp_prefill(g.axes[0], g.axes[1], g.values, tokens, prefix)
         return float(value), bool(outside)
 
 

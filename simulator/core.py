@@ -34,7 +34,7 @@ from __future__ import annotations
 import numpy as np
 
 from backends.jit import njit
-from backends.latency_table import interp2, interp3
+from backends.latency_table import interp2, interp3, interp_prefill
 
 # ---------------------------------------------------------------- per-request int state R[n, NR]
 R_REPLICA = 0
@@ -116,7 +116,7 @@ NPI = 19
 PF_LAT = 0
 PF_KVMEAN = 1
 PF_KVSUM = 2
-PF_PREFIX = 3     # token-weighted mean prefix (prefill)
+PF_PREFIX = 3     # prefill: attention-equivalent prefix (backends.latency_table.prefill_axes)
 PF_ERR = 4        # measured max |output error| (live executor, unsafe-derived), else NaN
 NPF = 5
 
@@ -194,7 +194,8 @@ SF_START = 0
 SF_LAT = 1
 SF_KVMEAN = 2
 SF_ERR = 3
-NSF = 4
+SF_LOOKUP = 4     # the KV coordinate of the latency lookup (prefill: attention-equivalent prefix)
+NSF = 5
 
 # request-step buffer RSI[2, c] (request, tokens), RSF[c] (delivery time)
 # global fill counters G[NG]
@@ -666,6 +667,7 @@ def _decide_prefill(r, clock, R, RF, E, Q, W, WT, RUN, MB, PI, PF, arrival, prom
     nmem = 0
     tokens = 0
     wprefix = 0.0
+    pairs = 0.0
     kvmax = 0
     nrun = E[r, E_NRUN]
     # continue a chunked prefill first
@@ -678,6 +680,7 @@ def _decide_prefill(r, clock, R, RF, E, Q, W, WT, RUN, MB, PI, PF, arrival, prom
         nmem = 1
         tokens += take
         wprefix += take * R[c, R_PDONE]
+        pairs += take * (R[c, R_PDONE] + take / 2.0)
         kvmax = R[c, R_PDONE]
         budget -= take
         if R[c, R_PDONE] + take < R[c, R_PTARGET]:
@@ -709,6 +712,7 @@ def _decide_prefill(r, clock, R, RF, E, Q, W, WT, RUN, MB, PI, PF, arrival, prom
         MB[r, nmem, M_KV] = 0
         nmem += 1
         tokens += take
+        pairs += take * (take / 2.0)
         budget -= take
         if take < target:
             E[r, E_CHUNKED] = i
@@ -732,8 +736,8 @@ def _decide_prefill(r, clock, R, RF, E, Q, W, WT, RUN, MB, PI, PF, arrival, prom
     PI[r, 0, P_MSTART] = 0
     PI[r, 0, P_MCOUNT] = nmem
     PF[r, 0, PF_KVSUM] = wprefix
-    PF[r, 0, PF_PREFIX] = wprefix / tokens if tokens > 0 else 0.0
-    PF[r, 0, PF_KVMEAN] = PF[r, 0, PF_PREFIX]
+    PF[r, 0, PF_PREFIX] = pairs / tokens - tokens / 2.0 if tokens > 0 else 0.0
+    PF[r, 0, PF_KVMEAN] = wprefix / tokens if tokens > 0 else 0.0
     E[r, E_NPASS] = 1
     E[r, E_NMEM] = nmem
     E[r, E_PENDING] = 1
@@ -750,7 +754,8 @@ def _time_passes(r, PI, PF, E, tab):
         kind = PI[r, p, P_KIND]
         oog = False
         if kind == KIND_PREFILL:
-            lat, oog = interp2(pf0, pf1, pfv, float(PI[r, p, P_TOKENS]), PF[r, p, PF_PREFIX])
+            lat, oog = interp_prefill(pf0, pf1, pfv, float(PI[r, p, P_TOKENS]),
+                                      PF[r, p, PF_PREFIX])
         elif kind == KIND_DRAFT:
             bs = float(PI[r, p, P_BSPAD])
             kv = PF[r, p, PF_KVSUM] / bs
@@ -927,6 +932,10 @@ def _record_steps(r, t0, PI, PF, E, SI, SF, G, committed):
         SF[SF_LAT, k] = PF[r, p, PF_LAT]
         SF[SF_KVMEAN, k] = PF[r, p, PF_KVMEAN]
         SF[SF_ERR, k] = PF[r, p, PF_ERR]
+        if PI[r, p, P_KIND] == KIND_PREFILL:
+            SF[SF_LOOKUP, k] = PF[r, p, PF_PREFIX]
+        else:
+            SF[SF_LOOKUP, k] = PF[r, p, PF_KVSUM] / PI[r, p, P_BSPAD]
         t += PF[r, p, PF_LAT]
 
 

@@ -85,6 +85,7 @@ def steps_batch(si: np.ndarray, sf: np.ndarray) -> pa.RecordBatch:
         "passes": si[C.S_PASSES].astype(np.int16),
         "kv_mean": sf[C.SF_KVMEAN],
         "kv_max": si[C.S_KVMAX],
+        "lookup_kv": sf[C.SF_LOOKUP],
         "kv_pages_used": si[C.S_KVUSED],
         "committed_tokens": si[C.S_COMMITTED],
         "violations": si[C.S_VIOL],

@@ -26,7 +26,7 @@ REQUEST_COLUMNS = ["request_id", "replica", "arrival_s", "admit_s", "first_token
 STEP_COLUMNS = ["replica", "iteration", "launch", "kind", "start_s", "latency_s", "bs",
                 "bs_padded", "width", "min_width", "max_width", "distinct_widths",
                 "iter_distinct_widths", "mode", "tokens", "padded_slots", "graph_pad_slots",
-                "graph", "passes", "kv_mean", "kv_max", "kv_pages_used", "committed_tokens",
+                "graph", "passes", "kv_mean", "kv_max", "lookup_kv", "kv_pages_used", "committed_tokens",
                 "violations", "out_of_grid", "max_abs_error"]
 SUMMARY_KEYS = ["requests", "duration_s", "throughput_tok_s", "ttft_s", "tpot_s", "e2e_s",
                 "accept_len_mean", "padded_slot_frac", "launches_per_iter", "violations",
