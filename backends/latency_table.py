@@ -80,10 +80,19 @@ class Grid:
             raise ValueError(f"{name}: latencies must be finite and > 0")
         axes_m = tuple(range(v.ndim)) if monotone is None else tuple(monotone)
         for i in axes_m:
-            v = np.apply_along_axis(isotonic, i, v)
+            v = _isotonic_along(v, i)
         for i in axes_m:  # isotonic along one axis can dent another by rounding: settle it
             v = np.maximum.accumulate(v, axis=i)
         return Grid(ax, np.ascontiguousarray(v))
+
+
+def _isotonic_along(v: np.ndarray, axis: int) -> np.ndarray:
+    """:func:`isotonic` applied to every line along ``axis`` that is not already monotone."""
+    moved = np.moveaxis(v, axis, -1).copy()
+    flat = moved.reshape(-1, moved.shape[-1])
+    for row in np.flatnonzero(np.any(np.diff(flat, axis=1) < 0, axis=1)):
+        flat[row] = isotonic(flat[row])
+    return np.moveaxis(flat.reshape(moved.shape), -1, axis)
 
 
 def isotonic(y: np.ndarray) -> np.ndarray:

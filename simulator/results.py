@@ -58,11 +58,18 @@ def requests_table(arrays: dict[str, np.ndarray], trace) -> pa.Table:
     return pa.table(cols)
 
 
+def _non_null(batch: pa.RecordBatch, nullable: tuple[str, ...] = ()) -> pa.RecordBatch:
+    """Declare the columns that are never null as such: parquet then writes no definition
+    levels for them (about a third faster to write)."""
+    fields = [pa.field(f.name, f.type, nullable=f.name in nullable) for f in batch.schema]
+    return pa.RecordBatch.from_arrays(batch.columns, schema=pa.schema(fields))
+
+
 def steps_batch(si: np.ndarray, sf: np.ndarray) -> pa.RecordBatch:
     """Step rows as an Arrow batch, from one column-major chunk of the core's buffers."""
     kind = si[C.S_KIND]
     verify = kind == C.KIND_VERIFY
-    return pa.RecordBatch.from_pydict({
+    return _non_null(pa.RecordBatch.from_pydict({
         "replica": si[C.S_REPLICA].astype(np.int16),
         "iteration": si[C.S_ITER].astype(np.int64),
         "launch": si[C.S_LAUNCH].astype(np.int16),
@@ -91,15 +98,15 @@ def steps_batch(si: np.ndarray, sf: np.ndarray) -> pa.RecordBatch:
         "violations": si[C.S_VIOL],
         "out_of_grid": si[C.S_OOG].astype(bool),
         "max_abs_error": sf[C.SF_ERR],
-    })
+    }), nullable=("mode",))
 
 
 def request_steps_batch(rsi: np.ndarray, rsf: np.ndarray) -> pa.RecordBatch:
-    return pa.RecordBatch.from_pydict({
+    return _non_null(pa.RecordBatch.from_pydict({
         "request": rsi[0].astype(np.int32),
         "time_s": rsf,
         "tokens": rsi[1].astype(np.int16),
-    })
+    }))
 
 
 class StepSink:
