@@ -13,6 +13,7 @@ from pathlib import Path
 
 import click
 
+from simulator.config import parse_overrides
 from traces.errors import SpecschedError
 
 __all__ = ["report", "plan", "uniformity", "sweep", "fidelity"]
@@ -51,23 +52,13 @@ def _config_options(fn):
     return fn
 
 
-def _parse_sets(values) -> dict[str, str]:
-    out = {}
-    for item in values:
-        if "=" not in item:
-            raise SpecschedError(f"--set: expected KEY=VALUE, got '{item}'")
-        k, v = item.split("=", 1)
-        out[k.strip()] = v.strip()
-    return out
-
-
 def _build_config(config_path, backend, model, gpu, profile_path, seed, sets, extra=None):
     from simulator.config import SimConfig
 
     overrides = {"backend.name": backend, "model.name": model, "backend.gpu": gpu,
                  "backend.profile": profile_path, "seed": seed}
     overrides.update(extra or {})
-    overrides.update(_parse_sets(sets))
+    overrides.update(parse_overrides(sets))
     return SimConfig.load(config_path, overrides)
 
 

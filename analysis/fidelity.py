@@ -434,12 +434,9 @@ def fidelity(trace_path, model, out_dir, reference, gpu, profile, config_path, s
     TTFT/TPOT/E2E percentiles, lists what the profile does not capture, and checks the targets
     (step MAPE <= 3% off the grid; TTFT/TPOT p50 and p99 within 3%).
     """
-    overrides: dict[str, Any] = {}
-    for item in sets:
-        if "=" not in item:
-            raise SpecschedError(f"--set {item!r}: expected KEY=VALUE")
-        k, v = item.split("=", 1)
-        overrides[k.strip()] = v.strip()
+    from simulator.config import parse_overrides
+
+    overrides: dict[str, Any] = parse_overrides(sets)
     if out_dir is None:
         out_dir = Path("runs") / f"fidelity__{Path(trace_path).stem}__{Path(model).stem}"
     report = run_fidelity(trace_path, model, out_dir=out_dir, reference=reference, gpu=gpu,

@@ -7,20 +7,9 @@ from pathlib import Path
 
 import click
 
-from simulator.config import POLICIES, ROUTERS, SimConfig
-from traces.errors import SpecschedError
+from simulator.config import POLICIES, ROUTERS, SimConfig, parse_overrides
 
 __all__ = ["simulate"]
-
-
-def _parse_set(values: tuple[str, ...]) -> dict[str, str]:
-    out = {}
-    for item in values:
-        if "=" not in item:
-            raise SpecschedError(f"--set: expected KEY=VALUE, got '{item}'")
-        k, v = item.split("=", 1)
-        out[k.strip()] = v.strip()
-    return out
 
 
 @click.command("simulate")
@@ -74,7 +63,7 @@ def simulate(trace_path, config_path, backend, policy, model, tp, gpu, profile_p
                  "model.tp": tp, "backend.gpu": gpu, "backend.profile": profile_path,
                  "cluster.replicas": replicas, "cluster.router": router,
                  "rate_scale": rate_scale, "seed": seed}
-    overrides.update(_parse_set(sets))
+    overrides.update(parse_overrides(sets))
     config = SimConfig.load(config_path, overrides)
     trace = load_trace(trace_path, acceptance=acceptance, seed=config.seed, limit=limit)
     if out_dir is None:

@@ -40,7 +40,7 @@ from typing import Any
 from traces.errors import SpecschedError
 
 __all__ = ["EngineConfig", "ClusterConfig", "ModelConfig", "BackendConfig", "SimConfig",
-           "POLICIES", "ROUTERS", "sglang_spec_ladder"]
+           "POLICIES", "ROUTERS", "sglang_spec_ladder", "parse_overrides"]
 
 POLICIES = ("pad", "split", "bucket", "truncate", "fixed", "ragged", "unsafe-derived")
 ROUTERS = ("round-robin", "least-outstanding-tokens")
@@ -235,6 +235,18 @@ class SimConfig:
         if self.backend.name not in ("profile", "roofline", "aiter"):
             raise SpecschedError(f"backend.name: unknown backend '{self.backend.name}' "
                                  "(choose from profile, roofline, aiter)")
+
+
+def parse_overrides(values) -> dict[str, str]:
+    """``--set KEY=VALUE`` options as a dict of dotted keys (values are coerced by
+    :meth:`SimConfig.replace`)."""
+    out = {}
+    for item in values:
+        if "=" not in item:
+            raise SpecschedError(f"--set: expected KEY=VALUE, got '{item}'")
+        k, v = item.split("=", 1)
+        out[k.strip()] = v.strip()
+    return out
 
 
 def _build(cls, data: dict[str, Any], where: str, prefix: str):
