@@ -120,7 +120,7 @@ def _sample_report(folder: Path) -> Path:
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("html", nargs="?", help="report to check (default: build one)")
-    ap.add_argument("-o", "--png", default="report-screenshot.png", help="screenshot path")
+    ap.add_argument("-o", "--png", default="runs/report-screenshot.png", help="screenshot path")
     a = ap.parse_args()
     if find_chromium() is None:
         print("chromium is not installed (Debian: apt-get install chromium)", file=sys.stderr)
