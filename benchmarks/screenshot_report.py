@@ -133,6 +133,7 @@ def main() -> int:
         html = _sample_report(Path(tmp))
         print(f"built {html} in {time.perf_counter() - t0:.1f} s")
     t0 = time.perf_counter()
+    Path(a.png).parent.mkdir(parents=True, exist_ok=True)
     res = check(html, a.png)
     for f in res["per_figure"]:
         print(f"  {f['figure']:<20} DOM rendered: {f['dom_rendered']!s:<5}  "
