@@ -18,7 +18,6 @@ its arrival time, after every replica has applied the iterations that ended by t
 from __future__ import annotations
 
 import math
-import time
 from dataclasses import dataclass
 from typing import Any, Callable
 
@@ -26,7 +25,7 @@ import numpy as np
 import simpy
 
 from backends.latency_table import LatencyTable
-from backends.protocol import DraftBatch, Executor, PrefillBatch, VerifyBatch
+from backends.protocol import VERIFY_MODES, DraftBatch, Executor, PrefillBatch, VerifyBatch
 from simulator import core as C
 from simulator.config import SimConfig
 from simulator.results import StepSink
@@ -35,7 +34,6 @@ from traces.errors import SpecschedError
 __all__ = ["Simulation", "StepBuffers"]
 
 _INF = math.inf
-_MODES = ("uniform", "ragged", "unsafe-derived")
 
 
 def _table_tuple(table: LatencyTable | None) -> tuple:
@@ -177,8 +175,6 @@ class Simulation:
         self.wake: list[simpy.Event | None] = [None] * R
         self.state_dependent = config.cluster.router == "least-outstanding-tokens"
         self._rr = 0
-        self.finished = 0
-        self.live_errors: list[float] = []
 
     # ------------------------------------------------------------------ checks
     def _check_feasible(self, capacity_tokens: int) -> None:
@@ -329,7 +325,7 @@ class Simulation:
                 timing = self.executor.verify(VerifyBatch(
                     bs_real=int(PI[p, C.P_BS]), bs_padded=int(PI[p, C.P_BSPAD]),
                     widths=MB[m0:m1, C.M_V].copy(), kv_lens=MB[m0:m1, C.M_KV].copy(),
-                    launch_width=int(PI[p, C.P_WIDTH]), mode=_MODES[int(PI[p, C.P_MODE])],
+                    launch_width=int(PI[p, C.P_WIDTH]), mode=VERIFY_MODES[int(PI[p, C.P_MODE])],
                     graph=bool(PI[p, C.P_GRAPH])))
                 lat = timing.latency_s
                 oog = timing.out_of_grid
@@ -364,9 +360,3 @@ class Simulation:
             "retractions": R[:, C.R_RETRACT].astype(np.int32),
             "max_gap_s": RF[:, C.F_MAXGAP],
         }
-
-
-def timed(fn: Callable[[], Any]) -> tuple[Any, float]:
-    t0 = time.perf_counter()
-    out = fn()
-    return out, time.perf_counter() - t0

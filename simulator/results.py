@@ -16,6 +16,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 
+from backends.protocol import VERIFY_MODES
 from simulator import core as C
 from traces.atomic import atomic_output_dir
 
@@ -27,7 +28,6 @@ KINDS = ("prefill", "draft", "verify")
 #: as fast to write as pyarrow's defaults for these tables, at the same size
 PARQUET_OPTIONS = dict(compression="zstd", use_dictionary=["kind", "mode", "category", "tenant"],
                        write_statistics=False)
-MODES = ("uniform", "ragged", "unsafe-derived")
 
 
 @dataclass
@@ -84,7 +84,7 @@ def steps_batch(si: np.ndarray, sf: np.ndarray) -> pa.RecordBatch:
         "distinct_widths": si[C.S_DISTINCT].astype(np.int16),
         "iter_distinct_widths": si[C.S_ITERDISTINCT].astype(np.int16),
         "mode": pa.DictionaryArray.from_arrays(
-            pa.array(si[C.S_MODE].astype(np.int8), mask=~verify), pa.array(list(MODES))),
+            pa.array(si[C.S_MODE].astype(np.int8), mask=~verify), pa.array(list(VERIFY_MODES))),
         "tokens": si[C.S_TOKENS],
         "padded_slots": si[C.S_PADSLOTS],
         "graph_pad_slots": si[C.S_GPADSLOTS],
@@ -146,26 +146,23 @@ class StepSink:
 
     def close(self) -> tuple[pa.Table | None, pa.Table | None]:
         """The tables when kept in memory (None when streamed); closes streamed files."""
+        names = ("steps", "request_steps") if self.keep_request_steps else ("steps",)
         if self.stream_dir is not None:
-            for name in ("steps", "request_steps"):
-                if name == "request_steps" and not self.keep_request_steps:
-                    continue
+            for name in names:
                 if name not in self._writers:  # nothing was recorded: still write the file
-                    empty = (steps_batch(np.zeros((C.NSI, 0), np.int32), np.zeros((C.NSF, 0)))
-                             if name == "steps" else
-                             request_steps_batch(np.zeros((2, 0), np.int64), np.zeros(0)))
-                    self._emit(name, empty, [])
+                    self._emit(name, _empty_batch(name), [])
                 self._writers.pop(name).close()
             return None, None
-        steps = (pa.Table.from_batches(self._steps) if self._steps else
-                 pa.Table.from_batches([steps_batch(np.zeros((C.NSI, 0), np.int32),
-                                                    np.zeros((C.NSF, 0)))]))
-        rsteps = None
-        if self.keep_request_steps:
-            rsteps = (pa.Table.from_batches(self._rsteps) if self._rsteps else
-                      pa.Table.from_batches([request_steps_batch(np.zeros((2, 0), np.int64),
-                                                                 np.zeros(0))]))
-        return steps, rsteps
+        kept = {"steps": self._steps, "request_steps": self._rsteps}
+        tables = {name: pa.Table.from_batches(kept[name] or [_empty_batch(name)])
+                  for name in names}
+        return tables["steps"], tables.get("request_steps")
+
+
+def _empty_batch(name: str) -> pa.RecordBatch:
+    if name == "steps":
+        return steps_batch(np.zeros((C.NSI, 0), np.int32), np.zeros((C.NSF, 0)))
+    return request_steps_batch(np.zeros((2, 0), np.int64), np.zeros(0))
 
 
 _TOTALS = ("passes", "verify_launches", "draft_phases", "prefill_passes", "decode_iterations",
