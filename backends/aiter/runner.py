@@ -548,8 +548,6 @@ class Runner:
     def run(self, key: tuple, launch: Launch, *, graph: bool, reps: int = 1, warmup: int = 0,
             comm_rows: int | None = None, logits_rows: int | None = None) -> list[Timing]:
         """Run ``launch`` (``reps`` timed runs after ``warmup``) and return their timings."""
-        import torch
-
         if graph:
             st = self.capture(key)
             comm = self._comm(key, launch, comm_rows, logits_rows)
@@ -564,7 +562,17 @@ class Runner:
                                       graph=True, key=key))
             return out
         st = self._eager_static(key, launch)
-        out = []
+        comm = self._comm(key, launch, comm_rows, logits_rows)
+        return self._time_eager(st, launch, lambda: self._body(st), key=key, comm=comm,
+                                reps=reps, warmup=warmup)
+
+    def _time_eager(self, st: _Static, launch: Launch, body, *, key: tuple, comm: float,
+                    reps: int, warmup: int) -> list[Timing]:
+        """Stage ``launch`` and run ``body()`` eagerly ``warmup + reps`` times; CUDA events time
+        the GPU part of each timed run (the host clock on a CPU)."""
+        import torch
+
+        out: list[Timing] = []
         for i in range(warmup + reps):
             h0 = time.perf_counter()
             if self.on_gpu:
@@ -574,7 +582,7 @@ class Runner:
             if self.on_gpu:
                 e0.record()
             with torch.no_grad():
-                st.out = self._body(st)
+                st.out = body()
             if self.on_gpu:
                 e1.record()
             host = time.perf_counter() - h0
@@ -584,8 +592,7 @@ class Runner:
             else:
                 gpu = time.perf_counter() - h0
             if i >= warmup:
-                out.append(Timing(gpu_s=gpu, host_s=host, comm_s=self._comm(key, launch, comm_rows, logits_rows),
-                                  graph=False, key=key))
+                out.append(Timing(gpu_s=gpu, host_s=host, comm_s=comm, graph=False, key=key))
         return out
 
     def _eager_static(self, key: tuple, launch: Launch) -> _Static:
@@ -619,31 +626,14 @@ class Runner:
         st = _Static(self, bs, rows, model="target", logits=False)
         st.max_seqlen_q = int(t.max())
         last = torch.as_tensor(np.cumsum(t) - 1, dtype=torch.int64).to(self.device)
-        out: list[Timing] = []
-        for i in range(warmup + reps):
-            h0 = time.perf_counter()
-            if self.on_gpu:
-                e0 = torch.cuda.Event(enable_timing=True)
-                e1 = torch.cuda.Event(enable_timing=True)
-            self._stage(st, launch)
-            if self.on_gpu:
-                e0.record()
-            with torch.no_grad():
-                expand_metadata(st.starts, st.seq_lens, st.row_req, st.row_off, st.block_table,
-                                st.positions, st.slots, page_size=self.page_size)
-                st.out = self.target.forward(st.ids, self._attn_inputs(st), logits_index=last)
-            if self.on_gpu:
-                e1.record()
-            host = time.perf_counter() - h0
-            if self.on_gpu:
-                e1.synchronize()
-                gpu = e0.elapsed_time(e1) / 1e3
-            else:
-                gpu = time.perf_counter() - h0
-            if i >= warmup:
-                out.append(Timing(gpu_s=gpu, host_s=host,
-                                  comm_s=self._comm(key, launch, rows, bs), graph=False, key=key))
-        return out
+
+        def body():
+            expand_metadata(st.starts, st.seq_lens, st.row_req, st.row_off, st.block_table,
+                            st.positions, st.slots, page_size=self.page_size)
+            return self.target.forward(st.ids, self._attn_inputs(st), logits_index=last)
+
+        return self._time_eager(st, launch, body, key=key, comm=self._comm(key, launch, rows, bs),
+                                reps=reps, warmup=warmup)
 
     # ---- diagnostics ----------------------------------------------------------------------------
     def graph_memory(self) -> int:
