@@ -337,11 +337,17 @@ def render_markdown(report: dict, *, reference: str) -> str:
 def run_fidelity(trace_path: str | Path, model: str, *, out_dir: str | Path | None = None,
                  reference: str = "aiter", gpu: str | None = None, profile: str | None = None,
                  config_path: str | None = None, overrides: dict[str, Any] | None = None,
-                 worst: int = 20, progress=None, limit: int | None = None) -> dict[str, Any]:
+                 worst: int = 20, progress=None, limit: int | None = None,
+                 reference_run: str | Path | None = None) -> dict[str, Any]:
     """Run ``trace_path`` with the ``reference`` backend and with ``profile``; compare them.
 
-    With ``out_dir``: writes ``<out>/reference/`` and ``<out>/profile/`` (results folders),
-    ``fidelity.json`` and ``fidelity.md``, atomically.  Returns the report dict.
+    ``reference_run``: a results folder of an earlier run of the same trace and configuration
+    with the reference backend (e.g. a live ``simulate --backend aiter`` recorded on a GPU
+    machine); it is read instead of running the reference again, after checking that its trace,
+    request count, seed and engine configuration match this run's.
+
+    With ``out_dir``: writes ``<out>/reference/`` (unless ``reference_run``) and ``<out>/profile/``
+    (results folders), ``fidelity.json`` and ``fidelity.md``, atomically.  Returns the report dict.
     """
     from backends.profile import ProfileExecutor
     from simulator.config import SimConfig
@@ -364,19 +370,26 @@ def run_fidelity(trace_path: str | Path, model: str, *, out_dir: str | Path | No
     if not isinstance(prof_prep.executor, ProfileExecutor):
         raise SpecschedError("the profile backend did not yield a profile executor")
     table = prof_prep.executor.latency_table()
+    recorded = (None if reference_run is None
+                else read_reference_run(reference_run, trace_path, len(trace), ref_cfg, reference))
 
     def go(folder: Path | None):
-        ref = simulate_to(trace, ref_cfg, folder / "reference" if folder else None,
-                          progress=progress)
+        import pyarrow.parquet as pq
+
+        if recorded is None:
+            ref = simulate_to(trace, ref_cfg, folder / "reference" if folder else None,
+                              progress=progress)
+            ref_summary, steps = ref.summary, ref.steps
+            if steps is None:  # the engine streamed the steps into the results folder
+                steps = pq.read_table(folder / "reference" / "steps.parquet")
+        else:
+            ref_summary, steps = recorded
         mod = simulate_to(trace, prof_cfg, folder / "profile" if folder else None,
                           executor=prof_prep.executor)
-        steps = ref.steps
-        if steps is None:  # the engine streamed the steps into the results folder
-            import pyarrow.parquet as pq
-
-            steps = pq.read_table(folder / "reference" / "steps.parquet")
-        report = build_report(steps, ref.summary, mod.summary, table, worst=worst)
-        report["reference"] = {"backend": reference, "describe": _jsonable(ref.summary.get("backend"))}
+        report = build_report(steps, ref_summary, mod.summary, table, worst=worst)
+        report["reference"] = {"backend": reference, "describe": _jsonable(ref_summary.get("backend")),
+                               "recorded_run": None if reference_run is None else str(reference_run),
+                               "detail": _jsonable(ref_summary.get("backend_detail"))}
         report["trace"] = str(trace_path)
         report["requests"] = len(trace)
         report["model"] = model
@@ -394,6 +407,47 @@ def run_fidelity(trace_path: str | Path, model: str, *, out_dir: str | Path | No
 
 def _jsonable(x):
     return json.loads(json.dumps(x, default=str))
+
+
+def read_reference_run(folder: str | Path, trace_path: str | Path, requests: int, config,
+                       reference: str) -> tuple[dict, pa.Table]:
+    """(summary, steps) of a recorded reference run, refused unless it ran this trace (same file
+    name, same number of requests), seed and engine configuration with the ``reference`` backend."""
+    import pyarrow.parquet as pq
+
+    folder = Path(folder)
+    summary_path, steps_path = folder / "summary.json", folder / "steps.parquet"
+    for p in (summary_path, steps_path):
+        if not p.is_file():
+            raise SpecschedError(f"{folder}: not a results folder of a run (no {p.name})")
+    try:
+        summary = json.loads(summary_path.read_text())
+    except ValueError as exc:
+        raise SpecschedError(f"{summary_path}: not valid JSON ({exc})") from None
+    got_cfg = summary.get("config") or {}
+    want_cfg = config.to_dict()
+    problems = []
+    if summary.get("backend") != reference:
+        problems.append(f"backend {summary.get('backend')!r}, expected {reference!r}")
+    tr = summary.get("trace") or {}
+    if Path(str(tr.get("path", ""))).name != Path(trace_path).name:
+        problems.append(f"trace {tr.get('path')!r}, expected {Path(trace_path).name!r}")
+    if int(summary.get("requests", -1)) != int(requests):
+        problems.append(f"{summary.get('requests')} requests, expected {requests} (same --limit?)")
+    for key in ("seed", "rate_scale", "engine", "cluster"):
+        if got_cfg.get(key) != want_cfg.get(key):
+            diff = key
+            if isinstance(want_cfg.get(key), dict) and isinstance(got_cfg.get(key), dict):
+                diff = ", ".join(f"{key}.{k}: {got_cfg[key].get(k)!r} != {v!r}"
+                                 for k, v in want_cfg[key].items() if got_cfg[key].get(k) != v) or key
+            problems.append(f"config differs: {diff}")
+    if (got_cfg.get("model") or {}).get("name") != (want_cfg.get("model") or {}).get("name"):
+        problems.append(f"model {(got_cfg.get('model') or {}).get('name')!r}, expected "
+                        f"{(want_cfg.get('model') or {}).get('name')!r}")
+    if problems:
+        raise SpecschedError(f"{folder}: the recorded run does not match this comparison: "
+                             + "; ".join(problems))
+    return summary, pq.read_table(steps_path)
 
 
 # ---- the command ---------------------------------------------------------------------------
@@ -419,9 +473,12 @@ import click  # noqa: E402
               help="Any configuration key, e.g. --set engine.policy=split (repeatable).")
 @click.option("--worst", default=20, show_default=True, type=int, help="Worst steps to list.")
 @click.option("--limit", type=int, help="Only the first N requests of the trace.")
+@click.option("--reference-run", "reference_run", type=click.Path(file_okay=False),
+              help="Results folder of a recorded reference run (e.g. `simulate --backend aiter "
+                   "--out DIR` on a GPU machine) to compare against instead of running it again.")
 @click.option("--json", "as_json", is_flag=True, help="Print the report as JSON.")
 def fidelity(trace_path, model, out_dir, reference, gpu, profile, config_path, sets, worst, limit,
-             as_json):
+             reference_run, as_json):
     """Compare the profile backend with live GPU replay on one trace.
 
     \b
@@ -441,9 +498,10 @@ def fidelity(trace_path, model, out_dir, reference, gpu, profile, config_path, s
         out_dir = Path("runs") / f"fidelity__{Path(trace_path).stem}__{Path(model).stem}"
     report = run_fidelity(trace_path, model, out_dir=out_dir, reference=reference, gpu=gpu,
                           profile=profile, config_path=config_path, overrides=overrides,
-                          worst=worst, limit=limit)
+                          worst=worst, limit=limit, reference_run=reference_run)
     if as_json:
         click.echo(json.dumps(report, indent=2, sort_keys=True, default=str))
     else:
         click.echo(render_markdown(report, reference=reference), nl=False)
-        click.echo(f"\nwritten: {out_dir}/fidelity.json, fidelity.md, reference/, profile/")
+        click.echo(f"\nwritten: {out_dir}/fidelity.json, fidelity.md, "
+                   f"{'' if reference_run else 'reference/, '}profile/")

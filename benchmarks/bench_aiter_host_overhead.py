@@ -5,6 +5,11 @@ host-to-device copy) and launch the graph replay -- timed with ``time.perf_count
 first to the last of these, without waiting for the GPU (the wait is not host work).  KV lengths
 change every step, as in a real run.  Target: median at most 50 us.
 
+The host waits for each step before the next, as the live executor does, in two ways: spinning
+on the step's event (the live executor's default) and blocking in ``cudaEventSynchronize``.  The
+parts are timed apart: the metadata, and the graph launch with the GPU idle and with the GPU still
+busy (a launch that is slower behind queued work is waiting for the GPU, not working).
+
     python benchmarks/bench_aiter_host_overhead.py --model llama-3.1-8b
 """
 
@@ -35,30 +40,46 @@ def main() -> None:
     from backends.aiter import make_executor
     from backends.aiter.metadata import SPEC_CAPTURE_BS
 
+    from backends.aiter.runner import wait_event
+
     ex = make_executor(args.model, capture_bs=SPEC_CAPTURE_BS)
     runner = ex.runner
     rng = np.random.default_rng(0)
     results = []
-    print(f"{'bs':>4} {'w':>2} {'kv':>6} | host median  p10    p90  (us) | metadata us | graph launch us | "
-          f"replay GPU ms")
-    for spec in args.shapes.split(","):
-        bs, w, kv = (int(x) for x in spec.split("x"))
-        key = ("verify", bs, w)
-        st = runner.capture(key)
+    print("host us per replayed step (median, p10-p90), by how the host waits for the previous step")
+    print(f"{'bs':>4} {'w':>2} {'kv':>6} | spin-wait            | blocking wait        | "
+          f"metadata us | launch us idle / GPU busy | replay GPU ms")
+
+    def steps(st, bs, w, base, spin):
+        """``args.steps`` replayed steps; the host waits for each (spinning or blocking)."""
+        runner.spin_wait = spin
+        host, gpu = [], []
         widths = np.full(bs, w)
-        base = rng.integers(max(1, kv // 2), kv + 1, bs)
-        host, meta, launch_t, gpu = [], [], [], []
         for step in range(args.steps + 20):
             kvs = base + step % 64  # lengths change every step
             t0 = time.perf_counter()
             launch, _ = runner.verify_launch(widths, kvs, mode="uniform", padded_bs=bs, launch_width=w)
             runner.replay_step(st, launch)
             t1 = time.perf_counter()
-            st.e1.synchronize()
+            wait_event(st.e1, spin)
             if step >= 20:
                 host.append(t1 - t0)
                 gpu.append(st.e0.elapsed_time(st.e1) / 1e3)
-        # the parts: metadata alone (no GPU work), and the graph launch alone
+        return np.asarray(host) * 1e6, np.asarray(gpu)
+
+    for spec in args.shapes.split(","):
+        bs, w, kv = (int(x) for x in spec.split("x"))
+        key = ("verify", bs, w)
+        st = runner.capture(key)
+        widths = np.full(bs, w)
+        base = rng.integers(max(1, kv // 2), kv + 1, bs)
+        h_spin, gpu = steps(st, bs, w, base, True)
+        h_block, _ = steps(st, bs, w, base, False)
+        runner.spin_wait = True
+        # the parts (spin-waiting): metadata alone (no GPU work); the graph launch alone, with
+        # the GPU idle and with the GPU still busy (a spin kernel queued first): a launch that
+        # took longer with the GPU busy would be waiting for the GPU, not working
+        meta, idle, busy = [], [], []
         for step in range(args.steps):
             kvs = base + step % 64
             t0 = time.perf_counter()
@@ -67,19 +88,33 @@ def main() -> None:
             t1 = time.perf_counter()
             st.graph.replay()
             t2 = time.perf_counter()
-            torch.cuda.synchronize()
+            st.e1.record()
+            wait_event(st.e1)
+            torch.cuda._sleep(2_000_000)  # about 1 ms of GPU time
+            t3 = time.perf_counter()
+            st.graph.replay()
+            t4 = time.perf_counter()
+            st.e1.record()
+            wait_event(st.e1)
             meta.append(t1 - t0)
-            launch_t.append(t2 - t1)
-        h = np.asarray(host) * 1e6
-        row = {"bs": bs, "width": w, "kv": kv, "host_us_median": float(np.median(h)),
-               "host_us_p10": float(np.percentile(h, 10)), "host_us_p90": float(np.percentile(h, 90)),
+            idle.append(t2 - t1)
+            busy.append(t4 - t3)
+        row = {"bs": bs, "width": w, "kv": kv,
+               "host_us_median": float(np.median(h_spin)),
+               "host_us_p10": float(np.percentile(h_spin, 10)),
+               "host_us_p90": float(np.percentile(h_spin, 90)),
+               "host_us_median_blocking_wait": float(np.median(h_block)),
+               "host_us_p90_blocking_wait": float(np.percentile(h_block, 90)),
                "metadata_us_median": float(np.median(meta) * 1e6),
-               "graph_launch_us_median": float(np.median(launch_t) * 1e6),
+               "graph_launch_us_median": float(np.median(idle) * 1e6),
+               "graph_launch_us_median_gpu_busy": float(np.median(busy) * 1e6),
                "replay_gpu_ms_median": float(np.median(gpu) * 1e3), "steps": args.steps}
         results.append(row)
-        print(f"{bs:>4} {w:>2} {kv:>6} | {row['host_us_median']:8.1f} {row['host_us_p10']:6.1f} "
-              f"{row['host_us_p90']:6.1f}      | {row['metadata_us_median']:11.1f} | "
-              f"{row['graph_launch_us_median']:15.1f} | {row['replay_gpu_ms_median']:8.3f}")
+        print(f"{bs:>4} {w:>2} {kv:>6} | {row['host_us_median']:6.1f} ({row['host_us_p10']:5.1f}-"
+              f"{row['host_us_p90']:5.1f}) | {row['host_us_median_blocking_wait']:6.1f} (p90 "
+              f"{row['host_us_p90_blocking_wait']:6.1f}) | {row['metadata_us_median']:11.1f} | "
+              f"{row['graph_launch_us_median']:9.1f} / {row['graph_launch_us_median_gpu_busy']:9.1f}   | "
+              f"{row['replay_gpu_ms_median']:8.3f}")
         runner.graphs.pop(key, None)
     # what a graph launch costs by itself, by node count (tiny kernels)
     x = torch.zeros(16, device="cuda")

@@ -19,8 +19,10 @@ position 0.
 
 from __future__ import annotations
 
+import gc
 import math
 import time
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import Any, Sequence
 
@@ -31,7 +33,34 @@ from backends.jit import JIT_ENABLED, njit
 from backends.aiter.kvpool import KVPool, layout_starts, plan_pool
 from backends.aiter.model import AttnInputs, CommModel, Rope, Transformer, comm_time_s, dense_shape
 
-__all__ = ["Runner", "Launch", "Timing"]
+__all__ = ["Runner", "Launch", "Timing", "wait_event", "gc_paused"]
+
+
+def wait_event(ev, spin: bool = True) -> None:
+    """Wait until CUDA event ``ev`` has completed.  ``spin``: poll it from this thread (the host
+    core stays busy, as an engine's scheduler thread does) instead of a blocking wait, after which
+    the next launches would start on a core woken from idle."""
+    if not spin:
+        ev.synchronize()
+        return
+    q = ev.query
+    while not q():
+        pass
+
+
+@contextmanager
+def gc_paused(enabled: bool = True):
+    """Hold Python's cyclic garbage collector off for a timed region.  A collection that falls
+    inside an eager pass (hundreds of Python kernel launches) would count the simulator's own
+    heap as GPU latency; the deferred collection runs at the next allocation after the region."""
+    was = gc.isenabled()
+    if enabled and was:
+        gc.disable()
+    try:
+        yield
+    finally:
+        if enabled and was:
+            gc.enable()
 
 
 @dataclass
@@ -258,6 +287,13 @@ class Runner:
         self._shared = None
         self._width_cache: dict[tuple, np.ndarray] = {}
         self.capture_s: dict[tuple, float] = {}
+        #: timing hygiene (docs/aiter.md): spin on events rather than block, keep the garbage
+        #: collector out of timed regions, and count the timed eager runs during which the
+        #: caching allocator had to go to the driver (cudaMalloc, or a free-and-retry)
+        self.spin_wait = True
+        self.pause_gc = True
+        self.eager_alloc_events = 0
+        self.eager_timed_runs = 0
         gen = torch.Generator(device=self.device).manual_seed(int(seed))
 
         g = self.geometry
@@ -399,7 +435,7 @@ class Runner:
         if sig is not None and sig == st.layout_sig:
             return False
         if st.layout_copied is not None:
-            st.layout_copied.synchronize()
+            wait_event(st.layout_copied, self.spin_wait)
         rows = st.rows
         buf = st.host_layout_np
         qw = launch.q_widths
@@ -427,7 +463,7 @@ class Runner:
         st.turn ^= 1
         ev = st.copied[k]
         if ev is not None:
-            ev.synchronize()
+            wait_event(ev, self.spin_wait)
         self._fill_host(st, launch, k)
         st.dev.copy_(st.host[k], non_blocking=self.on_gpu)
         if self.on_gpu:
@@ -536,7 +572,7 @@ class Runner:
         """The hot path of a replayed step: fill the staging buffer and launch the graph (whose
         first node copies it to the GPU).  Events ``st.e0``/``st.e1`` bracket the replay."""
         if st.done is not None:
-            st.done.synchronize()  # the previous replay has read the staging buffer
+            wait_event(st.done, self.spin_wait)  # the previous replay has read the staging buffer
         self._fill_host(st, launch, 0)
         if launch.layout_sig is None or launch.layout_sig != st.layout_sig:
             self._fill_layout(st, launch)
@@ -553,10 +589,11 @@ class Runner:
             comm = self._comm(key, launch, comm_rows, logits_rows)
             out: list[Timing] = []
             for i in range(warmup + reps):
-                h0 = time.perf_counter()
-                self.replay_step(st, launch)
-                host = time.perf_counter() - h0
-                st.e1.synchronize()
+                with gc_paused(self.pause_gc):
+                    h0 = time.perf_counter()
+                    self.replay_step(st, launch)
+                    host = time.perf_counter() - h0
+                    wait_event(st.e1, self.spin_wait)
                 if i >= warmup:
                     out.append(Timing(gpu_s=st.e0.elapsed_time(st.e1) / 1e3, host_s=host, comm_s=comm,
                                       graph=True, key=key))
@@ -574,26 +611,41 @@ class Runner:
 
         out: list[Timing] = []
         for i in range(warmup + reps):
-            h0 = time.perf_counter()
-            if self.on_gpu:
-                e0 = torch.cuda.Event(enable_timing=True)
-                e1 = torch.cuda.Event(enable_timing=True)
-            self._stage(st, launch)
-            if self.on_gpu:
-                e0.record()
-            with torch.no_grad():
-                st.out = body()
-            if self.on_gpu:
-                e1.record()
-            host = time.perf_counter() - h0
-            if self.on_gpu:
-                e1.synchronize()
-                gpu = e0.elapsed_time(e1) / 1e3
-            else:
-                gpu = time.perf_counter() - h0
-            if i >= warmup:
+            timed = i >= warmup
+            before = self._driver_allocs() if timed else 0
+            with gc_paused(self.pause_gc):
+                h0 = time.perf_counter()
+                if self.on_gpu:
+                    e0 = torch.cuda.Event(enable_timing=True)
+                    e1 = torch.cuda.Event(enable_timing=True)
+                self._stage(st, launch)
+                if self.on_gpu:
+                    e0.record()
+                with torch.no_grad():
+                    st.out = body()
+                if self.on_gpu:
+                    e1.record()
+                host = time.perf_counter() - h0
+                if self.on_gpu:
+                    wait_event(e1, self.spin_wait)
+                    gpu = e0.elapsed_time(e1) / 1e3
+                else:
+                    gpu = time.perf_counter() - h0
+            if timed:
+                self.eager_timed_runs += 1
+                if self._driver_allocs() != before:
+                    self.eager_alloc_events += 1
                 out.append(Timing(gpu_s=gpu, host_s=host, comm_s=comm, graph=False, key=key))
         return out
+
+    def _driver_allocs(self) -> int:
+        """Calls the caching allocator made to the driver so far (allocations plus retries)."""
+        if not self.on_gpu:
+            return 0
+        import torch
+
+        s = torch.cuda.memory_stats(self.device)
+        return int(s.get("num_device_alloc", 0)) + int(s.get("num_alloc_retries", 0))
 
     def _eager_static(self, key: tuple, launch: Launch) -> _Static:
         ekey = ("eager",) + key
@@ -654,5 +706,8 @@ class Runner:
                         "views": p.views, "bytes": p.bytes, "page_bytes_k": p.page_bytes},
             "comm_model": {"latency_s": self.comm.latency_s, "bus_bw": self.comm.bus_bw,
                            "tp": g["tp"], "measured": False},
+            "timing": {"spin_wait": self.spin_wait, "gc_paused": self.pause_gc,
+                       "eager_timed_runs": self.eager_timed_runs,
+                       "eager_runs_with_driver_allocs": self.eager_alloc_events},
             "graphs_captured": len([k for k in self.graphs if k[0] != "eager" and self.graphs[k].graph is not None]),
         }

@@ -105,3 +105,34 @@ def test_cli(setup):
         run_fidelity(setup / "t.parquet", "llama-3.1-8b", out_dir=bad, reference="roofline",
                      profile=str(setup / "missing.parquet"))
     assert not bad.exists()
+
+
+def test_recorded_reference_run_gives_the_same_report(setup):
+    """A reference run recorded by `simulate` (as on a GPU machine) and read back with
+    --reference-run gives the report that running the reference in place gives."""
+    from specsched.cli import cli as cli_main
+
+    rec = setup / "recorded"
+    r = CliRunner().invoke(cli_main, ["simulate", "--trace", str(setup / "t.parquet"),
+                                      "--backend", "roofline", "--model", "llama-3.1-8b",
+                                      "--no-report", "--out", str(rec)], standalone_mode=False)
+    assert r.exception is None, r.output
+    live = run_fidelity(setup / "t.parquet", "llama-3.1-8b", reference="roofline",
+                        profile=str(setup / "p.parquet"))
+    out = setup / "from_recorded"
+    got = run_fidelity(setup / "t.parquet", "llama-3.1-8b", reference="roofline",
+                       profile=str(setup / "p.parquet"), reference_run=rec, out_dir=out)
+    assert got["runs"] == live["runs"] and got["steps"] == live["steps"]
+    assert got["reference"]["recorded_run"] == str(rec)
+    assert (out / "fidelity.json").exists() and not (out / "reference").exists()
+    # a run of something else is refused, naming what differs, and nothing is written
+    for kw, match in ((dict(limit=100), "requests"),
+                      (dict(overrides={"engine.policy": "split"}), "engine.policy")):
+        bad = setup / f"bad_{match}"
+        with pytest.raises(SpecschedError, match=match):
+            run_fidelity(setup / "t.parquet", "llama-3.1-8b", reference="roofline",
+                         profile=str(setup / "p.parquet"), reference_run=rec, out_dir=bad, **kw)
+        assert not bad.exists()
+    with pytest.raises(SpecschedError, match="not a results folder"):
+        run_fidelity(setup / "t.parquet", "llama-3.1-8b", reference="roofline",
+                     profile=str(setup / "p.parquet"), reference_run=setup)
