@@ -207,7 +207,10 @@ def run_profile(model: Any, out: str, spec: ProfileSpec, *, executor_opts: dict 
     r = runner.describe()
     notes = [
         "latency_s = median of GPU time (CUDA events around the graph replay or the eager "
-        "launches) plus the modelled tensor-parallel communication (0 at tp 1)",
+        "launches) plus the modelled tensor-parallel communication (0 at tp 1)"
+        + ("; each timed launch queued behind a hold kernel, so the GPU's time alone is "
+           "measured, not the host's launch rate" if runner.hold_gpu else
+           "; launches not queued: the host's launch time counts where the GPU waits for it"),
         f"random bf16 weights and KV; paged KV pool of {r['kv_pool']['pages']} pages shared by "
         f"all layers at {r['kv_pool']['layer_shift_pages']}-page offsets (docs/aiter.md)",
         f"graphs: page size {runner.page_size}, max_seqlen_k {runner.max_seqlen_k} (context "

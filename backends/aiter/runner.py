@@ -72,6 +72,7 @@ class Timing:
     comm_s: float
     graph: bool
     key: tuple
+    held: bool = False      # queued behind a hold kernel: gpu_s is the GPU's time alone
 
     @property
     def latency_s(self) -> float:
@@ -242,6 +243,7 @@ class _Static:
         self.out = None
         self.max_seqlen_q = 1
         self.e0 = self.e1 = self.done = None
+        self.held = False
 
 
 class Runner:
@@ -294,6 +296,15 @@ class Runner:
         self.pause_gc = True
         self.eager_alloc_events = 0
         self.eager_timed_runs = 0
+        #: queued timing: before a timed launch the GPU is held by a spin kernel long enough for
+        #: the host to queue the whole launch, so the events measure the GPU's time alone, not
+        #: the host's launch rate (which varies between machines and with their load)
+        self.hold_gpu = True
+        self.min_hold_s = 50e-6
+        self._lead: dict[tuple, float] = {}   # host seconds to queue each key's launch
+        self._cycles_per_s: float | None = None
+        self.held_runs = 0
+        self.rerun_starved = 0
         gen = torch.Generator(device=self.device).manual_seed(int(seed))
 
         g = self.geometry
@@ -563,23 +574,80 @@ class Runner:
         st.e0 = torch.cuda.Event(enable_timing=True)
         st.e1 = torch.cuda.Event(enable_timing=True)
         st.done = None
+        warm = self._warm_launch(st)
+        for _ in range(2):  # first launches (graph upload), and the host's launch time for holds
+            self.replay_step(st, warm, key)
+            wait_event(st.e1, self.spin_wait)
         self.graphs[key] = st
         self.capture_s[key] = time.perf_counter() - t0
         return st
 
     # ---- running --------------------------------------------------------------------------------
-    def replay_step(self, st: _Static, launch: Launch) -> None:
+    def _hold(self, key: tuple) -> bool:
+        """Queue a spin kernel covering the host's time to queue ``key``'s launch (1.5 x the
+        longest seen, at least ``min_hold_s``); False when not holding (CPU, ``hold_gpu`` off,
+        or no estimate yet)."""
+        if not (self.on_gpu and self.hold_gpu):
+            return False
+        lead = self._lead.get(key)
+        if lead is None:
+            return False
+        import torch
+
+        if self._cycles_per_s is None:
+            self._cycles_per_s = self._calibrate_spin()
+        torch.cuda._sleep(max(1, int(max(self.min_hold_s, 1.5 * lead) * self._cycles_per_s)))
+        return True
+
+    def _calibrate_spin(self) -> float:
+        """Cycles per second of ``torch.cuda._sleep`` on this GPU (the fastest of three)."""
+        import torch
+
+        best = None
+        for _ in range(3):
+            a, b = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+            a.record()
+            torch.cuda._sleep(1_000_000)
+            b.record()
+            b.synchronize()
+            s = a.elapsed_time(b) / 1e3
+            best = s if best is None else min(best, s)
+        return 1_000_000 / max(best, 1e-9)
+
+    def _note_lead(self, key: tuple, host_s: float, starved: bool) -> None:
+        """Update the host-queueing estimate: up at once, down slowly, doubled after a starved hold."""
+        old = self._lead.get(key)
+        if old is None or host_s > old:
+            new = host_s
+        else:
+            new = 0.95 * old + 0.05 * host_s
+        if starved and old is not None:
+            new = max(new, 2.0 * old)
+        self._lead[key] = new
+
+    def replay_step(self, st: _Static, launch: Launch, key: tuple | None = None) -> bool:
         """The hot path of a replayed step: fill the staging buffer and launch the graph (whose
-        first node copies it to the GPU).  Events ``st.e0``/``st.e1`` bracket the replay."""
+        first node copies it to the GPU).  Events ``st.e0``/``st.e1`` bracket the replay.
+
+        With ``key`` and queued timing on, the GPU is held while the host launches the graph
+        (:meth:`_hold`).  Returns True when the hold ended before the launch was queued
+        (``e0`` had completed), so the GPU may have waited for the host inside the events."""
         if st.done is not None:
             wait_event(st.done, self.spin_wait)  # the previous replay has read the staging buffer
         self._fill_host(st, launch, 0)
         if launch.layout_sig is None or launch.layout_sig != st.layout_sig:
             self._fill_layout(st, launch)
+        held = key is not None and self._hold(key)
+        h0 = time.perf_counter()
         st.e0.record()
         st.graph.replay()
+        starved = held and st.e0.query()
         st.e1.record()
+        if key is not None:
+            self._note_lead(key, time.perf_counter() - h0, starved)
         st.done = st.e1
+        st.held = held and not starved
+        return held and starved
 
     def run(self, key: tuple, launch: Launch, *, graph: bool, reps: int = 1, warmup: int = 0,
             comm_rows: int | None = None, logits_rows: int | None = None) -> list[Timing]:
@@ -589,14 +657,19 @@ class Runner:
             comm = self._comm(key, launch, comm_rows, logits_rows)
             out: list[Timing] = []
             for i in range(warmup + reps):
-                with gc_paused(self.pause_gc):
-                    h0 = time.perf_counter()
-                    self.replay_step(st, launch)
-                    host = time.perf_counter() - h0
-                    wait_event(st.e1, self.spin_wait)
+                for attempt in range(3):  # a starved hold is run again with a longer one
+                    with gc_paused(self.pause_gc):
+                        h0 = time.perf_counter()
+                        starved = self.replay_step(st, launch, key)
+                        host = time.perf_counter() - h0
+                        wait_event(st.e1, self.spin_wait)
+                    if not starved:
+                        break
+                    self.rerun_starved += 1
                 if i >= warmup:
+                    self.held_runs += int(st.held)
                     out.append(Timing(gpu_s=st.e0.elapsed_time(st.e1) / 1e3, host_s=host, comm_s=comm,
-                                      graph=True, key=key))
+                                      graph=True, key=key, held=st.held))
             return out
         st = self._eager_static(key, launch)
         comm = self._comm(key, launch, comm_rows, logits_rows)
@@ -610,19 +683,23 @@ class Runner:
         import torch
 
         out: list[Timing] = []
-        for i in range(warmup + reps):
+        lead_key = ("eager",) + tuple(key)
+        i = attempts = 0
+        while i < warmup + reps:
             timed = i >= warmup
             before = self._driver_allocs() if timed else 0
             with gc_paused(self.pause_gc):
-                h0 = time.perf_counter()
                 if self.on_gpu:
                     e0 = torch.cuda.Event(enable_timing=True)
                     e1 = torch.cuda.Event(enable_timing=True)
                 self._stage(st, launch)
+                held = self._hold(lead_key)
+                h0 = time.perf_counter()
                 if self.on_gpu:
                     e0.record()
                 with torch.no_grad():
                     st.out = body()
+                starved = held and e0.query()
                 if self.on_gpu:
                     e1.record()
                 host = time.perf_counter() - h0
@@ -631,11 +708,20 @@ class Runner:
                     gpu = e0.elapsed_time(e1) / 1e3
                 else:
                     gpu = time.perf_counter() - h0
+            self._note_lead(lead_key, host, starved)
+            if starved and attempts < 2:  # the GPU may have waited for the host: again, held longer
+                attempts += 1
+                self.rerun_starved += 1
+                continue
+            attempts = 0
             if timed:
                 self.eager_timed_runs += 1
+                self.held_runs += int(held and not starved)
                 if self._driver_allocs() != before:
                     self.eager_alloc_events += 1
-                out.append(Timing(gpu_s=gpu, host_s=host, comm_s=comm, graph=False, key=key))
+                out.append(Timing(gpu_s=gpu, host_s=host, comm_s=comm, graph=False, key=key,
+                                  held=held and not starved))
+            i += 1
         return out
 
     def _driver_allocs(self) -> int:
@@ -706,7 +792,8 @@ class Runner:
                         "views": p.views, "bytes": p.bytes, "page_bytes_k": p.page_bytes},
             "comm_model": {"latency_s": self.comm.latency_s, "bus_bw": self.comm.bus_bw,
                            "tp": g["tp"], "measured": False},
-            "timing": {"spin_wait": self.spin_wait, "gc_paused": self.pause_gc,
+            "timing": {"queued": self.hold_gpu, "spin_wait": self.spin_wait, "gc_paused": self.pause_gc,
+                       "held_runs": self.held_runs, "reruns_after_a_short_hold": self.rerun_starved,
                        "eager_timed_runs": self.eager_timed_runs,
                        "eager_runs_with_driver_allocs": self.eager_alloc_events},
             "graphs_captured": len([k for k in self.graphs if k[0] != "eager" and self.graphs[k].graph is not None]),
