@@ -7,7 +7,8 @@ counts) and queued behind a short spin kernel (the graph's own GPU time);
 launch is queued before the first one starts: the GPU then runs the kernels back to back with
 no host gaps (the script checks the host finished queueing before the spin ended); (3) the sum
 of the kernels' own durations from the CUDA profiler (CUPTI), when it is available.  Target:
-replay within 5% of the back-to-back time.
+replay within 5% of the sum of its kernels (CUPTI's sum; the back-to-back time where the profiler
+is unavailable).
 
     python benchmarks/bench_aiter_replay_vs_kernels.py --model llama-3.1-8b
 """
@@ -119,11 +120,17 @@ def main() -> None:
               f"{(row['replay_over_kernel_sum'] or float('nan')):10.3f} | {nk}"
               + ("" if host_ok else "  (host slower than the spin: b2b includes gaps)"))
         runner.graphs.pop(key, None)
-    worst_idle = max(abs(r["replay_over_b2b"] - 1) for r in results)
-    worst = max(abs(r["replay_queued_over_b2b"] - 1) for r in results)
-    print(f"largest |replay / back-to-back - 1|: {worst * 100:.1f}% with the replay queued "
-          f"(target <= 5%): {'OK' if worst <= 0.05 else 'MISSED'}; {worst_idle * 100:.1f}% when the "
-          f"GPU idles while the host launches the graph (the live executor's timing)")
+    # the target compares the replay with the sum of its kernels: CUPTI's per-kernel durations
+    # when the profiler works, else the back-to-back eager run (which can hold launch gaps)
+    def ratio(r, which):
+        base = r["kernel_sum_ms"] or r["back_to_back_ms"]
+        return r[which] / base
+    basis = "the kernels' CUPTI sum" if all(r["kernel_sum_ms"] for r in results) else "back-to-back"
+    worst = max(abs(ratio(r, "replay_queued_ms") - 1) for r in results)
+    worst_idle = max(abs(ratio(r, "replay_ms") - 1) for r in results)
+    print(f"largest |replay / {basis} - 1|: {worst * 100:.1f}% with the replay queued (target <= 5%): "
+          f"{'OK' if worst <= 0.05 else 'MISSED'}; {worst_idle * 100:.1f}% when the GPU idles while the "
+          f"host launches the graph")
     if args.json:
         Path(args.json).write_text(json.dumps(results, indent=1))
 
