@@ -45,8 +45,9 @@ NOT_CAPTURED = (
     "prefill passes are looked up by total tokens and the attention-equivalent prefix (the same "
     "query-key pairs as one request); a profile measures one request per pass, so how several "
     "requests' GEMM and attention kernels differ from one request's is not captured",
-    "eager passes (prefill, widths or batches beyond the captured ones) are host-bound on this "
-    "GPU (about 30-60 us per kernel launch) and vary by tens of percent from pass to pass",
+    "the host's time to launch eager passes (prefill, widths or batches beyond the captured "
+    "ones): the live executor and the profile both time the kernels queued, i.e. the GPU's time "
+    "alone; an engine's own launch cost belongs in engine.scheduler_overhead_s",
     "host-side time between passes (scheduling, sampling, metadata building) beyond the engine's "
     "configured scheduler overhead",
     "clock and thermal state of the GPU while the profile was recorded versus now",
@@ -235,6 +236,11 @@ def compare_runs(reference: dict, model: dict) -> dict[str, Any]:
 def _not_captured(table, steps_report: dict) -> list[str]:
     items = list(NOT_CAPTURED)
     src = table.source if isinstance(table.source, dict) else {}
+    notes = src.get("notes")
+    if notes and not any(isinstance(n, str) and "queued" in n for n in notes):
+        items.append("this profile was recorded before queued timing: its eager and prefill rows "
+                     "include the recording host's launch rate (about 30-60 us per kernel "
+                     "launch), which a live run today does not; re-record it with `specsched profile`")
     holes = {k: v for k, v in (src.get("holes_filled") or {}).items() if v}
     if holes:
         items.append(f"grid points not measured, filled by rule: {holes}")

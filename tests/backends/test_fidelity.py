@@ -136,3 +136,17 @@ def test_recorded_reference_run_gives_the_same_report(setup):
     with pytest.raises(SpecschedError, match="not a results folder"):
         run_fidelity(setup / "t.parquet", "llama-3.1-8b", reference="roofline",
                      profile=str(setup / "p.parquet"), reference_run=setup)
+
+
+def test_profiles_recorded_before_queued_timing_are_flagged():
+    from types import SimpleNamespace
+
+    from analysis.fidelity import _not_captured
+
+    old = SimpleNamespace(source={"notes": ["latency_s = median of GPU time (CUDA events)"]})
+    new = SimpleNamespace(source={"notes": ["latency_s = median of GPU time; each timed launch "
+                                            "queued behind a hold kernel"]})
+    flag = "recorded before queued timing"
+    assert any(flag in x for x in _not_captured(old, {}))
+    assert not any(flag in x for x in _not_captured(new, {}))
+    assert not any(flag in x for x in _not_captured(SimpleNamespace(source={}), {}))
