@@ -331,6 +331,20 @@ def render_markdown(report: dict, *, reference: str) -> str:
             d = report["runs"][metric][q]
             lines.append(f"| {label} {q} | {_fmt(d['reference'])} | {_fmt(d['profile'])} | "
                          f"{_fmt(d['diff_pct'], pct=True)} |")
+    deb = report.get("runs_debiased")
+    if deb:
+        f = deb["factors"]
+        lines += ["", "## Whole runs, the profile's mean per-kind bias removed (a what-if)", "",
+                  "The profile's values scaled by "
+                  + ", ".join(f"{k} x{v:.4f}" for k, v in f.items())
+                  + ": what remains is not average per-step error but how it is distributed "
+                  "(queueing, transients, shape mix).", "",
+                  f"| metric | {reference} | profile, debiased | difference |", "|---|---|---|---|"]
+        for metric, label in (("ttft_s", "TTFT"), ("tpot_s", "TPOT")):
+            for q in ("p50", "p99"):
+                d = deb[metric][q]
+                lines.append(f"| {label} {q} | {_fmt(d['reference'])} | {_fmt(d['profile'])} | "
+                             f"{_fmt(d['diff_pct'], pct=True)} |")
     lines += ["", "## Checks", "", "| check | value | target | pass |", "|---|---|---|---|"]
     for name, c in report["checks"].items():
         lines.append(f"| {name} | {_fmt(c['value_pct'], pct=True)} | <= {c['target_pct']}% | "
@@ -338,6 +352,32 @@ def render_markdown(report: dict, *, reference: str) -> str:
     lines += ["", "## What the profile model does not capture", ""]
     lines += [f"- {x}" for x in report["not_captured"]]
     return "\n".join(lines) + "\n"
+
+
+def debiased_table(table, by_kind: dict[str, dict]):
+    """``table`` with each kind's values divided by ``1 + mean signed error`` of that kind (verify
+    graph and eager, draft graph and eager, prefill): the same profile without its average per-kind
+    bias against the reference.  Returns ``(table, factors)``."""
+    from dataclasses import replace
+
+    from backends.latency_table import Grid
+
+    factors = {}
+    for kind in ("verify", "draft", "prefill"):
+        bias = (by_kind.get(kind) or {}).get("mean_signed_pct")
+        factors[kind] = 1.0 if bias is None else 1.0 / (1.0 + bias / 100.0)
+
+    def scaled(g, f):
+        return Grid(axes=g.axes, values=g.values * f)
+
+    t = replace(table,
+                verify_graph=scaled(table.verify_graph, factors["verify"]),
+                verify_eager=scaled(table.verify_eager, factors["verify"]),
+                draft_graph=scaled(table.draft_graph, factors["draft"]),
+                draft_eager=scaled(table.draft_eager, factors["draft"]),
+                prefill=scaled(table.prefill, factors["prefill"]),
+                source={**table.source, "debiased": factors})
+    return t, factors
 
 
 def run_fidelity(trace_path: str | Path, model: str, *, out_dir: str | Path | None = None,
@@ -393,6 +433,13 @@ def run_fidelity(trace_path: str | Path, model: str, *, out_dir: str | Path | No
         mod = simulate_to(trace, prof_cfg, folder / "profile" if folder else None,
                           executor=prof_prep.executor)
         report = build_report(steps, ref_summary, mod.summary, table, worst=worst)
+        # what-if: the same profile without its mean per-kind bias -- how much of the whole-run
+        # difference is per-step bias, and how much queueing, transients and shape mix
+        from backends.latency_table import TableExecutor
+
+        dtable, factors = debiased_table(table, report["steps"]["by_kind"])
+        deb = simulate_to(trace, prof_cfg, None, executor=TableExecutor("profile", dtable))
+        report["runs_debiased"] = {"factors": factors, **compare_runs(ref_summary, deb.summary)}
         report["reference"] = {"backend": reference, "describe": _jsonable(ref_summary.get("backend")),
                                "recorded_run": None if reference_run is None else str(reference_run),
                                "detail": _jsonable(ref_summary.get("backend_detail"))}

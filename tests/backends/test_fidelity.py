@@ -150,3 +150,27 @@ def test_profiles_recorded_before_queued_timing_are_flagged():
     assert any(flag in x for x in _not_captured(old, {}))
     assert not any(flag in x for x in _not_captured(new, {}))
     assert not any(flag in x for x in _not_captured(SimpleNamespace(source={}), {}))
+
+
+def test_debiased_what_if(setup):
+    """The report carries the whole-run comparison with each kind's mean signed step error
+    divided out of the profile, and the table scaling behind it is exact."""
+    from analysis.fidelity import debiased_table
+
+    prof = make_executor("profile", model="llama-3.1-8b", profile=setup / "p.parquet")
+    table = prof.latency_table()
+    t2, f = debiased_table(table, {"verify": {"mean_signed_pct": 25.0},
+                                   "draft": {"mean_signed_pct": -20.0}, "prefill": {}})
+    assert f == {"verify": 0.8, "draft": 1.25, "prefill": 1.0}
+    assert np.allclose(t2.verify_graph.values, table.verify_graph.values * 0.8)
+    assert np.allclose(t2.verify_eager.values, table.verify_eager.values * 0.8)
+    assert np.allclose(t2.draft_eager.values, table.draft_eager.values * 1.25)
+    assert np.array_equal(t2.prefill.values, table.prefill.values)
+    assert t2.source["debiased"] == f and "debiased" not in table.source
+    rep = run_fidelity(setup / "t.parquet", "llama-3.1-8b", reference="roofline",
+                       profile=str(setup / "p.parquet"))
+    deb = rep["runs_debiased"]
+    assert set(deb["factors"]) == {"verify", "draft", "prefill"}
+    for kind, d in rep["steps"]["by_kind"].items():
+        assert deb["factors"][kind] == pytest.approx(1 / (1 + d["mean_signed_pct"] / 100))
+    assert deb["ttft_s"]["p50"]["reference"] == rep["runs"]["ttft_s"]["p50"]["reference"]
