@@ -51,3 +51,23 @@ def test_wait_event_spins_until_complete_or_blocks_when_asked():
     ev = _Event(ready_after=5)
     wait_event(ev, spin=False)
     assert ev.synced and ev.queries == 0
+
+
+def test_hold_estimate_rises_at_once_decays_slowly_and_doubles_when_starved():
+    from types import SimpleNamespace
+
+    from backends.aiter.runner import Runner
+
+    r = SimpleNamespace(_lead={})
+    k = ("verify", 8, 4)
+    Runner._note_lead(r, k, 100e-6, False)
+    assert r._lead[k] == pytest.approx(100e-6)
+    Runner._note_lead(r, k, 300e-6, False)          # a slower launch: up at once
+    assert r._lead[k] == pytest.approx(300e-6)
+    Runner._note_lead(r, k, 100e-6, False)          # a faster one: down by 5% of the gap
+    assert r._lead[k] == pytest.approx(0.95 * 300e-6 + 0.05 * 100e-6)
+    before = r._lead[k]
+    Runner._note_lead(r, k, 50e-6, True)            # the hold ran out first: at least doubled
+    assert r._lead[k] == pytest.approx(2 * before)
+    Runner._note_lead(r, ("prefill", 1, 64), 0.02, True)  # first sight, starved: what was seen
+    assert r._lead[("prefill", 1, 64)] == pytest.approx(0.02)
