@@ -160,7 +160,7 @@ def verify_metadata(widths, kv_lens, mla, num_draft_tokens, page_size, capture_b
 @click.option("--no-draft", is_flag=True, help="Skip the draft model (the profile then lacks draft rows).")
 @click.option("--reps", type=int, default=5, show_default=True, help="Timed repetitions per graph point.")
 @click.option("--warmup", type=int, default=2, show_default=True, help="Untimed runs before them.")
-@click.option("--eager-reps", type=int, default=3, show_default=True, help="Timed repetitions per eager point.")
+@click.option("--eager-reps", type=int, default=5, show_default=True, help="Timed repetitions per eager point.")
 @click.option("--page-size", type=int, default=16, show_default=True)
 @click.option("--max-context", type=int, default=None, help="Context length (default 131072).")
 @click.option("--kv-pool-gib", type=float, default=None, help="Physical KV pool size (default: what fits).")

@@ -43,15 +43,17 @@ class ProfileSpec:
     widths: Sequence[int] = tuple(range(1, 9))
     kv: Sequence[int] = DEFAULT_KV
     eager_bs: Sequence[int] = (1, 8, 32, 128, 256, 384, 512)
-    eager_widths: Sequence[int] = (1, 2, 4, 8)
+    #: widths past the graphs' 8 for proposers that draft up to 20 tokens (they run eagerly)
+    eager_widths: Sequence[int] = (1, 2, 4, 8, 12, 16, 21)
     eager_kv: Sequence[int] = (512, 2048, 8192)
     draft: bool = True
     draft_kv: Sequence[int] | None = None
-    prefill_tokens: Sequence[int] = (64, 256, 1024, 4096, 8192)
+    prefill_tokens: Sequence[int] = (32, 64, 128, 256, 512, 768, 1024, 1536, 2048, 3072, 4096,
+                                     6144, 8192)
     prefill_prefix: Sequence[int] = (0, 2048, 8192, 16384)
     reps: int = 5
     warmup: int = 2
-    eager_reps: int = 3
+    eager_reps: int = 5
 
     def check(self) -> None:
         from traces.errors import SpecschedError
