@@ -466,17 +466,13 @@ def read_reference_run(folder: str | Path, trace_path: str | Path, requests: int
                        reference: str) -> tuple[dict, pa.Table]:
     """(summary, steps) of a recorded reference run, refused unless it ran this trace (same file
     name, same number of requests), seed and engine configuration with the ``reference`` backend."""
-    import pyarrow.parquet as pq
+    from analysis.results import load_run
 
-    folder = Path(folder)
-    summary_path, steps_path = folder / "summary.json", folder / "steps.parquet"
-    for p in (summary_path, steps_path):
-        if not p.is_file():
-            raise SpecschedError(f"{folder}: not a results folder of a run (no {p.name})")
-    try:
-        summary = json.loads(summary_path.read_text())
-    except ValueError as exc:
-        raise SpecschedError(f"{summary_path}: not valid JSON ({exc})") from None
+    run = load_run(folder)
+    summary = run.summary
+    if not summary:
+        raise SpecschedError("no summary.json: the recorded run's configuration is needed to check "
+                             "that it matches this comparison", path=str(folder))
     got_cfg = summary.get("config") or {}
     want_cfg = config.to_dict()
     problems = []
@@ -500,7 +496,7 @@ def read_reference_run(folder: str | Path, trace_path: str | Path, requests: int
     if problems:
         raise SpecschedError(f"{folder}: the recorded run does not match this comparison: "
                              + "; ".join(problems))
-    return summary, pq.read_table(steps_path)
+    return summary, run.steps
 
 
 # ---- the command ---------------------------------------------------------------------------
