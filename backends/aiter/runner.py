@@ -243,7 +243,6 @@ class _Static:
         self.out = None
         self.max_seqlen_q = 1
         self.e0 = self.e1 = self.done = None
-        self.held = False
 
 
 class Runner:
@@ -625,13 +624,14 @@ class Runner:
             new = max(new, 2.0 * old)
         self._lead[key] = new
 
-    def replay_step(self, st: _Static, launch: Launch, key: tuple | None = None) -> bool:
+    def replay_step(self, st: _Static, launch: Launch, key: tuple | None = None) -> tuple[bool, bool]:
         """The hot path of a replayed step: fill the staging buffer and launch the graph (whose
         first node copies it to the GPU).  Events ``st.e0``/``st.e1`` bracket the replay.
 
         With ``key`` and queued timing on, the GPU is held while the host launches the graph
-        (:meth:`_hold`).  Returns True when the hold ended before the launch was queued
-        (``e0`` had completed), so the GPU may have waited for the host inside the events."""
+        (:meth:`_hold`).  Returns ``(held, starved)``: starved when the hold ended before the
+        launch was queued (``e0`` had completed), so the GPU may have waited for the host
+        inside the events."""
         if st.done is not None:
             wait_event(st.done, self.spin_wait)  # the previous replay has read the staging buffer
         self._fill_host(st, launch, 0)
@@ -646,8 +646,7 @@ class Runner:
         if key is not None:
             self._note_lead(key, time.perf_counter() - h0, starved)
         st.done = st.e1
-        st.held = held and not starved
-        return held and starved
+        return held, starved
 
     def run(self, key: tuple, launch: Launch, *, graph: bool, reps: int = 1, warmup: int = 0,
             comm_rows: int | None = None, logits_rows: int | None = None) -> list[Timing]:
@@ -655,26 +654,46 @@ class Runner:
         if graph:
             st = self.capture(key)
             comm = self._comm(key, launch, comm_rows, logits_rows)
-            out: list[Timing] = []
-            for i in range(warmup + reps):
-                for attempt in range(3):  # a starved hold is run again with a longer one
-                    with gc_paused(self.pause_gc):
-                        h0 = time.perf_counter()
-                        starved = self.replay_step(st, launch, key)
-                        host = time.perf_counter() - h0
-                        wait_event(st.e1, self.spin_wait)
-                    if not starved:
-                        break
-                    self.rerun_starved += 1
-                if i >= warmup:
-                    self.held_runs += int(st.held)
-                    out.append(Timing(gpu_s=st.e0.elapsed_time(st.e1) / 1e3, host_s=host, comm_s=comm,
-                                      graph=True, key=key, held=st.held))
-            return out
+
+            def once():
+                h0 = time.perf_counter()
+                held, starved = self.replay_step(st, launch, key)
+                host = time.perf_counter() - h0
+                wait_event(st.e1, self.spin_wait)
+                return st.e0.elapsed_time(st.e1) / 1e3, host, held, starved
+
+            return self._timed_runs(once, key=key, comm=comm, graph=True, reps=reps, warmup=warmup)
         st = self._eager_static(key, launch)
         comm = self._comm(key, launch, comm_rows, logits_rows)
         return self._time_eager(st, launch, lambda: self._body(st), key=key, comm=comm,
                                 reps=reps, warmup=warmup)
+
+    def _timed_runs(self, once, *, key: tuple, comm: float, graph: bool, reps: int,
+                    warmup: int) -> list[Timing]:
+        """``warmup + reps`` runs of ``once() -> (gpu_s, host_s, held, starved)``, the garbage
+        collector held off in each; the timings of the last ``reps``.  A run whose hold ran out
+        before the launch was queued is run again (at most twice; ``once`` has lengthened the
+        hold through :meth:`_note_lead`).  Eager runs also count driver allocations."""
+        out: list[Timing] = []
+        for i in range(warmup + reps):
+            timed = i >= warmup
+            before = self._driver_allocs() if timed and not graph else 0
+            for attempt in range(3):
+                with gc_paused(self.pause_gc):
+                    gpu, host, held, starved = once()
+                if not starved or attempt == 2:
+                    break
+                self.rerun_starved += 1
+            if not timed:
+                continue
+            clean = held and not starved
+            self.held_runs += int(clean)
+            if not graph:
+                self.eager_timed_runs += 1
+                if self._driver_allocs() != before:
+                    self.eager_alloc_events += 1
+            out.append(Timing(gpu_s=gpu, host_s=host, comm_s=comm, graph=graph, key=key, held=clean))
+        return out
 
     def _time_eager(self, st: _Static, launch: Launch, body, *, key: tuple, comm: float,
                     reps: int, warmup: int) -> list[Timing]:
@@ -682,47 +701,32 @@ class Runner:
         the GPU part of each timed run (the host clock on a CPU)."""
         import torch
 
-        out: list[Timing] = []
         lead_key = ("eager",) + tuple(key)
-        i = attempts = 0
-        while i < warmup + reps:
-            timed = i >= warmup
-            before = self._driver_allocs() if timed else 0
-            with gc_paused(self.pause_gc):
-                if self.on_gpu:
-                    e0 = torch.cuda.Event(enable_timing=True)
-                    e1 = torch.cuda.Event(enable_timing=True)
-                self._stage(st, launch)
-                held = self._hold(lead_key)
-                h0 = time.perf_counter()
-                if self.on_gpu:
-                    e0.record()
-                with torch.no_grad():
-                    st.out = body()
-                starved = held and e0.query()
-                if self.on_gpu:
-                    e1.record()
-                host = time.perf_counter() - h0
-                if self.on_gpu:
-                    wait_event(e1, self.spin_wait)
-                    gpu = e0.elapsed_time(e1) / 1e3
-                else:
-                    gpu = time.perf_counter() - h0
+
+        def once():
+            if self.on_gpu:
+                e0 = torch.cuda.Event(enable_timing=True)
+                e1 = torch.cuda.Event(enable_timing=True)
+            self._stage(st, launch)
+            held = self._hold(lead_key)
+            h0 = time.perf_counter()
+            if self.on_gpu:
+                e0.record()
+            with torch.no_grad():
+                st.out = body()
+            starved = held and e0.query()
+            if self.on_gpu:
+                e1.record()
+            host = time.perf_counter() - h0
+            if self.on_gpu:
+                wait_event(e1, self.spin_wait)
+                gpu = e0.elapsed_time(e1) / 1e3
+            else:
+                gpu = time.perf_counter() - h0
             self._note_lead(lead_key, host, starved)
-            if starved and attempts < 2:  # the GPU may have waited for the host: again, held longer
-                attempts += 1
-                self.rerun_starved += 1
-                continue
-            attempts = 0
-            if timed:
-                self.eager_timed_runs += 1
-                self.held_runs += int(held and not starved)
-                if self._driver_allocs() != before:
-                    self.eager_alloc_events += 1
-                out.append(Timing(gpu_s=gpu, host_s=host, comm_s=comm, graph=False, key=key,
-                                  held=held and not starved))
-            i += 1
-        return out
+            return gpu, host, held, starved
+
+        return self._timed_runs(once, key=key, comm=comm, graph=False, reps=reps, warmup=warmup)
 
     def _driver_allocs(self) -> int:
         """Calls the caching allocator made to the driver so far (allocations plus retries)."""

@@ -71,3 +71,44 @@ def test_hold_estimate_rises_at_once_decays_slowly_and_doubles_when_starved():
     assert r._lead[k] == pytest.approx(2 * before)
     Runner._note_lead(r, ("prefill", 1, 64), 0.02, True)  # first sight, starved: what was seen
     assert r._lead[("prefill", 1, 64)] == pytest.approx(0.02)
+
+
+def test_timed_runs_rerun_a_starved_hold_at_most_twice_and_keep_the_last_reps():
+    from types import SimpleNamespace
+
+    from backends.aiter.runner import Runner
+
+    def fake(allocs):
+        r = SimpleNamespace(pause_gc=True, rerun_starved=0, held_runs=0, eager_timed_runs=0,
+                            eager_alloc_events=0)
+        r._driver_allocs = lambda: next(allocs)
+        return r
+
+    # per call: (gpu_s, host_s, held, starved); the collector is off inside every call
+    calls = []
+
+    def scripted(results):
+        it = iter(results)
+
+        def once():
+            calls.append(gc.isenabled())
+            return next(it)
+        return once
+
+    r = fake(iter([]))
+    runs = [(1.0, 0.1, False, False),                          # warm-up, not held
+            (2.0, 0.1, True, True), (3.0, 0.1, True, False),   # rep 1: starved, then clean
+            (4.0, 0.1, True, True), (5.0, 0.1, True, True), (6.0, 0.1, True, True)]  # rep 2
+    out = Runner._timed_runs(r, scripted(runs), key=("verify", 8, 4), comm=0.5, graph=True,
+                             reps=2, warmup=1)
+    assert [t.gpu_s for t in out] == [3.0, 6.0]
+    assert [t.held for t in out] == [True, False]  # still starved after two re-runs: not clean
+    assert all(t.graph and t.comm_s == 0.5 and t.latency_s == t.gpu_s + 0.5 for t in out)
+    assert r.rerun_starved == 3 and r.held_runs == 1
+    assert r.eager_timed_runs == 0 and not any(calls) and gc.isenabled()
+
+    r = fake(iter([10, 10, 10, 12]))  # the second timed eager run went to the driver
+    out = Runner._timed_runs(r, scripted([(1.0, 0.2, True, False)] * 2), key=("prefill", 1, 64),
+                             comm=0.0, graph=False, reps=2, warmup=0)
+    assert len(out) == 2 and not any(t.graph for t in out)
+    assert r.eager_timed_runs == 2 and r.eager_alloc_events == 1 and r.held_runs == 2
