@@ -41,11 +41,7 @@ def main() -> None:
 
     ex = make_executor(args.model, capture_bs=SPEC_CAPTURE_BS)
     runner = ex.runner
-    # calibrate the spin kernel: cycles per second
-    torch.cuda.synchronize()
-    a, b = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-    a.record(); torch.cuda._sleep(100_000_000); b.record(); b.synchronize()
-    cycles_per_s = 100_000_000 / (a.elapsed_time(b) / 1e3)
+    cycles_per_s = runner._calibrate_spin()  # the spin kernel's cycles per second
     results = []
     print(f"{'bs':>4} {'w':>2} {'kv':>6} | replay ms (idle / queued) | back-to-back ms | kernel sum ms | "
           f"replay/b2b (idle / queued) | replay/sum | kernels")
