@@ -1,21 +1,29 @@
 #!/usr/bin/env bash
-# GPU jobs for one device session, each pinned to one GPU so that two run side by side on a
+# GPU jobs for one device session, each pinned to one GPU so that two can run side by side on a
 # two-GPU machine.  Run from the repository root:
 #
 #   bash benchmarks/gpu_live_session.sh GPU OUT_DIR JOB...
 #
 # Jobs (each in its own process, under its own time limit, logged to OUT_DIR/gpuGPU.log):
+#   info         GPU, driver and package versions
+#   smoke        a two-layer model: graph and eager verify through the executor
 #   tests        the AITER GPU tests
 #   host         benchmarks/bench_aiter_host_overhead.py     -> host_overhead.json
 #   replay       benchmarks/bench_aiter_replay_vs_kernels.py -> replay_vs_kernels.json
 #   stability    benchmarks/bench_aiter_eager_stability.py   -> eager_stability.json
-#   profile8b    `specsched profile` for Llama-3.1-8B: the ladder x widths 1-8 x KV to 32k, eager
-#                verify widths up to 21 (k=20 proposers), a dense prefill grid -> llama-3.1-8b__H200.parquet
+#   mla          benchmarks/bench_aiter_mla_probe.py (AITER's Triton MLA decode)
+#   coarse8b     a quick, coarse Llama-3.1-8B profile       -> coarse-llama-3.1-8b__H200.parquet
+#   profile8b    `specsched profile` for Llama-3.1-8B: the ladder x widths 1-8 x KV to 32k and the
+#                default eager and prefill grids              -> llama-3.1-8b__H200.parquet
+#   profile70b   the same for the Llama-3.1-70B tp-8 shard    -> llama-3.1-70b__H200.parquet
 #   live-conv:N  live `simulate --backend aiter` of the first N requests of the conversation sample
 #   live-code    live `simulate --backend aiter` of the whole code sample
+#   fidelity-conv:N, fidelity-code
+#                `specsched fidelity` (live run and shipped profile) on the same traces
 # Live runs are packed as OUT_DIR/live_<name>.tar.gz (summary.json, steps.parquet, ...), to be
-# compared on any machine with `specsched fidelity --reference-run`.
-# DEADLINE (seconds from the start, default 570) bounds every job.
+# compared on any machine with `specsched fidelity --reference-run`; fidelity jobs leave
+# OUT_DIR/fidelity_<name>.{md,json}.  DEADLINE (seconds from the start, default 570) bounds
+# every job.
 set -uo pipefail
 gpu=$1; out=$2; shift 2
 mkdir -p "$out"
@@ -28,6 +36,10 @@ fi
 export PYTHONPATH="/tmp/site:$PWD${PYTHONPATH:+:$PYTHONPATH}"
 log="$out/gpu$gpu.log"
 deadline=${DEADLINE:-570}
+BS="1,2,4,8,16,24,32,48,64,96,128,160,192,256"
+KV="128,512,2048,4096,8192,16384,32768"
+CONV=traces/samples/azure_conv_eagle_2k.parquet
+CODE=traces/samples/azure_code_sps_2k.parquet
 job() {  # job NAME SECONDS COMMAND...
   local name=$1 secs=$2; shift 2
   local left=$((deadline - SECONDS)); [ "$secs" -gt "$left" ] && secs=$left
@@ -37,25 +49,53 @@ job() {  # job NAME SECONDS COMMAND...
   timeout "$secs" "$@" >>"$log" 2>&1
   echo "=== $name rc=$? in $((SECONDS - t0))s ===" | tee -a "$log"
 }
-live() {  # live NAME SECONDS TRACE [LIMIT]
-  local name=$1 secs=$2 trace=$3 lim=${4:-}
-  job "live-$name" "$secs" python3 -m specsched simulate --trace "$trace" --backend aiter \
+live() {  # live NAME TRACE [LIMIT]
+  local name=$1 trace=$2 lim=${3:-}
+  job "live-$name" 580 python3 -m specsched simulate --trace "$trace" --backend aiter \
     --model llama-3.1-8b ${lim:+--limit $lim} --no-report --out "/tmp/live_$name"
   [ -d "/tmp/live_$name" ] && tar -czf "$out/live_$name.tar.gz" -C /tmp "live_$name"
 }
+fid() {  # fid NAME TRACE [LIMIT]
+  local name=$1 trace=$2 lim=${3:-}
+  job "fidelity-$name" 580 bash -c "python3 -m specsched fidelity --trace '$trace' --model llama-3.1-8b \
+    ${lim:+--limit $lim} --out '/tmp/fid_$name' > '$out/fidelity_$name.md'"
+  cp "/tmp/fid_$name/fidelity.json" "$out/fidelity_$name.json" 2>/dev/null
+}
 for j in "$@"; do
   case "$j" in
+    info) job info 30 bash -c 'nvidia-smi --query-gpu=name,driver_version,memory.total,clocks.sm,clocks.mem --format=csv; python3 -c "import torch,triton,numpy,sys;print(sys.version);print(torch.__version__,torch.version.cuda,triton.__version__,numpy.__version__)"; python3 -c "import numba; print(\"numba\", numba.__version__)" || true' ;;
+    smoke) job smoke 120 python3 - <<'PY'
+import time, numpy as np
+t = time.time()
+from backends.aiter import bridge, make_executor
+from backends.models import ModelShape
+from backends.protocol import VerifyBatch
+k = bridge.load_kernels(); print("kernels", k.runtime, k.arch, bridge.versions())
+m = ModelShape(name="smoke", layers=2, hidden=1024, heads=8, kv_heads=2, head_dim=128, intermediate=2048, vocab=4096)
+ex = make_executor(m, capture_bs=[1, 2, 4], max_context=8192, kv_pool_gib=1)
+for graph, pbs in ((True, 4), (False, 3)):
+    v = VerifyBatch(bs_real=3, bs_padded=pbs, widths=np.array([4, 4, 4]), kv_lens=np.array([100, 300, 50]), launch_width=4, mode="uniform", graph=graph)
+    print("graph" if graph else "eager", "verify", [round(ex.verify(v).latency_s * 1e6, 1) for _ in range(5)], "us")
+print("smoke ok in", round(time.time() - t, 1), "s")
+PY
+      ;;
     tests) job tests 200 python3 -m pytest tests/aiter/test_aiter_gpu.py -q -rs -p no:cacheprovider ;;
     host) job host 150 python3 benchmarks/bench_aiter_host_overhead.py --json "$out/host_overhead.json" ;;
     replay) job replay 150 python3 benchmarks/bench_aiter_replay_vs_kernels.py --json "$out/replay_vs_kernels.json" ;;
     stability) job stability 150 python3 benchmarks/bench_aiter_eager_stability.py --json "$out/eager_stability.json" ;;
+    mla) job mla 120 python3 benchmarks/bench_aiter_mla_probe.py ;;
+    coarse8b) job coarse8b 240 python3 -m specsched profile --model llama-3.1-8b --bs 1,8,64,256 --widths 1,4,8 \
+        --kv-lens 512,4096,32768 --eager-bs 1,64,384 --eager-widths 1,4 --eager-kv-lens 1024 \
+        --prefill-tokens 256,4096 --prefill-prefix 0,8192 --reps 3 --warmup 1 --eager-reps 2 --progress \
+        -o "$out/coarse-llama-3.1-8b__H200.parquet" ;;
     profile8b) job profile8b 560 python3 -m specsched profile --model llama-3.1-8b --progress \
-        --bs 1,2,4,8,16,24,32,48,64,96,128,160,192,256 --kv-lens 128,512,2048,4096,8192,16384,32768 \
-        --eager-widths 1,2,4,8,12,16,21 --eager-reps 5 \
-        --prefill-tokens 32,64,128,256,512,768,1024,1536,2048,3072,4096,6144,8192 \
-        -o "$out/llama-3.1-8b__H200.parquet" ;;
-    live-conv:*) n=${j#live-conv:}; live "conv$n" 580 traces/samples/azure_conv_eagle_2k.parquet "$n" ;;
-    live-code) live code 580 traces/samples/azure_code_sps_2k.parquet ;;
+        --bs "$BS" --kv-lens "$KV" -o "$out/llama-3.1-8b__H200.parquet" ;;
+    profile70b) job profile70b 560 python3 -m specsched profile --model llama-3.1-70b --tp 8 --progress \
+        --bs "$BS" --kv-lens "$KV" -o "$out/llama-3.1-70b__H200.parquet" ;;
+    live-conv:*) live "conv${j#live-conv:}" "$CONV" "${j#live-conv:}" ;;
+    live-code) live code "$CODE" ;;
+    fidelity-conv:*) fid "conv${j#fidelity-conv:}" "$CONV" "${j#fidelity-conv:}" ;;
+    fidelity-code) fid code "$CODE" ;;
     *) echo "unknown job $j" | tee -a "$log" ;;
   esac
 done
