@@ -584,8 +584,8 @@ class Runner:
     # ---- running --------------------------------------------------------------------------------
     def _hold(self, key: tuple) -> bool:
         """Queue a spin kernel covering the host's time to queue ``key``'s launch (1.5 x the
-        longest seen, at least ``min_hold_s``); False when not holding (CPU, ``hold_gpu`` off,
-        or no estimate yet)."""
+        estimate kept by :meth:`_note_lead`, at least ``min_hold_s``); False when not holding
+        (CPU, ``hold_gpu`` off, or no estimate yet)."""
         if not (self.on_gpu and self.hold_gpu):
             return False
         lead = self._lead.get(key)
