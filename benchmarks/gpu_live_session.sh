@@ -9,6 +9,7 @@
 #   smoke        a two-layer model: graph and eager verify through the executor
 #   tests        the AITER GPU tests
 #   host         benchmarks/bench_aiter_host_overhead.py     -> host_overhead.json
+#   graphlaunch  benchmarks/bench_aiter_graph_launch.py      -> graph_launch.json, graph_dots.tar.gz
 #   replay       benchmarks/bench_aiter_replay_vs_kernels.py -> replay_vs_kernels.json
 #   stability    benchmarks/bench_aiter_eager_stability.py   -> eager_stability.json
 #   mla          benchmarks/bench_aiter_mla_probe.py (AITER's Triton MLA decode)
@@ -52,7 +53,7 @@ job() {  # job NAME SECONDS COMMAND...
 live() {  # live NAME TRACE [LIMIT]
   local name=$1 trace=$2 lim=${3:-}
   job "live-$name" 580 python3 -m specsched simulate --trace "$trace" --backend aiter \
-    --model llama-3.1-8b ${lim:+--limit $lim} --no-report --out "/tmp/live_$name"
+    --model llama-3.1-8b ${lim:+--limit $lim} --no-report --progress --out "/tmp/live_$name"
   [ -d "/tmp/live_$name" ] && tar -czf "$out/live_$name.tar.gz" -C /tmp "live_$name"
 }
 fid() {  # fid NAME TRACE [LIMIT]
@@ -81,6 +82,8 @@ PY
       ;;
     tests) job tests 200 python3 -m pytest tests/aiter/test_aiter_gpu.py -q -rs -p no:cacheprovider ;;
     host) job host 150 python3 benchmarks/bench_aiter_host_overhead.py --json "$out/host_overhead.json" ;;
+    graphlaunch) job graphlaunch 200 python3 benchmarks/bench_aiter_graph_launch.py --json "$out/graph_launch.json" --dump /tmp/graph_dots
+      tar -czf "$out/graph_dots.tar.gz" -C /tmp graph_dots 2>/dev/null ;;
     replay) job replay 150 python3 benchmarks/bench_aiter_replay_vs_kernels.py --json "$out/replay_vs_kernels.json" ;;
     stability) job stability 150 python3 benchmarks/bench_aiter_eager_stability.py --json "$out/eager_stability.json" ;;
     mla) job mla 120 python3 benchmarks/bench_aiter_mla_probe.py ;;

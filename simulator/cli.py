@@ -85,7 +85,16 @@ def simulate(trace_path, config_path, backend, policy, model, tp, gpu, profile_p
 
 
 class _ProgressBar:
-    def __init__(self, total: int):
+    """A rich progress bar on a terminal; elsewhere (a log file), a line every ``every_s``."""
+
+    def __init__(self, total: int, every_s: float = 15.0):
+        import time
+
+        self.plain = not sys.stderr.isatty()
+        self.every_s = every_s
+        self.t0 = self.last = time.monotonic()
+        if self.plain:
+            return
         from rich.console import Console
         from rich.progress import BarColumn, MofNCompleteColumn, Progress, TimeElapsedColumn
 
@@ -96,10 +105,20 @@ class _ProgressBar:
         self.task = self.progress.add_task("requests finished", total=total)
 
     def update(self, done: int, total: int) -> None:
-        self.progress.update(self.task, completed=done, total=total)
+        if not self.plain:
+            self.progress.update(self.task, completed=done, total=total)
+            return
+        import time
+
+        now = time.monotonic()
+        if now - self.last >= self.every_s or done == total:
+            self.last = now
+            print(f"requests finished {done}/{total} ({now - self.t0:.0f} s)", file=sys.stderr,
+                  flush=True)
 
     def close(self) -> None:
-        self.progress.stop()
+        if not self.plain:
+            self.progress.stop()
 
 
 def print_summary(summary: dict, out_dir) -> None:

@@ -64,9 +64,10 @@ class AiterExecutor:
         pbs = int(batch.bs_padded) if graph else int(batch.bs_real)
         launch, key = self.runner.verify_launch(widths, kv, mode=batch.mode, padded_bs=pbs,
                                                 launch_width=int(batch.launch_width))
-        # an eager launch may meet a Triton specialisation not compiled yet: run it once
-        # untimed, as the profile does, so compile time never counts as latency
-        t = self.runner.run(key, launch, graph=graph, warmup=0 if graph else 1)[0]
+        # an eager launch may meet a Triton specialisation not compiled yet: it is held
+        # (queued timing), so a compile stall starves the hold and the run is repeated; only a
+        # launch that cannot be held yet (the first of its kind) runs once untimed first
+        t = self.runner.run(key, launch, graph=graph, warmup=None)[0]
         self.calls["verify"] += 1
         self.calls["graph" if graph else "eager"] += 1
         mis = err = None
@@ -93,7 +94,7 @@ class AiterExecutor:
 
     def draft_pass(self, kv_lens: np.ndarray, padded_bs: int, graph: bool) -> float:
         launch, key = self.runner.draft_launch(kv_lens, padded_bs)
-        return float(self.runner.run(key, launch, graph=graph, warmup=0 if graph else 1)[0].latency_s)
+        return float(self.runner.run(key, launch, graph=graph, warmup=None)[0].latency_s)
 
     def prefill(self, batch: PrefillBatch) -> float:
         self.calls["prefill"] += 1
@@ -102,9 +103,10 @@ class AiterExecutor:
         if not np.any(keep):
             return 1e-6
         # prefill is eager: a new token count can hit a Triton specialisation that is not
-        # compiled yet (seen: 0.5-3.9 s stalls), so run it once untimed first, as the profile does
+        # compiled yet (seen: 0.5-3.9 s stalls); held, such a stall starves the hold and the run
+        # is repeated, so only the first prefill (no estimate to hold with yet) warms up untimed
         t = self.runner.prefill(tokens[keep], np.asarray(batch.prefix, dtype=np.int64)[keep],
-                                warmup=1)[0]
+                                warmup=None)[0]
         return float(t.latency_s)
 
     def describe(self) -> dict[str, Any]:

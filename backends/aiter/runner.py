@@ -63,6 +63,28 @@ def gc_paused(enabled: bool = True):
             gc.enable()
 
 
+#: a first host-queueing estimate never exceeds this (its first run may include a compile)
+FIRST_LEAD_CAP_S = 0.05
+#: nor does any estimate (a hold of 1.5 x this is the longest the GPU is kept waiting)
+MAX_LEAD_S = 0.25
+
+
+def lead_kind(key: tuple) -> tuple:
+    """The kind a hold key belongs to: ``("*", "verify")`` for graphs, ``("*", "eager",
+    "prefill")`` for eager launches; first-seen keys borrow their kind's estimate."""
+    return ("*",) + tuple(key[:2] if key and key[0] == "eager" else key[:1])
+
+
+def next_lead(old: float | None, host_s: float, starved: bool) -> float:
+    """One update of a host-queueing estimate (see :meth:`Runner._note_lead`)."""
+    if old is None:
+        return min(host_s, FIRST_LEAD_CAP_S)
+    new = min(host_s, 2.0 * old) if host_s > old else 0.95 * old + 0.05 * host_s
+    if starved:
+        new = max(new, 2.0 * old)
+    return min(new, MAX_LEAD_S)
+
+
 @dataclass
 class Timing:
     """One measured launch: GPU time (events), host time, and the modelled communication."""
@@ -304,6 +326,8 @@ class Runner:
         self._cycles_per_s: float | None = None
         self.held_runs = 0
         self.rerun_starved = 0
+        #: host wall seconds by what they were spent on (describe()["timing"]["wall_s"])
+        self.wall_s = {"capture": 0.0, "warmup": 0.0, "timed": 0.0, "rerun": 0.0}
         gen = torch.Generator(device=self.device).manual_seed(int(seed))
 
         g = self.geometry
@@ -579,6 +603,7 @@ class Runner:
             wait_event(st.e1, self.spin_wait)
         self.graphs[key] = st
         self.capture_s[key] = time.perf_counter() - t0
+        self.wall_s["capture"] += self.capture_s[key]
         return st
 
     # ---- running --------------------------------------------------------------------------------
@@ -588,7 +613,7 @@ class Runner:
         (CPU, ``hold_gpu`` off, or no estimate yet)."""
         if not (self.on_gpu and self.hold_gpu):
             return False
-        lead = self._lead.get(key)
+        lead = self.lead_estimate(key)
         if lead is None:
             return False
         import torch
@@ -597,6 +622,18 @@ class Runner:
             self._cycles_per_s = self._calibrate_spin()
         torch.cuda._sleep(max(1, int(max(self.min_hold_s, 1.5 * lead) * self._cycles_per_s)))
         return True
+
+    def lead_estimate(self, key: tuple) -> float | None:
+        """The host-queueing estimate a hold for ``key`` uses: its own, else its kind's."""
+        lead = self._lead.get(key)
+        return self._lead.get(lead_kind(key)) if lead is None else lead
+
+    def auto_warmup(self, key: tuple) -> int:
+        """Untimed runs a live launch of ``key`` (a hold key) needs first: none when it can be
+        held (a compile stall then starves the hold and the run is repeated), else one."""
+        if self.on_gpu and self.hold_gpu and self.lead_estimate(key) is not None:
+            return 0
+        return 1
 
     def _calibrate_spin(self) -> float:
         """Cycles per second of ``torch.cuda._sleep`` on this GPU (the fastest of three)."""
@@ -614,15 +651,19 @@ class Runner:
         return 1_000_000 / max(best, 1e-9)
 
     def _note_lead(self, key: tuple, host_s: float, starved: bool) -> None:
-        """Update the host-queueing estimate: up at once, down slowly, doubled after a starved hold."""
+        """Update the host-queueing estimates of ``key`` and of its kind (:func:`lead_kind`).
+
+        Each rises at once but at most to twice what it was (a Triton compile or cuBLAS's first
+        heuristic query for a shape is a one-off stall, not what the launch costs), falls by 5%
+        of the gap, and is at least doubled after a starved hold so that the re-run is covered.
+        A key seen for the first time starts from its kind's estimate, or, with none, from what
+        was seen (at most ``FIRST_LEAD_CAP_S``).  The kind learns only from runs that were not
+        starved, so a run of compile stalls cannot inflate the holds of every later shape."""
+        kind = lead_kind(key)
         old = self._lead.get(key)
-        if old is None or host_s > old:
-            new = host_s
-        else:
-            new = 0.95 * old + 0.05 * host_s
-        if starved and old is not None:
-            new = max(new, 2.0 * old)
-        self._lead[key] = new
+        self._lead[key] = next_lead(old if old is not None else self._lead.get(kind), host_s, starved)
+        if not starved:
+            self._lead[kind] = next_lead(self._lead.get(kind), host_s, False)
 
     def replay_step(self, st: _Static, launch: Launch, key: tuple | None = None) -> tuple[bool, bool]:
         """The hot path of a replayed step: fill the staging buffer and launch the graph (whose
@@ -648,9 +689,13 @@ class Runner:
         st.done = st.e1
         return held, starved
 
-    def run(self, key: tuple, launch: Launch, *, graph: bool, reps: int = 1, warmup: int = 0,
-            comm_rows: int | None = None, logits_rows: int | None = None) -> list[Timing]:
-        """Run ``launch`` (``reps`` timed runs after ``warmup``) and return their timings."""
+    def run(self, key: tuple, launch: Launch, *, graph: bool, reps: int = 1,
+            warmup: int | None = 0, comm_rows: int | None = None,
+            logits_rows: int | None = None) -> list[Timing]:
+        """Run ``launch`` (``reps`` timed runs after ``warmup``; ``None``: :meth:`auto_warmup`)
+        and return their timings."""
+        if warmup is None:
+            warmup = self.auto_warmup(key if graph else ("eager",) + tuple(key))
         if graph:
             st = self.capture(key)
             comm = self._comm(key, launch, comm_rows, logits_rows)
@@ -679,8 +724,11 @@ class Runner:
             timed = i >= warmup
             before = self._driver_allocs() if timed and not graph else 0
             for attempt in range(3):
+                w0 = time.perf_counter()
                 with gc_paused(self.pause_gc):
                     gpu, host, held, starved = once()
+                part = "rerun" if attempt else ("timed" if timed else "warmup")
+                self.wall_s[part] += time.perf_counter() - w0
                 if not starved or attempt == 2:
                     break
                 self.rerun_starved += 1
@@ -755,8 +803,10 @@ class Runner:
         return comm_time_s(g["tp"], g["layers"], r, g["hidden"], lr, g["vocab"], self.comm)
 
     # ---- prefill (always eager, ragged) ---------------------------------------------------------
-    def prefill(self, tokens: np.ndarray, prefix: np.ndarray, *, reps: int = 1, warmup: int = 0) -> list[Timing]:
-        """Time a prefill pass: request i computes ``tokens[i]`` new tokens after ``prefix[i]`` cached."""
+    def prefill(self, tokens: np.ndarray, prefix: np.ndarray, *, reps: int = 1,
+                warmup: int | None = 0) -> list[Timing]:
+        """Time a prefill pass: request i computes ``tokens[i]`` new tokens after ``prefix[i]``
+        cached (``warmup=None``: :meth:`auto_warmup`)."""
         import torch
 
         t = np.asarray(tokens, dtype=np.int64)
@@ -765,6 +815,8 @@ class Runner:
         rows = int(t.sum())
         launch = Launch(t, t, p, rows, bs, int(t.max()))
         key = ("prefill", bs, rows)
+        if warmup is None:
+            warmup = self.auto_warmup(("eager",) + key)
         st = _Static(self, bs, rows, model="target", logits=False)
         st.max_seqlen_q = int(t.max())
         last = torch.as_tensor(np.cumsum(t) - 1, dtype=torch.int64).to(self.device)
@@ -799,6 +851,7 @@ class Runner:
             "timing": {"queued": self.hold_gpu, "spin_wait": self.spin_wait, "gc_paused": self.pause_gc,
                        "held_runs": self.held_runs, "reruns_after_a_short_hold": self.rerun_starved,
                        "eager_timed_runs": self.eager_timed_runs,
-                       "eager_runs_with_driver_allocs": self.eager_alloc_events},
+                       "eager_runs_with_driver_allocs": self.eager_alloc_events,
+                       "wall_s": {k: round(v, 3) for k, v in self.wall_s.items()}},
             "graphs_captured": len([k for k in self.graphs if k[0] != "eager" and self.graphs[k].graph is not None]),
         }

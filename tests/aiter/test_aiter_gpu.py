@@ -157,6 +157,9 @@ def test_queued_timing_measures_the_gpu_alone():
     assert got == pytest.approx(float(np.median(by_hand)), rel=0.05)
     pre = r.prefill(np.array([300]), np.array([0]), reps=3, warmup=1)
     assert all(t.held for t in pre) and all(t.gpu_s > 0 for t in pre)
+    warm = r.wall_s["warmup"]  # a new prefill shape, its kind's estimate known: no warm-up run
+    new = r.prefill(np.array([517, 33]), np.array([64, 0]), warmup=None)
+    assert r.wall_s["warmup"] == warm and new[0].gpu_s > 0
     before = r.rerun_starved
     r.min_hold_s = 0.0
     r._lead[key] = 1e-9  # a hold far too short for the host to queue the graph

@@ -53,24 +53,55 @@ def test_wait_event_spins_until_complete_or_blocks_when_asked():
     assert ev.synced and ev.queries == 0
 
 
-def test_hold_estimate_rises_at_once_decays_slowly_and_doubles_when_starved():
+def test_hold_estimate_rises_at_most_twofold_decays_slowly_and_doubles_when_starved():
     from types import SimpleNamespace
 
-    from backends.aiter.runner import Runner
+    from backends.aiter.runner import FIRST_LEAD_CAP_S, MAX_LEAD_S, Runner, lead_kind
 
     r = SimpleNamespace(_lead={})
     k = ("verify", 8, 4)
     Runner._note_lead(r, k, 100e-6, False)
     assert r._lead[k] == pytest.approx(100e-6)
-    Runner._note_lead(r, k, 300e-6, False)          # a slower launch: up at once
+    Runner._note_lead(r, k, 150e-6, False)          # a slower launch: up at once
+    assert r._lead[k] == pytest.approx(150e-6)
+    Runner._note_lead(r, k, 900e-6, False)          # but at most twofold (a stall is a one-off)
     assert r._lead[k] == pytest.approx(300e-6)
     Runner._note_lead(r, k, 100e-6, False)          # a faster one: down by 5% of the gap
     assert r._lead[k] == pytest.approx(0.95 * 300e-6 + 0.05 * 100e-6)
     before = r._lead[k]
+    kind_before = r._lead[lead_kind(k)]
     Runner._note_lead(r, k, 50e-6, True)            # the hold ran out first: at least doubled
     assert r._lead[k] == pytest.approx(2 * before)
-    Runner._note_lead(r, ("prefill", 1, 64), 0.02, True)  # first sight, starved: what was seen
-    assert r._lead[("prefill", 1, 64)] == pytest.approx(0.02)
+    assert r._lead[lead_kind(k)] == kind_before     # the kind learns from clean runs only
+    # a key seen for the first time starts from its kind's estimate
+    k2 = ("verify", 16, 4)
+    assert Runner.lead_estimate(r, k2) == kind_before
+    Runner._note_lead(r, k2, 5.0, True)             # a compile stall: twice the kind's
+    assert r._lead[k2] == pytest.approx(2 * kind_before)
+    # with nothing known of the kind: what was seen, at most the first-sight cap
+    Runner._note_lead(r, ("eager", "prefill", 1, 64), 0.02, False)
+    assert r._lead[("eager", "prefill", 1, 64)] == pytest.approx(0.02)
+    Runner._note_lead(r, ("eager", "verify", 3, 9), 4.0, False)  # first run compiled kernels
+    assert r._lead[("eager", "verify", 3, 9)] == FIRST_LEAD_CAP_S
+    assert lead_kind(("eager", "prefill", 1, 64)) == ("*", "eager", "prefill")
+    for _ in range(20):                             # never beyond the ceiling
+        Runner._note_lead(r, k, 10.0, True)
+    assert r._lead[k] == MAX_LEAD_S
+
+
+def test_live_launches_warm_up_only_when_they_cannot_be_held():
+    from types import SimpleNamespace
+
+    from backends.aiter.runner import Runner
+
+    r = SimpleNamespace(_lead={}, on_gpu=True, hold_gpu=True)
+    r.lead_estimate = lambda key: Runner.lead_estimate(r, key)
+    key = ("eager", "prefill", 1, 300)
+    assert Runner.auto_warmup(r, key) == 1           # first of its kind: warm up untimed
+    Runner._note_lead(r, ("eager", "prefill", 2, 900), 4e-3, False)
+    assert Runner.auto_warmup(r, key) == 0           # its kind's estimate covers it
+    r.hold_gpu = False
+    assert Runner.auto_warmup(r, key) == 1           # unheld: a compile would be timed
 
 
 def test_timed_runs_rerun_a_starved_hold_at_most_twice_and_keep_the_last_reps():
@@ -80,7 +111,8 @@ def test_timed_runs_rerun_a_starved_hold_at_most_twice_and_keep_the_last_reps():
 
     def fake(allocs):
         r = SimpleNamespace(pause_gc=True, rerun_starved=0, held_runs=0, eager_timed_runs=0,
-                            eager_alloc_events=0)
+                            eager_alloc_events=0,
+                            wall_s={"capture": 0.0, "warmup": 0.0, "timed": 0.0, "rerun": 0.0})
         r._driver_allocs = lambda: next(allocs)
         return r
 
@@ -105,6 +137,7 @@ def test_timed_runs_rerun_a_starved_hold_at_most_twice_and_keep_the_last_reps():
     assert [t.held for t in out] == [True, False]  # still starved after two re-runs: not clean
     assert all(t.graph and t.comm_s == 0.5 and t.latency_s == t.gpu_s + 0.5 for t in out)
     assert r.rerun_starved == 3 and r.held_runs == 1
+    assert all(r.wall_s[k] > 0 for k in ("warmup", "timed", "rerun")) and r.wall_s["capture"] == 0
     assert r.eager_timed_runs == 0 and not any(calls) and gc.isenabled()
 
     r = fake(iter([10, 10, 10, 12]))  # the second timed eager run went to the driver
