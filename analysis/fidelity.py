@@ -65,8 +65,13 @@ def _col(t: pa.Table, name: str) -> np.ndarray:
     return np.asarray(c.to_pylist() if pa.types.is_string(c.type) else c.to_numpy(zero_copy_only=False))
 
 
-def _lookup_points(steps: pa.Table) -> dict[str, np.ndarray]:
-    """The table coordinates of every step: the engine's lookup rule (latency_table module)."""
+def _lookup_points(steps: pa.Table, attention: dict | None = None) -> dict[str, np.ndarray]:
+    """The table coordinates of every step: the engine's lookup rule (latency_table module).
+
+    With the table's ``attention`` metadata the KV coordinate of draft and verify steps is
+    recomputed as the engine would look them up (``simulator.core.effective_kv``), so a live
+    run (recorded without a table, at mean KV) is predicted at the coordinate a profile run
+    uses."""
     kind = _col(steps, "kind")
     graph = _col(steps, "graph").astype(bool)
     bs = _col(steps, "bs").astype(np.float64)
@@ -84,13 +89,24 @@ def _lookup_points(steps: pa.Table) -> dict[str, np.ndarray]:
             kv_ax = np.where(kind == "prefill", kv_mean, kv_mean * bs / np.maximum(bs_ax, 1))
         uniform = np.array([m is None or m == "uniform" for m in mode], dtype=bool)
         w_ax = np.where(uniform, width, tokens / np.maximum(bs, 1))
+    if attention and "kv_max" in steps.column_names:
+        from simulator import core as C
+
+        CF = np.zeros(C.NCF)
+        if C.set_attention(CF, attention):
+            kv_max = _col(steps, "kv_max").astype(np.float64)
+            for i in np.flatnonzero(kind != "prefill"):
+                nseq = bs_ax[i]
+                rows = nseq if kind[i] == "draft" else (nseq * width[i] if graph[i] else tokens[i])
+                kv_ax[i] = C.effective_kv(kv_mean[i] * bs[i], kv_max[i], nseq, rows,
+                                          kind[i] == "draft", CF)
     return {"kind": kind, "graph": graph, "bs": bs_ax, "width": w_ax, "kv": kv_ax,
             "tokens": tokens, "passes": _col(steps, "passes").astype(np.float64)}
 
 
 def predict_steps(steps: pa.Table, table) -> tuple[np.ndarray, np.ndarray]:
     """Latency the table predicts for every step of a run, and whether it was outside the grid."""
-    p = _lookup_points(steps)
+    p = _lookup_points(steps, getattr(table, "attention", None))
     n = len(p["kind"])
     pred = np.empty(n)
     oog = np.zeros(n, dtype=bool)
@@ -164,7 +180,7 @@ def step_errors(steps: pa.Table, table, *, worst: int = 20) -> dict[str, Any]:
     """Per-step error of ``table`` against the measured latencies in ``steps``, paired by shape."""
     if steps.num_rows == 0:
         raise SpecschedError("the reference run has no steps to compare")
-    p = _lookup_points(steps)
+    p = _lookup_points(steps, getattr(table, "attention", None))
     measured = _col(steps, "latency_s").astype(np.float64)
     pred, oog = predict_steps(steps, table)
     on = _on_grid(p, _measured_points(table))

@@ -161,6 +161,8 @@ def verify_metadata(widths, kv_lens, mla, num_draft_tokens, page_size, capture_b
 @click.option("--reps", type=int, default=5, show_default=True, help="Timed repetitions per graph point.")
 @click.option("--warmup", type=int, default=2, show_default=True, help="Untimed runs before them.")
 @click.option("--eager-reps", type=int, default=5, show_default=True, help="Timed repetitions per eager point.")
+@click.option("--settle-s", type=float, default=0.2, show_default=True,
+              help="Untimed running before the first point of each graph and eager section.")
 @click.option("--page-size", type=int, default=16, show_default=True)
 @click.option("--max-context", type=int, default=None, help="Context length (default 131072).")
 @click.option("--kv-pool-gib", type=float, default=None, help="Physical KV pool size (default: what fits).")
@@ -168,8 +170,8 @@ def verify_metadata(widths, kv_lens, mla, num_draft_tokens, page_size, capture_b
               help="GPU sheet for the modelled tensor-parallel all-reduce.")
 @click.option("--progress", is_flag=True, help="Show progress on stderr even when it is not a terminal.")
 def profile(model, tp, out, bs, widths, kv_lens, eager_bs, eager_widths, eager_kv_lens, prefill_tokens,
-            prefill_prefix, no_draft, reps, warmup, eager_reps, page_size, max_context, kv_pool_gib,
-            gpu_sheet, progress):
+            prefill_prefix, no_draft, reps, warmup, eager_reps, settle_s, page_size, max_context,
+            kv_pool_gib, gpu_sheet, progress):
     """Record a latency profile of MODEL on this machine's GPU (AITER executor).
 
     \b
@@ -200,7 +202,7 @@ def profile(model, tp, out, bs, widths, kv_lens, eager_bs, eager_widths, eager_k
         eager_kv=lst(eager_kv_lens, "--eager-kv-lens", ProfileSpec.eager_kv),
         prefill_tokens=lst(prefill_tokens, "--prefill-tokens", ProfileSpec.prefill_tokens),
         prefill_prefix=lst(prefill_prefix, "--prefill-prefix", ProfileSpec.prefill_prefix, 0),
-        draft=not no_draft, reps=reps, warmup=warmup, eager_reps=eager_reps)
+        draft=not no_draft, reps=reps, warmup=warmup, eager_reps=eager_reps, settle_s=settle_s)
     spec.check()
     opts: dict[str, Any] = {"gpu": gpu_sheet, "page_size": page_size}
     if max_context is not None:

@@ -222,6 +222,9 @@ class LatencyTable:
     draft_eager: Grid
     prefill: Grid
     source: dict[str, Any] = field(default_factory=dict)
+    #: the attention kernel's grid and residency as profiled (``backends.aiter.occupancy``):
+    #: lets lookups use a batch's straggler-aware KV (``simulator.core.effective_kv``)
+    attention: dict[str, Any] | None = None
 
     def __post_init__(self) -> None:
         for name, ndim in (("verify_graph", 3), ("verify_eager", 3), ("draft_graph", 2),

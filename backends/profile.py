@@ -69,7 +69,7 @@ PROFILE_SCHEMA = pa.schema([
     pa.field("reps", pa.int32(), nullable=False),
 ])
 _KINDS = ("verify", "draft", "prefill")
-_META_KEYS = ("model", "gpu", "versions", "command", "kernels", "notes")
+_META_KEYS = ("model", "gpu", "versions", "command", "kernels", "notes", "attention")
 _MAX_PROBLEMS = 200
 
 
@@ -197,7 +197,8 @@ def _encode_metadata(metadata: Mapping[str, Any], where: str) -> dict[bytes, byt
             raise SpecschedError(f"profile metadata needs '{key}'", path=where)
     out = {b"specsched.profile_version": json.dumps(PROFILE_VERSION).encode()}
     for key in _META_KEYS:
-        value = metadata.get(key, {} if key in ("versions", "kernels") else "")
+        value = metadata.get(key, {} if key in ("versions", "kernels") else
+                             None if key == "attention" else "")
         if hasattr(value, "as_dict"):
             value = value.as_dict()
         try:
@@ -427,7 +428,7 @@ def load_profile(path: "str | Path") -> LatencyTable:
                              "(first value held below the grid); such lookups are flagged "
                              "out_of_grid and counted in the run's summary",
               **stats}
-    return LatencyTable(source=source, **grids)
+    return LatencyTable(source=source, attention=meta.get("attention"), **grids)
 
 
 def _grid_from_points_mask(points: dict, axes) -> np.ndarray:

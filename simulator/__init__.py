@@ -65,7 +65,13 @@ def run(trace, config: SimConfig, executor: Executor, *, kv_capacity_tokens: int
                   "notes": list(getattr(trace, "notes", ()))},
         "config": config.to_dict(),
         "engine_core": jit_status(),
+        "kv_lookup": ("straggler" if sim.straggler_kv else "mean") if sim.table is not None else None,
     })
+    if sim.table is not None and config.backend.kv_lookup == "straggler" and not sim.straggler_kv:
+        summary["warnings"].append("the latency table carries no attention-kernel occupancy (a "
+                                   "profile recorded before it was stored): batches were looked "
+                                   "up at their mean KV length, so a long request in a batch "
+                                   "that fits in one wave of the attention kernel is undercounted")
     for caveat in describe.get("caveats", []) if isinstance(describe, dict) else []:
         summary["warnings"].append(str(caveat))
     summary["wall_s"] = time.perf_counter() - t0

@@ -124,6 +124,9 @@ class BackendConfig:
                               "aiter (live, GPU)")
     gpu: str = _f("H200", "GPU of the hardware sheet / profile")
     profile: str = _f("", "profile parquet; empty = the shipped profile for model and GPU")
+    kv_lookup: str = _f("straggler", "KV coordinate of a batch's table lookup: straggler (the "
+                                     "uniform KV with the same attention time, from the attention "
+                                     "kernel's grid as the profile recorded it) or mean")
 
 
 @dataclass(frozen=True)
@@ -232,6 +235,9 @@ class SimConfig:
         if self.cluster.router not in ROUTERS:
             raise SpecschedError(f"cluster.router: unknown router '{self.cluster.router}' "
                                  f"(choose from {', '.join(ROUTERS)})")
+        if self.backend.kv_lookup not in ("straggler", "mean"):
+            raise SpecschedError(f"backend.kv_lookup: must be straggler or mean (got "
+                                 f"'{self.backend.kv_lookup}')")
         if self.backend.name not in ("profile", "roofline", "aiter"):
             raise SpecschedError(f"backend.name: unknown backend '{self.backend.name}' "
                                  "(choose from profile, roofline, aiter)")

@@ -144,6 +144,8 @@ class Simulation:
         self.CI[C.C_RECORD_RS] = 1 if e.record_request_steps else 0
         self.CF = np.zeros(C.NCF, np.float64)
         self.CF[C.CF_OVERHEAD] = e.scheduler_overhead_s
+        self.straggler_kv = (config.backend.kv_lookup == "straggler" and
+                             C.set_attention(self.CF, getattr(self.table, "attention", None)))
         self.tab = _table_tuple(self.table)
         self._check_feasible(kv_capacity_tokens)
         # ---- state
@@ -245,6 +247,7 @@ class Simulation:
                 self._report()
             elif status == C.ADV_TIMING:
                 self._time_live(r)
+                self._report()  # live steps take milliseconds each: report as they go
             elif status == C.ADV_PENDING:
                 yield env.timeout(self.EF[r, C.EF_PEND_END] - env.now)
             elif status == C.ADV_HORIZON:

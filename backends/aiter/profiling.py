@@ -42,7 +42,7 @@ class ProfileSpec:
     bs: Sequence[int] = DEFAULT_BS
     widths: Sequence[int] = tuple(range(1, 9))
     kv: Sequence[int] = DEFAULT_KV
-    eager_bs: Sequence[int] = (1, 8, 32, 128, 256, 384, 512)
+    eager_bs: Sequence[int] = (1, 8, 16, 32, 64, 128, 256, 384, 512)
     #: widths past the graphs' 8 for proposers that draft up to 20 tokens (they run eagerly)
     eager_widths: Sequence[int] = (1, 2, 4, 8, 12, 16, 21)
     eager_kv: Sequence[int] = (512, 2048, 8192)
@@ -54,6 +54,10 @@ class ProfileSpec:
     reps: int = 5
     warmup: int = 2
     eager_reps: int = 5
+    #: before the first point of each graph and of each eager section, run its launch for this
+    #: long untimed: the first ~25 runs after a change of workload measured up to 12% high
+    #: (draft bs 1 after the eager verify sweep), a count of warm-up runs does not cover it
+    settle_s: float = 0.2
 
     def check(self) -> None:
         from traces.errors import SpecschedError
@@ -69,6 +73,8 @@ class ProfileSpec:
             raise SpecschedError("the verify sweep needs at least one batch size, width and KV length")
         if self.reps < 1 or self.warmup < 0 or self.eager_reps < 1:
             raise SpecschedError("--reps must be >= 1 and --warmup >= 0")
+        if self.settle_s < 0:
+            raise SpecschedError("--settle-s must be >= 0")
 
 
 def _stats(samples: list[float]) -> tuple[float, float, float]:
@@ -81,6 +87,15 @@ def _row(kind: str, graph: bool, bs: int, width: int, kv: int, tokens: int, samp
     return {"kind": kind, "graph": bool(graph), "bs": int(bs), "width": int(width), "kv_len": int(kv),
             "tokens": int(tokens), "latency_s": med, "p10_s": min(p10, med), "p90_s": max(p90, med),
             "reps": len(samples)}
+
+
+def _settle(seconds: float, once: Callable[[], Any]) -> None:
+    """Run ``once()`` (an untimed launch) until ``seconds`` have passed (at least once)."""
+    t_end = time.perf_counter() + seconds
+    while True:
+        once()
+        if time.perf_counter() >= t_end:
+            return
 
 
 def run_profile(model: Any, out: str, spec: ProfileSpec, *, executor_opts: dict | None = None,
@@ -140,6 +155,9 @@ def run_profile(model: Any, out: str, spec: ProfileSpec, *, executor_opts: dict 
                 c0 = time.perf_counter()
                 runner.capture(key)
                 timing["capture_s"] += time.perf_counter() - c0
+                first, _ = runner.verify_launch(np.full(b, w), np.full(b, todo[0]), mode="uniform",
+                                                padded_bs=b, launch_width=w)
+                _settle(spec.settle_s, lambda: runner.run(key, first, graph=True, warmup=0))
                 for kv in todo:
                     launch, _ = runner.verify_launch(np.full(b, w), np.full(b, kv), mode="uniform",
                                                      padded_bs=b, launch_width=w)
@@ -155,6 +173,7 @@ def run_profile(model: Any, out: str, spec: ProfileSpec, *, executor_opts: dict 
 
     # ---- verify, eager ------------------------------------------------------------------------
     t0 = time.perf_counter()
+    settled = False
     for b in sorted(set(int(x) for x in spec.eager_bs)):
         for w in sorted(set(int(x) for x in spec.eager_widths)):
             for kv in sorted(set(int(x) for x in spec.eager_kv)):
@@ -163,6 +182,9 @@ def run_profile(model: Any, out: str, spec: ProfileSpec, *, executor_opts: dict 
                     continue
                 launch, key = runner.verify_launch(np.full(b, w), np.full(b, kv), mode="uniform",
                                                    padded_bs=b, launch_width=w)
+                if not settled:
+                    _settle(spec.settle_s, lambda: runner.run(key, launch, graph=False, warmup=0))
+                    settled = True
                 ts = runner.run(key, launch, graph=False, reps=spec.eager_reps, warmup=1)
                 rows.append(_row("verify", False, b, w, kv, b * w, [t.latency_s for t in ts]))
             runner.graphs = {k: v for k, v in runner.graphs.items() if k[0] != "eager"}
@@ -179,17 +201,23 @@ def run_profile(model: Any, out: str, spec: ProfileSpec, *, executor_opts: dict 
                 continue
             key = ("draft", b)
             runner.capture(key)
+            first, _ = runner.draft_launch(np.full(b, todo[0]), b)
+            _settle(spec.settle_s, lambda: runner.run(key, first, graph=True, warmup=0))
             for kv in todo:
                 launch, _ = runner.draft_launch(np.full(b, kv), b)
                 ts = runner.run(key, launch, graph=True, reps=spec.reps, warmup=spec.warmup)
                 rows.append(_row("draft", True, b, 1, kv, b, [t.latency_s for t in ts]))
             runner.graphs.pop(key, None)
+        settled = False
         for b in sorted(set(int(x) for x in spec.eager_bs)):
             for kv in sorted(set(int(x) for x in spec.eager_kv)):
                 if not fits(b, kv, 1):
                     skipped["draft_eager"].append([b, kv])
                     continue
                 launch, key = runner.draft_launch(np.full(b, kv), b)
+                if not settled:
+                    _settle(spec.settle_s, lambda: runner.run(key, launch, graph=False, warmup=0))
+                    settled = True
                 ts = runner.run(key, launch, graph=False, reps=spec.eager_reps, warmup=1)
                 rows.append(_row("draft", False, b, 1, kv, b, [t.latency_s for t in ts]))
         runner.graphs = {k: v for k, v in runner.graphs.items() if k[0] != "eager"}
@@ -202,6 +230,8 @@ def run_profile(model: Any, out: str, spec: ProfileSpec, *, executor_opts: dict 
             if not fits(1, pre, tok):
                 skipped["prefill"].append([tok, pre])
                 continue
+            if not rows or rows[-1]["kind"] != "prefill":  # the first prefill point
+                _settle(spec.settle_s, lambda: runner.prefill(np.array([tok]), np.array([pre])))
             ts = runner.prefill(np.array([tok]), np.array([pre]), reps=spec.eager_reps, warmup=1)
             rows.append(_row("prefill", False, 1, 0, pre, tok, [t.latency_s for t in ts]))
     timing["prefill_s"] = time.perf_counter() - t0
@@ -237,8 +267,17 @@ def run_profile(model: Any, out: str, spec: ProfileSpec, *, executor_opts: dict 
     kernels["runtime"] = runner.kernels.runtime
     if r["geometry"]["tp"] > 1:
         kernels["tp_comm"] = "modelled, not a real kernel"
+    attention = None
+    try:
+        from backends.aiter.occupancy import attention_occupancy
+
+        attention = attention_occupancy(runner)
+        say(f"attention: {attention['slots_per_sm']} programs per SM resident "
+            f"(2D verify, 2D decode, 3D split-KV)")
+    except Exception as exc:  # noqa: BLE001 - a ROCm GPU, or a Triton without the hooks used
+        notes.append(f"attention occupancy not measured ({exc}): lookups will use mean KV")
     meta = {"model": shape, "gpu": gpu_info(), "versions": bridge.versions(), "command": command,
-            "kernels": kernels, "notes": notes}
+            "kernels": kernels, "notes": notes, "attention": attention}
     write_profile(rows, out, meta)
     summary = {"rows": len(rows), "out": str(out), "skipped": {k: len(v) for k, v in skipped.items()},
                "timing_s": timing, "wall_s": time.perf_counter() - t_start}

@@ -168,6 +168,28 @@ def test_queued_timing_measures_the_gpu_alone():
     assert t.gpu_s > 0
 
 
+def test_attention_occupancy_is_read_from_the_compiled_kernels():
+    import torch
+
+    from backends.aiter import make_executor
+    from backends.aiter.occupancy import attention_occupancy
+    from simulator import core as C
+
+    ex = make_executor(_tiny_model(), capture_bs=[1, 2, 4, 8], max_context=8192, kv_pool_gib=1)
+    att = attention_occupancy(ex.runner)
+    sms = torch.cuda.get_device_properties(0).multi_processor_count
+    assert att["sms"] == sms and att["target_programs"] == 4 * sms
+    assert att["kv_heads"] == 2 and att["block_q"] == 4  # 8 query heads over 2: BLOCK_M 16 / 4
+    assert set(att["slots_per_sm"]) == {"2d", "2d_decode", "3d"}
+    for name, n in att["slots_per_sm"].items():
+        k = att["kernels"][name]
+        assert 1 <= n <= 32 and k["n_regs"] > 0 and k["num_warps"] >= 1, (name, n, k)
+        # the driver's answer never exceeds what the registers alone allow
+        assert n <= 65536 // (k["n_regs"] * 32 * k["num_warps"])
+    cf = np.zeros(C.NCF)
+    assert C.set_attention(cf, att)
+
+
 def test_make_executor_refuses_models_it_cannot_time():
     from backends.aiter import make_executor
     from traces.errors import SpecschedError
