@@ -9,6 +9,7 @@
 #   smoke        a two-layer model: graph and eager verify through the executor
 #   tests        the AITER GPU tests
 #   host         benchmarks/bench_aiter_host_overhead.py     -> host_overhead.json
+#   host-keep    the same with cuBLAS's memset nodes left in the graphs (for comparison)
 #   graphlaunch  benchmarks/bench_aiter_graph_launch.py      -> graph_launch.json, graph_dots.tar.gz
 #   replay       benchmarks/bench_aiter_replay_vs_kernels.py -> replay_vs_kernels.json
 #   stability    benchmarks/bench_aiter_eager_stability.py   -> eager_stability.json
@@ -82,6 +83,8 @@ PY
       ;;
     tests) job tests 200 python3 -m pytest tests/aiter/test_aiter_gpu.py -q -rs -p no:cacheprovider ;;
     host) job host 150 python3 benchmarks/bench_aiter_host_overhead.py --json "$out/host_overhead.json" ;;
+    host-keep) job host-keep 150 python3 benchmarks/bench_aiter_host_overhead.py --keep-memsets \
+        --json "$out/host_overhead_keep_memsets.json" ;;
     graphlaunch) job graphlaunch 200 python3 benchmarks/bench_aiter_graph_launch.py --json "$out/graph_launch.json" --dump /tmp/graph_dots
       tar -czf "$out/graph_dots.tar.gz" -C /tmp graph_dots 2>/dev/null ;;
     replay) job replay 150 python3 benchmarks/bench_aiter_replay_vs_kernels.py --json "$out/replay_vs_kernels.json" ;;

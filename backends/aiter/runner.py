@@ -326,6 +326,9 @@ class Runner:
         self._cycles_per_s: float | None = None
         self.held_runs = 0
         self.rerun_starved = 0
+        #: captured graphs' memset nodes become kernel nodes before instantiation (graphfix.py)
+        self.replace_memsets = True
+        self.graph_fix: dict[str, Any] = {"memsets_replaced": 0, "memsets_kept": 0, "error": None}
         #: host wall seconds by what they were spent on (describe()["timing"]["wall_s"])
         self.wall_s = {"capture": 0.0, "warmup": 0.0, "timed": 0.0, "rerun": 0.0}
         gen = torch.Generator(device=self.device).manual_seed(int(seed))
@@ -588,10 +591,13 @@ class Runner:
         # the graph starts with the copy of the pinned staging buffer into the static metadata,
         # so a replay is one host call: fill the staging buffer, launch the graph
         self._fill_host(st, self._warm_launch(st), 0)
-        g = torch.cuda.CUDAGraph()
+        g, keep = self._new_graph()
         with torch.no_grad(), torch.cuda.graph(g, pool=self.mempool, stream=s):
             st.dev.copy_(st.host[0], non_blocking=True)
             st.out = self._body(st)
+        if keep:
+            self._fix_graph(g)
+            g.instantiate()
         torch.cuda.synchronize(self.device)
         st.graph = g
         st.e0 = torch.cuda.Event(enable_timing=True)
@@ -605,6 +611,34 @@ class Runner:
         self.capture_s[key] = time.perf_counter() - t0
         self.wall_s["capture"] += self.capture_s[key]
         return st
+
+    def _new_graph(self):
+        """A graph to capture into, and whether it is kept uninstantiated for :meth:`_fix_graph`."""
+        import torch
+
+        if self.replace_memsets and not torch.version.hip:
+            try:
+                return torch.cuda.CUDAGraph(keep_graph=True), True
+            except TypeError:  # a torch without keep_graph
+                self.graph_fix["error"] = "torch.cuda.CUDAGraph has no keep_graph"
+                self.replace_memsets = False
+        return torch.cuda.CUDAGraph(), False
+
+    def _fix_graph(self, g) -> None:
+        """Turn the captured graph's 4-byte memset nodes into kernel nodes (cheaper to launch;
+        ``backends/aiter/graphfix.py``).  A failure leaves the graph as captured."""
+        import torch
+
+        from backends.aiter.graphfix import memsets_to_kernels
+
+        try:
+            major, minor = torch.cuda.get_device_capability(self.device)
+            res = memsets_to_kernels(g.raw_cuda_graph(), f"sm_{major}{minor}")
+        except Exception as exc:  # noqa: BLE001 - reported in describe(), graph still valid
+            self.graph_fix["error"] = str(exc)
+            return
+        for k, v in res.items():
+            self.graph_fix[k] += v
 
     # ---- running --------------------------------------------------------------------------------
     def _hold(self, key: tuple) -> bool:
@@ -854,4 +888,5 @@ class Runner:
                        "eager_runs_with_driver_allocs": self.eager_alloc_events,
                        "wall_s": {k: round(v, 3) for k, v in self.wall_s.items()}},
             "graphs_captured": len([k for k in self.graphs if k[0] != "eager" and self.graphs[k].graph is not None]),
+            "graph_memsets": {"replaced_by_kernels": self.replace_memsets, **self.graph_fix},
         }

@@ -190,6 +190,53 @@ def test_attention_occupancy_is_read_from_the_compiled_kernels():
     assert C.set_attention(cf, att)
 
 
+def test_memset_nodes_become_kernel_nodes_that_do_the_same():
+    import ctypes
+
+    import torch
+
+    from backends.aiter.graphfix import memsets_to_kernels
+
+    major, minor = torch.cuda.get_device_capability()
+    target = f"sm_{major}{minor}"
+    lib = ctypes.CDLL("libcuda.so.1")
+    x = torch.full((1000,), 7, dtype=torch.int32, device="cuda")
+    s = torch.cuda.Stream()
+    g = torch.cuda.CUDAGraph(keep_graph=True)
+    with torch.cuda.graph(g, stream=s):
+        # a 4-byte memset node (what cuBLASLt adds before its cooperative GEMMs), then a kernel
+        # that must run after it
+        rc = lib.cuMemsetD32Async(ctypes.c_uint64(x.data_ptr()), ctypes.c_uint(0), ctypes.c_size_t(300),
+                                  ctypes.c_void_p(s.cuda_stream))
+        assert rc == 0
+        x.add_(1)
+    res = memsets_to_kernels(g.raw_cuda_graph(), target)
+    assert res == {"memsets_replaced": 1, "memsets_kept": 0}
+    g.instantiate()
+    for expect_rest in (8, 9):
+        g.replay()
+        torch.cuda.synchronize()
+        assert torch.all(x[:300] == 1) and torch.all(x[300:] == expect_rest)
+    # cuBLAS's own: a Llama-3.1-8B MLP-sized GEMM, the fixed graph's output equals eager's
+    a = torch.randn(1024, 4096, device="cuda", dtype=torch.bfloat16)
+    w = torch.randn(28672, 4096, device="cuda", dtype=torch.bfloat16)
+    out = torch.empty(1024, 28672, device="cuda", dtype=torch.bfloat16)
+    with torch.cuda.stream(s):
+        torch.matmul(a, w.t(), out=out)  # settle cuBLAS's choice outside the capture
+    torch.cuda.synchronize()
+    g2 = torch.cuda.CUDAGraph(keep_graph=True)
+    with torch.cuda.graph(g2, stream=s):
+        torch.matmul(a, w.t(), out=out)
+    res2 = memsets_to_kernels(g2.raw_cuda_graph(), target)
+    g2.instantiate()
+    out.zero_()
+    g2.replay()
+    torch.cuda.synchronize()
+    assert res2["memsets_kept"] == 0
+    ref = torch.matmul(a, w.t()).float()
+    assert float((out.float() - ref).abs().max()) <= 1e-2 * float(ref.abs().max())
+
+
 def test_make_executor_refuses_models_it_cannot_time():
     from backends.aiter import make_executor
     from traces.errors import SpecschedError
