@@ -26,6 +26,44 @@ import numpy as np
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 
+def python_loop_us() -> float:
+    """A fixed pure-Python workload (median of 200), to compare hosts' single-core speed."""
+    ts = []
+    for _ in range(200):
+        t0 = time.perf_counter()
+        acc = 0
+        for i in range(10_000):
+            acc += i
+        ts.append(time.perf_counter() - t0)
+    return float(np.median(ts) * 1e6)
+
+
+def cpu_reference_us(bs: int = 256, width: int = 4) -> float:
+    """The metadata path (verify_launch + staging-buffer fill) of a bs-256 step, 3,000 times back
+    to back with no GPU work between: the host's speed at it with warm caches (runs anywhere)."""
+    from types import SimpleNamespace
+
+    from backends.aiter.runner import Runner
+
+    r = Runner.__new__(Runner)  # only what the metadata path reads
+    r.fill, r._width_cache, r.page_size = 8, {}, 16
+    r.capture_widths = tuple(range(1, 9))
+    r.pool = SimpleNamespace(span=60_000)
+    hn = np.zeros(4 * bs + 3, np.int32)
+    st = SimpleNamespace(views=[(hn[0:bs], hn[bs:2 * bs + 1], hn[2 * bs + 1:3 * bs + 2],
+                                 hn[3 * bs + 2:4 * bs + 3])], qo_sig=[None])
+    base = np.random.default_rng(0).integers(1000, 2000, bs)
+    widths = np.full(bs, width)
+    ts = []
+    for step in range(3000):
+        kvs = base + step % 64
+        t0 = time.perf_counter()
+        launch, _ = r.verify_launch(widths, kvs, mode="uniform", padded_bs=bs, launch_width=width)
+        r._fill_host(st, launch, 0)
+        ts.append(time.perf_counter() - t0)
+    return float(np.median(ts[100:]) * 1e6)
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--model", default="llama-3.1-8b")
@@ -140,6 +178,10 @@ def main() -> None:
     from backends.jit import jit_status
 
     print(f"metadata filler: {jit_status()}")
+    cpu = cpu_reference_us()
+    print(f"CPU reference (the metadata path alone, bs 256, no GPU work between): {cpu:.1f} us; "
+          f"pure-Python loop of 10k additions: {python_loop_us():.1f} us")
+    results.append({"cpu_reference_metadata_bs256_us": cpu, "python_loop_10k_us": python_loop_us()})
     fix = runner.describe()["graph_memsets"]
     print(f"graphs' memset nodes: {fix}")
     results.append({"graph_memsets": fix})

@@ -11,7 +11,8 @@ before the graph is instantiated, with a kernel node that writes the same value 
 words and has the same dependencies; the GPU does the same work.
 
 Driver API through ctypes (``libcuda.so.1``); the kernel is a few lines of PTX loaded with
-``cuModuleLoadData``.  Only 4-byte memsets are replaced (the only kind seen); others are left.
+``cuModuleLoadData``.  Memsets of whole aligned 32-bit words are replaced (cuBLASLt's are 4
+bytes of 1-byte elements); others are left.
 """
 
 from __future__ import annotations
@@ -106,6 +107,24 @@ def _nodes(lib, getter, *args) -> list[int]:
     return [arr[i] for i in range(n.value)]
 
 
+def _as_words(p: _MemsetParams) -> tuple[int, int] | None:
+    """A memset as (32-bit words, word value), or None when it is not whole aligned words of
+    one contiguous range (1-, 2- or 4-byte elements; the value repeated to fill a word)."""
+    es = int(p.elementSize)
+    if es not in (1, 2, 4) or p.dst % 4:
+        return None
+    row = int(p.width) * es
+    height = max(int(p.height), 1)
+    if height > 1 and int(p.pitch) != row:
+        return None
+    nbytes = row * height
+    if nbytes % 4 or nbytes == 0:
+        return None
+    v = int(p.value) & ((1 << (8 * es)) - 1)
+    word = {1: v * 0x01010101, 2: v * 0x00010001, 4: v}[es]
+    return nbytes // 4, word
+
+
 def memsets_to_kernels(graph: int, target: str) -> dict[str, Any]:
     """Replace the 4-byte memset nodes of the uninstantiated CUDA graph ``graph`` (a
     ``cudaGraph_t`` as an int) with equivalent kernel nodes.  Returns counts.  A node is only
@@ -123,13 +142,14 @@ def memsets_to_kernels(graph: int, target: str) -> dict[str, Any]:
         p = _MemsetParams()
         _check(lib.cuGraphMemsetNodeGetParams(ctypes.c_void_p(node), ctypes.byref(p)),
                "cuGraphMemsetNodeGetParams")
-        if p.elementSize != 4 or (p.height > 1 and p.pitch != 4 * p.width):
+        words = _as_words(p)
+        if words is None:
             kept += 1
             continue
-        count = int(p.width * max(p.height, 1))
+        count, word = words
         deps = _nodes(lib, lib.cuGraphNodeGetDependencies, ctypes.c_void_p(node))
         outs = _nodes(lib, lib.cuGraphNodeGetDependentNodes, ctypes.c_void_p(node))
-        dst, value, n = ctypes.c_uint64(p.dst), ctypes.c_uint32(p.value), ctypes.c_uint32(count)
+        dst, value, n = ctypes.c_uint64(p.dst), ctypes.c_uint32(word), ctypes.c_uint32(count)
         argv = (ctypes.c_void_p * 3)(ctypes.cast(ctypes.byref(dst), ctypes.c_void_p),
                                      ctypes.cast(ctypes.byref(value), ctypes.c_void_p),
                                      ctypes.cast(ctypes.byref(n), ctypes.c_void_p))

@@ -145,3 +145,22 @@ def test_timed_runs_rerun_a_starved_hold_at_most_twice_and_keep_the_last_reps():
                              comm=0.0, graph=False, reps=2, warmup=0)
     assert len(out) == 2 and not any(t.graph for t in out)
     assert r.eager_timed_runs == 2 and r.eager_alloc_events == 1 and r.held_runs == 2
+
+
+def test_memsets_are_replaced_only_when_they_are_whole_aligned_words():
+    from backends.aiter.graphfix import _MemsetParams, _as_words
+
+    def p(dst=0x1000, value=0, es=1, width=4, height=1, pitch=0):
+        return _MemsetParams(dst=dst, pitch=pitch, value=value, elementSize=es, width=width,
+                             height=height)
+
+    assert _as_words(p()) == (1, 0)                               # cuBLASLt's: 4 zero bytes
+    assert _as_words(p(value=0xAB, width=8)) == (2, 0xABABABAB)    # a byte repeated in a word
+    assert _as_words(p(value=0x1234, es=2, width=2)) == (1, 0x12341234)
+    assert _as_words(p(value=0x1FF, es=1)) == (1, 0xFFFFFFFF)      # only the element's bytes
+    assert _as_words(p(value=7, es=4, width=300)) == (300, 7)
+    assert _as_words(p(es=4, width=2, height=3, pitch=8)) == (6, 0)  # contiguous rows
+    assert _as_words(p(es=4, width=2, height=3, pitch=16)) is None   # strided rows
+    assert _as_words(p(dst=0x1001)) is None                        # unaligned
+    assert _as_words(p(width=3)) is None                           # not whole words
+    assert _as_words(p(es=8)) is None
