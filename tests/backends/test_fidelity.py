@@ -47,6 +47,37 @@ def test_predicting_a_run_with_its_own_table_is_exact(setup, policy):
     assert rep["mape_all_pct"] < 1e-9 and rep["steps"] == res.steps.num_rows
 
 
+@pytest.mark.parametrize("policy", ["pad", "ragged"])
+def test_straggler_lookups_are_recomputed_as_the_engine_made_them(setup, policy):
+    """With the profile's attention metadata, fidelity predicts each step at the straggler-aware
+    KV recomputed from kv_mean and kv_max (a live run records only the mean): a profile run is
+    then predicted exactly by its own table, although its lookup_kv column is ignored."""
+    import pyarrow as pa
+
+    from backends.profile import ProfileExecutor
+
+    m, rows = roofline_profile_rows()
+    meta = profile_metadata(m, {"name": "H200"})
+    meta["attention"] = {"sms": 132, "kv_heads": 8, "block_q": 4, "target_programs": 528,
+                         "min_segments": 16, "max_segments": 128,
+                         "slots_per_sm": {"2d": 4, "2d_decode": 6, "3d": 8}}
+    path = setup / f"att_{policy}.parquet"
+    write_profile(rows, path, meta)
+    ex = ProfileExecutor(path, model=load_model("llama-3.1-8b"))
+    res, _ = _run(setup / "t.parquet", "profile", policy, executor=ex)
+    assert res.summary["kv_lookup"] == "straggler"
+    steps = res.steps
+    i = steps.column_names.index("lookup_kv")
+    kind = np.asarray(steps.column("kind").to_pylist())
+    mean = (steps.column("kv_mean").to_numpy() * steps.column("bs").to_numpy()
+            / steps.column("bs_padded").to_numpy())
+    recorded = steps.column("lookup_kv").to_numpy()
+    assert np.any(recorded[kind != "prefill"] > mean[kind != "prefill"] + 1)
+    as_live = steps.set_column(i, "lookup_kv", pa.array(np.where(kind == "prefill", recorded, mean)))
+    pred, _ = predict_steps(as_live, ex.latency_table())
+    assert np.allclose(pred, steps.column("latency_s").to_numpy(), rtol=1e-9)
+
+
 def test_step_errors_against_a_profile(setup):
     res, _ = _run(setup / "t.parquet", "roofline")
     prof = make_executor("profile", model="llama-3.1-8b", profile=setup / "p.parquet")

@@ -152,3 +152,14 @@ def test_aiter_backend_without_a_gpu_fails_at_once(trace_file, tmp_path):
     proc = cli("simulate", "--trace", trace_file, "--backend", "aiter", "--out", tmp_path / "x")
     assert_clean_error(proc, "GPU")
     assert not (tmp_path / "x").exists()
+
+
+def test_progress_into_a_log_is_plain_lines(trace_file, tmp_path):
+    """--progress with stderr going to a file (a GPU job's log): plain lines, the last one the
+    whole count, no terminal control codes."""
+    proc = cli("simulate", "--trace", trace_file, "--backend", "roofline", "--out",
+               tmp_path / "run", "--no-report", "--progress")
+    assert proc.returncode == 0, proc.stderr
+    lines = [ln for ln in proc.stderr.splitlines() if ln.startswith("requests finished")]
+    assert lines and lines[-1].startswith("requests finished 60/60 (")
+    assert "\x1b[" not in proc.stderr
