@@ -38,7 +38,7 @@ fi
 export PYTHONPATH="/tmp/site:$PWD${PYTHONPATH:+:$PYTHONPATH}"
 log="$out/gpu$gpu.log"
 deadline=${DEADLINE:-570}
-BS="1,2,4,8,16,24,32,48,64,96,128,160,192,256"
+BS="1,2,3,4,5,6,7,8,10,12,14,16,24,32,48,64,96,128,160,192,256"
 KV="128,512,2048,4096,8192,16384,32768"
 CONV=traces/samples/azure_conv_eagle_2k.parquet
 CODE=traces/samples/azure_code_sps_2k.parquet
