@@ -205,3 +205,66 @@ def test_debiased_what_if(setup):
     for kind, d in rep["steps"]["by_kind"].items():
         assert deb["factors"][kind] == pytest.approx(1 / (1 + d["mean_signed_pct"] / 100))
     assert deb["ttft_s"]["p50"]["reference"] == rep["runs"]["ttft_s"]["p50"]["reference"]
+
+
+def test_repeats_of_the_reference_show_the_floor_under_each_check(setup):
+    """--repeat-run: the reference against another recorded run of it. A repeat on another
+    "GPU" (here: the roofline with every latency 4% higher) shows up in the whole-run
+    differences, in the matched-shape ratio (+4% per kind) and as repeat_pct on the checks."""
+    import dataclasses
+
+    from analysis.fidelity import add_repeats, build_report, matched_shape_ratio, render_markdown
+    from backends.latency_table import Grid, TableExecutor
+
+    res, ex = _run(setup / "t.parquet", "roofline")
+    t = ex.latency_table()
+
+    def scale(g):
+        return Grid(axes=g.axes, values=g.values * 1.04)
+
+    slow = dataclasses.replace(t, verify_graph=scale(t.verify_graph),
+                               verify_eager=scale(t.verify_eager), draft_graph=scale(t.draft_graph),
+                               draft_eager=scale(t.draft_eager), prefill=scale(t.prefill))
+    rep, _ = _run(setup / "t.parquet", "roofline", executor=TableExecutor("roofline", slow))
+    ratio = matched_shape_ratio(res.steps, rep.steps)
+    for k in ("verify", "draft", "prefill"):
+        # the slower run schedules differently, so a bucket's KV mix moves a little
+        assert ratio[k]["shapes"] > 0 and ratio[k]["ratio"] == pytest.approx(1.04, abs=0.01)
+    assert matched_shape_ratio(res.steps, res.steps)["verify"]["ratio"] == pytest.approx(1.0)
+    prof = make_executor("profile", model="llama-3.1-8b", profile=setup / "p.parquet")
+    report = build_report(res.steps, res.summary, res.summary, prof.latency_table())
+    add_repeats(report, res.summary, res.steps, [("slow", rep.summary, rep.steps)])
+    r = report["reference_repeats"][0]
+    assert r["runs"]["tpot_s"]["p50"]["diff_pct"] > 2.0  # 4% slower passes show in the runs
+    for name in ("ttft_p50", "ttft_p99", "tpot_p50", "tpot_p99"):
+        metric, q = name.rsplit("_", 1)
+        assert report["checks"][name]["repeat_pct"] == pytest.approx(
+            abs(r["runs"][f"{metric}_s"][q]["diff_pct"]))
+    assert "repeat_pct" not in report["checks"]["step_mape_off_grid"]
+    md = render_markdown(report, reference="roofline")
+    assert "against a repeat of it" in md and "a repeat differs by" in md
+
+
+def test_repeat_runs_through_the_cli_are_checked_like_the_reference(setup):
+    from specsched.cli import cli as cli_main
+
+    recs = []
+    for name, extra in (("rep_a", []), ("rep_b", []), ("rep_split", ["--policy", "split"])):
+        rec = setup / name
+        r = CliRunner().invoke(cli_main, ["simulate", "--trace", str(setup / "t.parquet"),
+                                          "--backend", "roofline", "--model", "llama-3.1-8b",
+                                          "--no-report", "--out", str(rec), *extra],
+                               standalone_mode=False)
+        assert r.exception is None, r.output
+        recs.append(rec)
+    got = run_fidelity(setup / "t.parquet", "llama-3.1-8b", reference="roofline",
+                       profile=str(setup / "p.parquet"), reference_run=recs[0],
+                       repeat_runs=(recs[1],))
+    (r,) = got["reference_repeats"]
+    assert r["run"] == str(recs[1]) and r["runs"]["ttft_s"]["p99"]["diff_pct"] == 0.0
+    assert all(v["ratio"] == pytest.approx(1.0) for v in r["matched_shape_ratio"].values())
+    assert got["checks"]["tpot_p99"]["repeat_pct"] == 0.0
+    with pytest.raises(SpecschedError, match="engine.policy"):
+        run_fidelity(setup / "t.parquet", "llama-3.1-8b", reference="roofline",
+                     profile=str(setup / "p.parquet"), reference_run=recs[0],
+                     repeat_runs=(recs[2],))
