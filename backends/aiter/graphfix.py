@@ -84,7 +84,9 @@ def _check(rc: int, what: str) -> None:
 
 
 def _set_u32_kernel(target: str) -> int:
-    """The CUfunction of the PTX kernel for ``target`` (e.g. ``sm_90``), loaded once."""
+    """The CUfunction of the PTX kernel for ``target`` (e.g. ``sm_90``), loaded once per process
+    into the current CUDA context (the runner's one device; a second device in the same process
+    would need its own module)."""
     if target not in _funcs:
         lib = _cuda()
         mod = ctypes.c_void_p()
