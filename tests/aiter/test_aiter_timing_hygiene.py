@@ -164,3 +164,15 @@ def test_memsets_are_replaced_only_when_they_are_whole_aligned_words():
     assert _as_words(p(dst=0x1001)) is None                        # unaligned
     assert _as_words(p(width=3)) is None                           # not whole words
     assert _as_words(p(es=8)) is None
+
+
+def test_attention_grid_follows_aiters_rules():
+    from backends.aiter.occupancy import attention_grid
+
+    g = attention_grid(32, 8, 16, 132)  # Llama-3.1-8B on an H200
+    assert g == {"sms": 132, "kv_heads": 8, "block_q": 4, "target_programs": 528,
+                 "min_segments": 16, "max_segments": 128}
+    assert attention_grid(8, 1, 16, 132)["block_q"] == 2     # 70B at tp 8: 8 query heads per KV head
+    assert attention_grid(64, 2, 16, 132)["block_q"] == 1    # 32 per KV head: BLOCK_M 32
+    assert attention_grid(40, 2, 16, 132)["block_q"] == 1    # 20 -> BLOCK_M 32, one row per block
+    assert attention_grid(32, 8, 32, 132)["min_segments"] == 8  # tiles wider than 16 tokens
