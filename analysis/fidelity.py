@@ -29,6 +29,7 @@ from typing import Any
 import numpy as np
 import pyarrow as pa
 
+from backends.latency_table import ATT_ON, attention_params, effective_kv
 from traces.errors import SpecschedError
 
 __all__ = ["predict_steps", "step_errors", "compare_runs", "run_fidelity", "fidelity",
@@ -58,6 +59,7 @@ NOT_CAPTURED = (
 
 _BS_EDGES = (0, 8, 32, 64, 128, 256, 10**9)
 _KV_EDGES = (0, 1024, 4096, 16384, 65536, 10**12)
+_TOKEN_EDGES = (0, 256, 1024, 4096, 16384, 10**9)  # prefill tokens
 
 
 def _col(t: pa.Table, name: str) -> np.ndarray:
@@ -71,8 +73,8 @@ def _lookup_points(steps: pa.Table, attention: dict | None = None) -> dict[str, 
     """The table coordinates of every step: the engine's lookup rule (latency_table module).
 
     With the table's ``attention`` metadata the KV coordinate of draft and verify steps is
-    recomputed as the engine would look them up (``simulator.core.effective_kv``), so a live
-    run (recorded without a table, at mean KV) is predicted at the coordinate a profile run
+    recomputed as the engine would look them up (``backends.latency_table.effective_kv``), so a
+    live run (recorded without a table, at mean KV) is predicted at the coordinate a profile run
     uses."""
     kind = _col(steps, "kind")
     graph = _col(steps, "graph").astype(bool)
@@ -91,24 +93,25 @@ def _lookup_points(steps: pa.Table, attention: dict | None = None) -> dict[str, 
             kv_ax = np.where(kind == "prefill", kv_mean, kv_mean * bs / np.maximum(bs_ax, 1))
         uniform = np.array([m is None or m == "uniform" for m in mode], dtype=bool)
         w_ax = np.where(uniform, width, tokens / np.maximum(bs, 1))
-    if attention and "kv_max" in steps.column_names:
-        from simulator import core as C
-
-        CF = np.zeros(C.NCF)
-        if C.set_attention(CF, attention):
-            kv_max = _col(steps, "kv_max").astype(np.float64)
-            for i in np.flatnonzero(kind != "prefill"):
-                nseq = bs_ax[i]
-                rows = nseq if kind[i] == "draft" else (nseq * width[i] if graph[i] else tokens[i])
-                kv_ax[i] = C.effective_kv(kv_mean[i] * bs[i], kv_max[i], nseq, rows,
-                                          kind[i] == "draft", CF)
+    att = attention_params(attention)
+    if att[ATT_ON] and "kv_max" in steps.column_names:
+        kv_max = _col(steps, "kv_max").astype(np.float64)
+        for i in np.flatnonzero(kind != "prefill"):
+            nseq = bs_ax[i]
+            rows = nseq if kind[i] == "draft" else (nseq * width[i] if graph[i] else tokens[i])
+            kv_ax[i] = effective_kv(kv_mean[i] * bs[i], kv_max[i], nseq, rows, kind[i] == "draft",
+                                    att)
     return {"kind": kind, "graph": graph, "bs": bs_ax, "width": w_ax, "kv": kv_ax,
             "tokens": tokens, "passes": _col(steps, "passes").astype(np.float64)}
 
 
 def predict_steps(steps: pa.Table, table) -> tuple[np.ndarray, np.ndarray]:
     """Latency the table predicts for every step of a run, and whether it was outside the grid."""
-    p = _lookup_points(steps, getattr(table, "attention", None))
+    return _predict(_lookup_points(steps, getattr(table, "attention", None)), table)
+
+
+def _predict(p: dict[str, np.ndarray], table) -> tuple[np.ndarray, np.ndarray]:
+    """:func:`predict_steps` at lookup points already computed (:func:`_lookup_points`)."""
     n = len(p["kind"])
     pred = np.empty(n)
     oog = np.zeros(n, dtype=bool)
@@ -184,7 +187,7 @@ def step_errors(steps: pa.Table, table, *, worst: int = 20) -> dict[str, Any]:
         raise SpecschedError("the reference run has no steps to compare")
     p = _lookup_points(steps, getattr(table, "attention", None))
     measured = _col(steps, "latency_s").astype(np.float64)
-    pred, oog = predict_steps(steps, table)
+    pred, oog = _predict(p, table)
     on = _on_grid(p, _measured_points(table))
     ok = np.isfinite(measured) & (measured > 0)
     err = np.where(ok, pred / np.where(ok, measured, 1.0) - 1.0, np.nan)
@@ -199,7 +202,7 @@ def step_errors(steps: pa.Table, table, *, worst: int = 20) -> dict[str, Any]:
     for i in np.nonzero(off)[0]:
         k = str(p["kind"][i])
         if k == "prefill":
-            j, lab = _bucket(p["tokens"][i], (0, 256, 1024, 4096, 16384, 10**9))
+            j, lab = _bucket(p["tokens"][i], _TOKEN_EDGES)
             key = (k, 0, j, 0.0, 0, f"prefill tokens {lab}")
         else:
             g = "graph" if p["graph"][i] else "eager"
@@ -269,7 +272,7 @@ def matched_shape_ratio(a: pa.Table, b: pa.Table) -> dict[str, Any]:
         for i in range(len(kind)):
             k = str(kind[i])
             if k == "prefill":
-                key = (k, _bucket(tokens[i], (0, 256, 1024, 4096, 16384, 10**9))[0])
+                key = (k, _bucket(tokens[i], _TOKEN_EDGES)[0])
             else:
                 key = (k, bool(graph[i]), bs[i], width[i] if k == "verify" else 0.0,
                        _bucket(kv[i], _KV_EDGES)[0])
@@ -389,6 +392,13 @@ def _fmt(x, nd=2, pct=False):
     return f"{x:+.{nd}f}%" if pct else f"{x * 1e3:.{nd}f} ms"
 
 
+def _diff_rows(runs: dict, metrics, quantiles) -> list[str]:
+    """Table rows ``| TTFT p50 | reference | other | difference |`` from :func:`compare_runs`."""
+    labels = {"ttft_s": "TTFT", "tpot_s": "TPOT", "e2e_s": "E2E"}
+    return [f"| {labels[m]} {q} | {_fmt(runs[m][q]['reference'])} | {_fmt(runs[m][q]['profile'])} | "
+            f"{_fmt(runs[m][q]['diff_pct'], pct=True)} |" for m in metrics for q in quantiles]
+
+
 def render_markdown(report: dict, *, reference: str) -> str:
     s = report["steps"]
     lines = ["# Fidelity: profile backend vs " + reference, ""]
@@ -412,11 +422,7 @@ def render_markdown(report: dict, *, reference: str) -> str:
                      f"{_fmt(d['error_pct'], pct=True)} |")
     lines += ["", "## Whole runs", "", f"| metric | {reference} | profile | difference |",
               "|---|---|---|---|"]
-    for metric, label in (("ttft_s", "TTFT"), ("tpot_s", "TPOT"), ("e2e_s", "E2E")):
-        for q in ("p50", "p90", "p99"):
-            d = report["runs"][metric][q]
-            lines.append(f"| {label} {q} | {_fmt(d['reference'])} | {_fmt(d['profile'])} | "
-                         f"{_fmt(d['diff_pct'], pct=True)} |")
+    lines += _diff_rows(report["runs"], ("ttft_s", "tpot_s", "e2e_s"), ("p50", "p90", "p99"))
     deb = report.get("runs_debiased")
     if deb:
         f = deb["factors"]
@@ -426,22 +432,14 @@ def render_markdown(report: dict, *, reference: str) -> str:
                   + ": what remains is not average per-step error but how it is distributed "
                   "(queueing, transients, shape mix).", "",
                   f"| metric | {reference} | profile, debiased | difference |", "|---|---|---|---|"]
-        for metric, label in (("ttft_s", "TTFT"), ("tpot_s", "TPOT")):
-            for q in ("p50", "p99"):
-                d = deb[metric][q]
-                lines.append(f"| {label} {q} | {_fmt(d['reference'])} | {_fmt(d['profile'])} | "
-                             f"{_fmt(d['diff_pct'], pct=True)} |")
+        lines += _diff_rows(deb, ("ttft_s", "tpot_s"), ("p50", "p99"))
     reps = report.get("reference_repeats") or []
     for r in reps:
         lines += ["", f"## The {reference} run against a repeat of it", "",
                   f"`{r['run']}`: the same trace and configuration, run again on the GPU. How far "
                   "two runs of the reference differ is the floor under the whole-run checks.", "",
                   f"| metric | {reference} | repeat | difference |", "|---|---|---|---|"]
-        for metric, label in (("ttft_s", "TTFT"), ("tpot_s", "TPOT")):
-            for q in ("p50", "p99"):
-                d = r["runs"][metric][q]
-                lines.append(f"| {label} {q} | {_fmt(d['reference'])} | {_fmt(d['profile'])} | "
-                             f"{_fmt(d['diff_pct'], pct=True)} |")
+        lines += _diff_rows(r["runs"], ("ttft_s", "tpot_s"), ("p50", "p99"))
         ms = r["matched_shape_ratio"]
         lines += ["", "Passes of the same shape, repeat / " + reference + " (median per shape, "
                   "weighted): " + ", ".join(

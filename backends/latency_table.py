@@ -27,7 +27,9 @@ compiled fast path, which calls the same functions):
 
 - verify: width = the launch width for uniform launches, ``sum(widths) / bs`` (fractional)
   for ragged and unsafe-derived ones; KV = ``sum(kv_lens) / bs_padded`` -- padded rows carry
-  SGLang's fill length, which is negligible, so this keeps the total KV read equal.
+  SGLang's fill length, which is negligible, so this keeps the total KV read equal -- or, when
+  the table carries the attention kernel's occupancy (``LatencyTable.attention``), the
+  straggler-aware KV between that mean and the longest request (:func:`effective_kv`).
 - draft: KV likewise; the phase costs ``passes`` times the per-pass value.
 - prefill: tokens T = the pass's total; prefix = the *attention-equivalent prefix*
   ``A / T - T / 2`` with ``A = sum_i t_i (p_i + t_i / 2)`` the query-key pairs the pass attends
@@ -51,8 +53,7 @@ from backends.jit import njit
 from backends.protocol import DraftBatch, PrefillBatch, VerifyBatch, VerifyTiming
 
 __all__ = ["Grid", "LatencyTable", "TableExecutor", "interp2", "interp3", "interp_prefill",
-           "verify_axes",
-           "draft_axes", "prefill_axes"]
+           "verify_axes", "draft_axes", "prefill_axes", "attention_params", "effective_kv"]
 
 
 @dataclass(frozen=True)
@@ -171,21 +172,90 @@ def interp3(a0, a1, a2, v, x0, x1, x2):
     return _lerp(c0, c1, t), (o0 or o1 or o2)
 
 
-def verify_axes(batch: VerifyBatch) -> tuple[float, float, float]:
-    """(batch size, width, KV length) at which a verify launch is looked up."""
+# the attention vector (attention_params): AITER's unified-attention grid and residency
+ATT_ON, ATT_KVH, ATT_BQ, ATT_TARGET, ATT_MINSEG, ATT_MAXSEG, ATT_S2D, ATT_S2DD, ATT_S3D = range(9)
+NATT = 9
+_ATT_KEYS = ("sms", "kv_heads", "block_q", "target_programs", "min_segments", "max_segments",
+             "slots_per_sm")
+
+
+def attention_params(att: dict[str, Any] | None) -> np.ndarray:
+    """A profile's ``attention`` metadata (``backends.aiter.occupancy``) as the vector
+    :func:`effective_kv` reads: KV heads per GPU, query rows per program, the programs the kernel
+    aims for, the split kernel's segment bounds, and the programs resident at once on the GPU for
+    the 2D kernel, the 2D kernel compiled for all-decode batches, and the 3D split-KV kernel.
+    All zeros (mean lookups) without it or when it is incomplete (an older profile)."""
+    a = np.zeros(NATT)
+    if not att or any(k not in att for k in _ATT_KEYS):
+        return a
+    slots, sms = att["slots_per_sm"], float(att["sms"])
+    a[ATT_ON] = 1.0
+    a[ATT_KVH] = att["kv_heads"]
+    a[ATT_BQ] = att["block_q"]
+    a[ATT_TARGET] = att["target_programs"]
+    a[ATT_MINSEG] = att["min_segments"]
+    a[ATT_MAXSEG] = att["max_segments"]
+    a[ATT_S2D] = sms * float(slots["2d"])
+    a[ATT_S2DD] = sms * float(slots["2d_decode"])
+    a[ATT_S3D] = sms * float(slots["3d"])
+    return a
+
+
+@njit
+def effective_kv(kvsum, kvmax, nseq, rows, decode, att):
+    """The uniform KV length at which a batch's attention takes as long as the batch's own.
+
+    A decode attention kernel gives each sequence's KV (or each of its KV segments) to its own
+    programs; when the grid fits in the GPU's resident programs, the longest sequence sets the
+    time, not the mean.  With ``P`` programs per segment set, ``g`` segments per sequence and
+    ``S`` resident programs, the makespan of greedy scheduling is ``max(kv_max / g, P mean / S)``
+    and a uniform batch at ``K`` takes ``K max(1 / g, P / S)``, so ``K_eff = max(kv_max / g,
+    P mean / S) / max(1 / g, P / S)``, between the mean and the maximum.  ``P`` and ``g`` follow
+    AITER's ``unified_attention``; ``att`` is :func:`attention_params` (measured and stored in
+    the profile).  With ``att[ATT_ON] == 0``: the mean (``kvsum / nseq``)."""
+    mean = kvsum / nseq if nseq > 0 else 0.0
+    if att[ATT_ON] == 0.0 or nseq <= 0:
+        return mean
+    p2d = (rows // att[ATT_BQ] + nseq) * att[ATT_KVH]
+    if p2d > att[ATT_TARGET]:
+        seg = 1.0
+        slots = att[ATT_S2DD] if decode else att[ATT_S2D]
+    else:
+        want = np.ceil(att[ATT_TARGET] / p2d)
+        seg = 1.0
+        while seg < want:
+            seg *= 2.0
+        seg = min(max(seg, att[ATT_MINSEG]), att[ATT_MAXSEG])
+        slots = att[ATT_S3D]
+    span = max(kvmax / seg, p2d * mean / slots)
+    return span / max(1.0 / seg, p2d / slots)
+
+
+def _batch_kv(kv_lens, nseq: int, rows: float, decode: bool, att: np.ndarray | None) -> float:
+    kv = np.asarray(kv_lens, dtype=np.float64)
+    if att is None or not len(kv):
+        return float(kv.sum()) / nseq
+    return float(effective_kv(float(kv.sum()), float(kv.max()), float(nseq), float(rows),
+                              decode, att))
+
+
+def verify_axes(batch: VerifyBatch, att: np.ndarray | None = None) -> tuple[float, float, float]:
+    """(batch size, width, KV length) at which a verify launch is looked up; ``att``:
+    :func:`attention_params` for the straggler-aware KV (the mean without)."""
     bs = batch.bs_padded if batch.graph else batch.bs_real
     if batch.mode == "uniform":
         width = float(batch.launch_width)
     else:
         width = float(np.sum(batch.widths)) / batch.bs_real
-    kv = float(np.sum(batch.kv_lens)) / bs
-    return float(bs), width, kv
+    rows = bs * batch.launch_width if batch.graph else float(np.sum(batch.widths))
+    return float(bs), width, _batch_kv(batch.kv_lens, bs, rows, False, att)
 
 
-def draft_axes(batch: DraftBatch) -> tuple[float, float]:
-    """(batch size, KV length) at which one draft pass is looked up."""
+def draft_axes(batch: DraftBatch, att: np.ndarray | None = None) -> tuple[float, float]:
+    """(batch size, KV length) at which one draft pass is looked up (``att`` as for
+    :func:`verify_axes`)."""
     bs = batch.bs_padded if batch.graph else batch.bs_real
-    return float(bs), float(np.sum(batch.kv_lens)) / bs
+    return float(bs), _batch_kv(batch.kv_lens, bs, bs, True, att)
 
 
 def prefill_axes(batch: PrefillBatch) -> tuple[float, float]:
@@ -256,6 +326,8 @@ class TableExecutor:
         self.name = name
         self._table = table
         self._description = dict(description or {})
+        att = attention_params(table.attention)
+        self._att = att if att[ATT_ON] else None  # the same lookups as the engine's fast path
 
     def latency_table(self) -> LatencyTable:
         return self._table
@@ -264,11 +336,11 @@ class TableExecutor:
         return self._table.prefill_s(*prefill_axes(batch))[0]
 
     def draft(self, batch: DraftBatch) -> float:
-        bs, kv = draft_axes(batch)
+        bs, kv = draft_axes(batch, self._att)
         return batch.passes * self._table.draft_pass_s(bs, kv, batch.graph)[0]
 
     def verify(self, batch: VerifyBatch) -> VerifyTiming:
-        value, outside = self._table.verify_s(*verify_axes(batch), batch.graph)
+        value, outside = self._table.verify_s(*verify_axes(batch, self._att), batch.graph)
         return VerifyTiming(latency_s=value, out_of_grid=outside)
 
     def describe(self) -> dict[str, Any]:

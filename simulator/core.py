@@ -34,7 +34,8 @@ from __future__ import annotations
 import numpy as np
 
 from backends.jit import njit
-from backends.latency_table import interp2, interp3, interp_prefill
+from backends.latency_table import (ATT_ON, NATT, attention_params, effective_kv, interp2, interp3,
+                                    interp_prefill)
 
 # ---------------------------------------------------------------- per-request int state R[n, NR]
 R_REPLICA = 0
@@ -118,7 +119,8 @@ PF_KVMEAN = 1
 PF_KVSUM = 2
 PF_PREFIX = 3     # prefill: attention-equivalent prefix (backends.latency_table.prefill_axes)
 PF_ERR = 4        # measured max |output error| (live executor, unsafe-derived), else NaN
-NPF = 5
+PF_LOOKUP = 5     # the KV coordinate the pass is looked up at (pass_kv; set once per pass)
+NPF = 6
 
 KIND_PREFILL = 0
 KIND_DRAFT = 1
@@ -153,17 +155,8 @@ C_MAXPREFILL = 11  # max tokens of one prefill pass (SGLang max_prefill_tokens)
 C_RECORD_RS = 12  # record request steps
 NCI = 13
 CF_OVERHEAD = 0   # scheduler overhead per iteration, seconds
-# the attention kernel's grid, for the straggler-aware KV coordinate (effective_kv); 0: mean KV
-CF_ATT_ON = 1
-CF_ATT_KVH = 2     # KV heads per GPU
-CF_ATT_BQ = 3      # query rows per program (BLOCK_M // query heads per KV head)
-CF_ATT_TARGET = 4  # programs the kernel aims for (AITER: 4 x SMs); at most that -> split KV
-CF_ATT_MINSEG = 5  # fewest KV segments of the split kernel
-CF_ATT_MAXSEG = 6
-CF_ATT_S2D = 7     # programs resident at once on the whole GPU: one program per (q block, head)
-CF_ATT_S2DD = 8    # ... the same kernel compiled for all-decode batches
-CF_ATT_S3D = 9     # ... the split-KV kernel
-NCF = 10
+CF_ATT = 1        # CF[CF_ATT:]: backends.latency_table.attention_params (all 0: mean KV lookups)
+NCF = CF_ATT + NATT
 
 POL_PAD = 0
 POL_SPLIT = 1
@@ -756,56 +749,11 @@ def _decide_prefill(r, clock, R, RF, E, Q, W, WT, RUN, MB, PI, PF, arrival, prom
 
 
 # ---------------------------------------------------------------- timing from a table
-@njit
-def effective_kv(kvsum, kvmax, nseq, rows, decode, CF):
-    """The uniform KV length at which a batch's attention takes as long as the batch's own.
-
-    A decode attention kernel gives each sequence's KV (or each of its KV segments) to its own
-    programs; when the grid fits in the GPU's resident programs, the longest sequence sets the
-    time, not the mean.  With ``P`` programs per segment set, ``g`` segments per sequence and
-    ``S`` resident programs, the makespan of greedy scheduling is ``max(kv_max / g, P mean / S)``
-    and a uniform batch at ``K`` takes ``K max(1 / g, P / S)``, so ``K_eff = max(kv_max / g,
-    P mean / S) / max(1 / g, P / S)``, between the mean and the maximum.  ``P`` and ``g`` follow
-    AITER's ``unified_attention`` (``CF_ATT_*``: measured and stored in the profile).  With
-    ``CF[CF_ATT_ON] == 0``: the mean (``kvsum / nseq``)."""
-    mean = kvsum / nseq if nseq > 0 else 0.0
-    if CF[CF_ATT_ON] == 0.0 or nseq <= 0:
-        return mean
-    p2d = (rows // CF[CF_ATT_BQ] + nseq) * CF[CF_ATT_KVH]
-    if p2d > CF[CF_ATT_TARGET]:
-        seg = 1.0
-        slots = CF[CF_ATT_S2DD] if decode else CF[CF_ATT_S2D]
-    else:
-        want = np.ceil(CF[CF_ATT_TARGET] / p2d)
-        seg = 1.0
-        while seg < want:
-            seg *= 2.0
-        seg = min(max(seg, CF[CF_ATT_MINSEG]), CF[CF_ATT_MAXSEG])
-        slots = CF[CF_ATT_S3D]
-    span = max(kvmax / seg, p2d * mean / slots)
-    return span / max(1.0 / seg, p2d / slots)
-
-
 def set_attention(CF: np.ndarray, att) -> bool:
-    """Fill ``CF_ATT_*`` from a profile's ``attention`` metadata (``backends.aiter.occupancy``);
-    without it (``None``, or an older profile) lookups use the mean KV.  True when set."""
-    keys = ("sms", "kv_heads", "block_q", "target_programs", "min_segments", "max_segments",
-            "slots_per_sm")
-    if not att or any(k not in att for k in keys):
-        CF[CF_ATT_ON] = 0.0
-        return False
-    slots = att["slots_per_sm"]
-    sms = float(att["sms"])
-    CF[CF_ATT_ON] = 1.0
-    CF[CF_ATT_KVH] = float(att["kv_heads"])
-    CF[CF_ATT_BQ] = float(att["block_q"])
-    CF[CF_ATT_TARGET] = float(att["target_programs"])
-    CF[CF_ATT_MINSEG] = float(att["min_segments"])
-    CF[CF_ATT_MAXSEG] = float(att["max_segments"])
-    CF[CF_ATT_S2D] = sms * float(slots["2d"])
-    CF[CF_ATT_S2DD] = sms * float(slots["2d_decode"])
-    CF[CF_ATT_S3D] = sms * float(slots["3d"])
-    return True
+    """Put a profile's ``attention`` metadata into ``CF[CF_ATT:]``; without it (``None``, or an
+    older profile) lookups use the mean KV.  True when set."""
+    CF[CF_ATT:] = attention_params(att)
+    return bool(CF[CF_ATT + ATT_ON])
 
 
 @njit
@@ -822,11 +770,18 @@ def pass_kv(r, p, PI, PF, CF):
     else:
         rows = PI[r, p, P_TOKENS]
     return effective_kv(PF[r, p, PF_KVSUM], float(PI[r, p, P_KVMAX]), float(nseq), float(rows),
-                        kind == KIND_DRAFT, CF)
+                        kind == KIND_DRAFT, CF[CF_ATT:])
 
 
 @njit
-def _time_passes(r, PI, PF, E, CF, tab):
+def _set_lookups(r, PI, PF, E, CF):
+    """The lookup coordinate of every pending pass, once (both timing paths record it)."""
+    for p in range(E[r, E_NPASS]):
+        PF[r, p, PF_LOOKUP] = pass_kv(r, p, PI, PF, CF)
+
+
+@njit
+def _time_passes(r, PI, PF, E, tab):
     """Latency of every pending pass from the latency table (the fast path)."""
     (vg0, vg1, vg2, vgv, ve0, ve1, ve2, vev, dg0, dg1, dgv, de0, de1, dev, pf0, pf1, pfv) = tab
     for p in range(E[r, E_NPASS]):
@@ -834,10 +789,10 @@ def _time_passes(r, PI, PF, E, CF, tab):
         oog = False
         if kind == KIND_PREFILL:
             lat, oog = interp_prefill(pf0, pf1, pfv, float(PI[r, p, P_TOKENS]),
-                                      PF[r, p, PF_PREFIX])
+                                      PF[r, p, PF_LOOKUP])
         elif kind == KIND_DRAFT:
             bs = float(PI[r, p, P_BSPAD])
-            kv = pass_kv(r, p, PI, PF, CF)
+            kv = PF[r, p, PF_LOOKUP]
             if PI[r, p, P_GRAPH] == 1:
                 lat, oog = interp2(dg0, dg1, dgv, bs, kv)
             else:
@@ -845,7 +800,7 @@ def _time_passes(r, PI, PF, E, CF, tab):
             lat = lat * PI[r, p, P_PASSES]
         else:
             bs = float(PI[r, p, P_BSPAD])
-            kv = pass_kv(r, p, PI, PF, CF)
+            kv = PF[r, p, PF_LOOKUP]
             if PI[r, p, P_MODE] == MODE_UNIFORM:
                 w = float(PI[r, p, P_WIDTH])
             else:
@@ -968,7 +923,7 @@ def _apply_decode(r, t, R, RF, E, RUN, MB, prompt, output, off, draft, acc, pacc
 
 
 @njit
-def _record_steps(r, t0, PI, PF, E, SI, SF, G, CF, committed):
+def _record_steps(r, t0, PI, PF, E, SI, SF, G, committed):
     t = t0
     for p in range(E[r, E_NPASS]):
         k = G[G_SFILL]
@@ -1011,7 +966,7 @@ def _record_steps(r, t0, PI, PF, E, SI, SF, G, CF, committed):
         SF[SF_LAT, k] = PF[r, p, PF_LAT]
         SF[SF_KVMEAN, k] = PF[r, p, PF_KVMEAN]
         SF[SF_ERR, k] = PF[r, p, PF_ERR]
-        SF[SF_LOOKUP, k] = pass_kv(r, p, PI, PF, CF)
+        SF[SF_LOOKUP, k] = PF[r, p, PF_LOOKUP]
         t += PF[r, p, PF_LAT]
 
 
@@ -1028,7 +983,7 @@ def _apply_pending(r, R, RF, E, EF, RUN, MB, PI, PF, prompt, output, off, draft,
     else:
         _apply_decode(r, t_end, R, RF, E, RUN, MB, prompt, output, off, draft, acc, pacc,
                       RSI, RSF, G, CI, committed)
-    _record_steps(r, t0, PI, PF, E, SI, SF, G, CF, committed)
+    _record_steps(r, t0, PI, PF, E, SI, SF, G, committed)
     EF[r, EF_BUSY] += t_end - t0
     EF[r, EF_CLOCK] = t_end
     E[r, E_ITER] += 1
@@ -1054,8 +1009,9 @@ def advance(r, horizon, arrival, prompt, output, off, draft, acc, pacc, R, RF, E
     while True:
         if E[r, E_PENDING] != 0:
             if E[r, E_TIMED] == 0:
+                _set_lookups(r, PI, PF, E, CF)
                 if CI[C_FAST] == 1:
-                    _time_passes(r, PI, PF, E, CF, tab)
+                    _time_passes(r, PI, PF, E, tab)
                 else:
                     return ADV_TIMING
                 total = CF[CF_OVERHEAD]

@@ -1,4 +1,5 @@
-"""The straggler-aware KV coordinate of table lookups (simulator.core.effective_kv)."""
+"""The straggler-aware KV coordinate of table lookups (backends.latency_table.effective_kv), in
+the engine's fast path, its per-batch path and the table executor."""
 
 from __future__ import annotations
 
@@ -7,6 +8,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from backends.latency_table import attention_params, effective_kv
 from simulator import core as C
 
 #: H200-like grid constants (Llama-3.1-8B heads: 32 query, 8 KV -> 4 query rows per program)
@@ -17,23 +19,24 @@ ATT = {"sms": 132, "kv_heads": 8, "block_q": 4, "target_programs": 528, "min_seg
 def cf(att=ATT):
     out = np.zeros(C.NCF)
     assert C.set_attention(out, att)
-    return out
+    return out[C.CF_ATT:]
 
 
 def test_without_attention_metadata_it_is_the_mean():
     out = np.zeros(C.NCF)
     assert not C.set_attention(out, None)
     assert not C.set_attention(out, {"sms": 132})  # incomplete: an older profile's
-    assert C.effective_kv(3000.0, 2000.0, 3.0, 12.0, False, out) == 1000.0
+    assert not attention_params(None).any()
+    assert effective_kv(3000.0, 2000.0, 3.0, 12.0, False, out[C.CF_ATT:]) == 1000.0
 
 
 def test_a_batch_in_one_wave_is_timed_by_its_longest_sequence():
     f = cf()
     # 56 draft rows: (56 // 4 + 56) * 8 = 560 programs > 528 -> the 2D kernel; 6 x 132 resident
-    assert C.effective_kv(55 * 1000.0 + 7450.0, 7450.0, 56.0, 56.0, True, f) == 7450.0
+    assert effective_kv(55 * 1000.0 + 7450.0, 7450.0, 56.0, 56.0, True, f) == 7450.0
     # 48 rows: 480 programs -> the split-KV kernel: 16 segments; the straggler's segments are
     # short next to the whole batch's work -> the mean
-    kv = C.effective_kv(47 * 1600.0 + 7450.0, 7450.0, 48.0, 48.0, True, f)
+    kv = effective_kv(47 * 1600.0 + 7450.0, 7450.0, 48.0, 48.0, True, f)
     assert kv == pytest.approx((47 * 1600.0 + 7450.0) / 48)
 
 
@@ -41,7 +44,7 @@ def test_many_waves_bring_it_back_towards_the_mean():
     f = cf()
     # 256 x 8 rows: (512 + 256) * 8 = 6144 programs, about 5.8 waves of 1056
     mean = (255 * 1000.0 + 8000.0) / 256
-    kv = C.effective_kv(255 * 1000.0 + 8000.0, 8000.0, 256.0, 2048.0, False, f)
+    kv = effective_kv(255 * 1000.0 + 8000.0, 8000.0, 256.0, 2048.0, False, f)
     assert kv == pytest.approx(max(8000.0 * 1056 / 6144, mean))
     assert mean < kv < 8000.0
 
@@ -55,21 +58,20 @@ def test_between_the_mean_and_the_longest_and_exact_for_uniform_batches(kvs, wid
     kv = np.asarray(kvs, dtype=np.float64)
     nseq = float(len(kv) + graph_pad)  # padded rows count as sequences with no KV
     rows = nseq * (1 if draft else width)
-    got = C.effective_kv(kv.sum(), kv.max(), nseq, rows, draft, f)
+    got = effective_kv(kv.sum(), kv.max(), nseq, rows, draft, f)
     mean = kv.sum() / nseq
     assert mean * (1 - 1e-12) <= got <= kv.max() * (1 + 1e-12)
     if graph_pad == 0 and kv.min() == kv.max():
         assert got == pytest.approx(kv[0])
 
 
-def test_engine_records_the_coordinate_it_looked_up(tmp_path):
-    """A run on a profile with attention metadata looks batches up (and records them) at the
-    straggler-aware coordinate; ``backend.kv_lookup = mean`` turns it off."""
+@pytest.fixture
+def att_profile(tmp_path):
+    """A profile carrying attention metadata, and the first 150 requests of the code sample."""
     import sys
     from pathlib import Path
 
-    from backends.profile import ProfileExecutor, profile_metadata, write_profile
-    from simulator import SimConfig, run
+    from backends.profile import profile_metadata, write_profile
     from specsched.setup import load_trace
 
     sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "backends"))
@@ -81,7 +83,16 @@ def test_engine_records_the_coordinate_it_looked_up(tmp_path):
     meta = profile_metadata(m, {"name": "H200"}, command="pytest")
     meta["attention"] = ATT
     write_profile(rows, path, meta)
-    trace = load_trace(sample, limit=150)
+    return path, load_trace(sample, limit=150)
+
+
+def test_engine_records_the_coordinate_it_looked_up(att_profile):
+    """A run on a profile with attention metadata looks batches up (and records them) at the
+    straggler-aware coordinate; ``backend.kv_lookup = mean`` turns it off."""
+    from backends.profile import ProfileExecutor
+    from simulator import SimConfig, run
+
+    path, trace = att_profile
     runs = {}
     for rule in ("straggler", "mean"):
         cfg = SimConfig.load(None, {"backend.kv_lookup": rule})
@@ -104,3 +115,21 @@ def test_engine_records_the_coordinate_it_looked_up(tmp_path):
     np.testing.assert_allclose(
         look_m[km], (m_.column("kv_mean").to_numpy() * m_.column("bs").to_numpy()
                      / m_.column("bs_padded").to_numpy())[km])
+
+
+def test_the_table_executor_looks_batches_up_as_the_fast_path_does(att_profile):
+    """Called per batch (the engine's live path), a profile executor with attention metadata
+    gives every pass the latency the compiled fast path gives it."""
+    from backends.profile import ProfileExecutor
+    from simulator import SimConfig, run
+    from tests.simulator.helpers import LiveLike
+
+    path, trace = att_profile
+    cfg = SimConfig.load(None, {})
+    fast = run(trace, cfg, ProfileExecutor(path), kv_capacity_tokens=400_000)
+    live = LiveLike(ProfileExecutor(path))
+    slow = run(trace, cfg, live, kv_capacity_tokens=400_000)
+    assert live.calls > 0
+    assert fast.requests.equals(slow.requests)
+    np.testing.assert_array_equal(fast.steps.column("latency_s").to_numpy(),
+                                  slow.steps.column("latency_s").to_numpy())
