@@ -728,8 +728,6 @@ class Runner:
             logits_rows: int | None = None) -> list[Timing]:
         """Run ``launch`` (``reps`` timed runs after ``warmup``; ``None``: :meth:`auto_warmup`)
         and return their timings."""
-        if warmup is None:
-            warmup = self.auto_warmup(key if graph else ("eager",) + tuple(key))
         if graph:
             st = self.capture(key)
             comm = self._comm(key, launch, comm_rows, logits_rows)
@@ -741,7 +739,8 @@ class Runner:
                 wait_event(st.e1, self.spin_wait)
                 return st.e0.elapsed_time(st.e1) / 1e3, host, held, starved
 
-            return self._timed_runs(once, key=key, comm=comm, graph=True, reps=reps, warmup=warmup)
+            return self._timed_runs(once, key=key, comm=comm, graph=True, reps=reps,
+                                    warmup=self.auto_warmup(key) if warmup is None else warmup)
         st = self._eager_static(key, launch)
         comm = self._comm(key, launch, comm_rows, logits_rows)
         return self._time_eager(st, launch, lambda: self._body(st), key=key, comm=comm,
@@ -778,12 +777,15 @@ class Runner:
         return out
 
     def _time_eager(self, st: _Static, launch: Launch, body, *, key: tuple, comm: float,
-                    reps: int, warmup: int) -> list[Timing]:
-        """Stage ``launch`` and run ``body()`` eagerly ``warmup + reps`` times; CUDA events time
-        the GPU part of each timed run (the host clock on a CPU)."""
+                    reps: int, warmup: int | None) -> list[Timing]:
+        """Stage ``launch`` and run ``body()`` eagerly ``warmup + reps`` times (``None``:
+        :meth:`auto_warmup`); CUDA events time the GPU part of each timed run (the host clock on
+        a CPU)."""
         import torch
 
         lead_key = ("eager",) + tuple(key)
+        if warmup is None:
+            warmup = self.auto_warmup(lead_key)
 
         def once():
             if self.on_gpu:
@@ -849,8 +851,6 @@ class Runner:
         rows = int(t.sum())
         launch = Launch(t, t, p, rows, bs, int(t.max()))
         key = ("prefill", bs, rows)
-        if warmup is None:
-            warmup = self.auto_warmup(("eager",) + key)
         st = _Static(self, bs, rows, model="target", logits=False)
         st.max_seqlen_q = int(t.max())
         last = torch.as_tensor(np.cumsum(t) - 1, dtype=torch.int64).to(self.device)
