@@ -293,7 +293,7 @@ class LatencyTable:
     prefill: Grid
     source: dict[str, Any] = field(default_factory=dict)
     #: the attention kernel's grid and residency as profiled (``backends.aiter.occupancy``):
-    #: lets lookups use a batch's straggler-aware KV (``simulator.core.effective_kv``)
+    #: lets lookups use a batch's straggler-aware KV (:func:`effective_kv`)
     attention: dict[str, Any] | None = None
 
     def __post_init__(self) -> None:
