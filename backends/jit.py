@@ -5,12 +5,21 @@ set); otherwise it returns the function unchanged, so the same source runs as pl
 Functions written for it must therefore stay inside the subset of Python and NumPy that numba
 compiles (scalars, NumPy arrays, loops; no Python objects), and must give the same results
 compiled or not: integer arithmetic that could overflow 64 bits is masked explicitly.
+
+Compiled functions are cached on disk (``cache=True``).  Numba checks a cached function against
+its own source file only, so a compiled caller would keep an old copy of a function it calls from
+another module (``simulator.core`` inlines ``backends.latency_table.effective_kv``) after that
+module changed.  The cache therefore lives in a folder named after a digest of every source file
+of ``simulator`` and ``backends`` (under ``$XDG_CACHE_HOME/specsched`` or ``~/.cache/specsched``):
+any change there compiles afresh.  ``NUMBA_CACHE_DIR``, when set, is left to the user.
 """
 
 from __future__ import annotations
 
+import hashlib
 import os
 import warnings
+from pathlib import Path
 
 __all__ = ["njit", "JIT_ENABLED", "jit_status"]
 
@@ -26,6 +35,26 @@ else:
         _reason = f"numba unavailable ({type(exc).__name__}: {exc})"
 
 JIT_ENABLED = _numba is not None
+
+
+def _source_digest(root: Path | None = None) -> str:
+    """A digest of the source files whose compiled functions may call one another."""
+    root = Path(__file__).resolve().parents[1] if root is None else root
+    h = hashlib.sha256()
+    for pkg in ("simulator", "backends"):
+        for f in sorted((root / pkg).rglob("*.py")):
+            h.update(str(f.relative_to(root)).encode())
+            h.update(f.read_bytes())
+    return h.hexdigest()[:16]
+
+
+def _cache_dir() -> Path:
+    base = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
+    return Path(base) / "specsched" / f"numba-{_source_digest()}"
+
+
+if JIT_ENABLED and not os.environ.get("NUMBA_CACHE_DIR"):
+    _numba.config.CACHE_DIR = str(_cache_dir())
 
 
 def njit(fn=None, **kwargs):
