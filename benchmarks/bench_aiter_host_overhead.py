@@ -17,6 +17,8 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
+import resource
 import sys
 import time
 from pathlib import Path
@@ -36,6 +38,26 @@ def python_loop_us() -> float:
             acc += i
         ts.append(time.perf_counter() - t0)
     return float(np.median(ts) * 1e6)
+
+
+def cpu_ticks() -> np.ndarray:
+    """The whole machine's CPU time from /proc/stat (user nice system idle iowait irq softirq
+    steal), in ticks; zeros where there is no /proc/stat."""
+    try:
+        with open("/proc/stat") as f:
+            return np.array(f.readline().split()[1:9], dtype=np.int64)
+    except OSError:
+        return np.zeros(8, np.int64)
+
+
+def host_interference(t0: np.ndarray, r0, t1: np.ndarray, r1) -> dict:
+    """What took CPU from the run between two readings: steal (the hypervisor ran someone else
+    on our virtual CPUs), interrupts, and this process's involuntary context switches."""
+    d = t1 - t0
+    tot = max(int(d.sum()), 1)
+    return {"steal_pct": 100.0 * d[7] / tot, "irq_softirq_pct": 100.0 * (d[5] + d[6]) / tot,
+            "busy_pct": 100.0 * (tot - d[3] - d[4]) / tot,
+            "involuntary_ctx_switches": r1.ru_nivcsw - r0.ru_nivcsw}
 
 
 def cpu_reference_us(bs: int = 256, width: int = 4) -> float:
@@ -64,6 +86,71 @@ def cpu_reference_us(bs: int = 256, width: int = 4) -> float:
     return float(np.median(ts[100:]) * 1e6)
 
 
+def after_wait_probe(runner, steps: int, bs: int = 256, width: int = 4) -> dict:
+    """The metadata path and the graph launch of a bs-256 step, timed right after the host waited
+    about 1 ms in different ways: not at all (back to back), a pure-Python busy loop, a sleep,
+    spinning on a CUDA event behind GPU work, and a blocking ``cudaEventSynchronize``.  If only
+    the waits behind GPU work make the host slow, the driver's waiting is what costs; if every
+    wait does, it is the core going cold (caches, frequency) while the host waits."""
+    import torch
+
+    from backends.aiter.runner import wait_event
+
+    key = ("verify", bs, width)
+    st = runner.capture(key)
+    widths = np.full(bs, width)
+    base = np.random.default_rng(1).integers(500, 1025, bs)
+
+    def py_spin():
+        t = time.perf_counter() + 1e-3
+        while time.perf_counter() < t:
+            pass
+
+    def gpu(spin):
+        def w():
+            torch.cuda._sleep(2_000_000)
+            st.e1.record()
+            wait_event(st.e1, spin)
+        return w
+
+    waits = {"back_to_back": lambda: None, "python_spin_1ms": py_spin,
+             "sleep_1ms": lambda: time.sleep(1e-3), "gpu_event_spin": gpu(True),
+             "gpu_event_synchronize": gpu(False)}
+    out = {}
+    print(f"after-wait probe (bs {bs}, width {width}), median us: the metadata path with no GPU "
+          f"work in the loop | metadata / graph launch when each step's replay is waited for too")
+    for name, wait in waits.items():
+        meta_only, meta, launch = [], [], []
+        for step in range(steps):
+            wait()
+            t0 = time.perf_counter()
+            la, _ = runner.verify_launch(widths, base + step % 64, mode="uniform", padded_bs=bs,
+                                         launch_width=width)
+            runner._fill_host(st, la, 0)
+            meta_only.append(time.perf_counter() - t0)
+        for step in range(steps // 3):
+            wait()
+            t0 = time.perf_counter()
+            la, _ = runner.verify_launch(widths, base + step % 64, mode="uniform", padded_bs=bs,
+                                         launch_width=width)
+            runner._fill_host(st, la, 0)
+            t1 = time.perf_counter()
+            st.graph.replay()
+            t2 = time.perf_counter()
+            st.e1.record()
+            wait_event(st.e1)
+            meta.append(t1 - t0)
+            launch.append(t2 - t1)
+        out[name] = {"metadata_only_us_median": float(np.median(meta_only) * 1e6),
+                     "metadata_us_median": float(np.median(meta) * 1e6),
+                     "graph_launch_us_median": float(np.median(launch) * 1e6)}
+        r = out[name]
+        print(f"  {name:<22} {r['metadata_only_us_median']:7.1f} | {r['metadata_us_median']:7.1f} / "
+              f"{r['graph_launch_us_median']:7.1f}")
+    runner.graphs.pop(key, None)
+    return out
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--model", default="llama-3.1-8b")
@@ -73,7 +160,11 @@ def main() -> None:
     ap.add_argument("--json", default=None, help="also write the figures to this file")
     ap.add_argument("--keep-memsets", action="store_true",
                     help="leave cuBLAS's memset nodes in the graphs (backends/aiter/graphfix.py)")
+    ap.add_argument("--pin", type=int, default=None, metavar="CPU",
+                    help="pin this process to one CPU (sched_setaffinity) and torch to one thread")
     args = ap.parse_args()
+    if args.pin is not None:
+        os.sched_setaffinity(0, {args.pin})
 
     import torch
 
@@ -82,6 +173,10 @@ def main() -> None:
 
     from backends.aiter.runner import wait_event
 
+    if args.pin is not None:
+        torch.set_num_threads(1)
+    print(f"cpus allowed: {len(os.sched_getaffinity(0))} of {os.cpu_count()}; torch threads "
+          f"{torch.get_num_threads()}")
     ex = make_executor(args.model, capture_bs=SPEC_CAPTURE_BS)
     runner = ex.runner
     runner.replace_memsets = not args.keep_memsets
@@ -114,8 +209,13 @@ def main() -> None:
         st = runner.capture(key)
         widths = np.full(bs, w)
         base = rng.integers(max(1, kv // 2), kv + 1, bs)
+        c0, u0 = cpu_ticks(), resource.getrusage(resource.RUSAGE_SELF)
         h_spin, gpu = steps(st, bs, w, base, True)
+        c1, u1 = cpu_ticks(), resource.getrusage(resource.RUSAGE_SELF)
         h_block, _ = steps(st, bs, w, base, False)
+        c2, u2 = cpu_ticks(), resource.getrusage(resource.RUSAGE_SELF)
+        inter = {"spin": host_interference(c0, u0, c1, u1),
+                 "blocking": host_interference(c1, u1, c2, u2)}
         runner.spin_wait = True
         # the parts (spin-waiting): metadata alone (no GPU work); the graph launch alone, with
         # the GPU idle and with the GPU still busy (a spin kernel queued first): a launch that
@@ -149,14 +249,19 @@ def main() -> None:
                "metadata_us_median": float(np.median(meta) * 1e6),
                "graph_launch_us_median": float(np.median(idle) * 1e6),
                "graph_launch_us_median_gpu_busy": float(np.median(busy) * 1e6),
-               "replay_gpu_ms_median": float(np.median(gpu) * 1e3), "steps": args.steps}
+               "replay_gpu_ms_median": float(np.median(gpu) * 1e3), "steps": args.steps,
+               "interference": inter}
         results.append(row)
         print(f"{bs:>4} {w:>2} {kv:>6} | {row['host_us_median']:6.1f} ({row['host_us_p10']:5.1f}-"
               f"{row['host_us_p90']:5.1f}) | {row['host_us_median_blocking_wait']:6.1f} (p90 "
               f"{row['host_us_p90_blocking_wait']:6.1f}) | {row['metadata_us_median']:11.1f} | "
               f"{row['graph_launch_us_median']:9.1f} / {row['graph_launch_us_median_gpu_busy']:9.1f}   | "
               f"{row['replay_gpu_ms_median']:8.3f}")
+        print("       " + "; ".join(f"{k}: steal {v['steal_pct']:.2f}%, irq {v['irq_softirq_pct']:.2f}%, "
+                                    f"machine busy {v['busy_pct']:.1f}%, involuntary switches "
+                                    f"{v['involuntary_ctx_switches']}" for k, v in inter.items()))
         runner.graphs.pop(key, None)
+    results.append({"after_wait_probe": after_wait_probe(runner, args.steps)})
     # what a graph launch costs by itself, by node count (tiny kernels)
     x = torch.zeros(16, device="cuda")
     for nodes in (1, 100, 400):

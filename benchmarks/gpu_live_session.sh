@@ -9,11 +9,13 @@
 #   smoke        a two-layer model: graph and eager verify through the executor
 #   tests        the AITER GPU tests
 #   host         benchmarks/bench_aiter_host_overhead.py     -> host_overhead.json
+#   host-pin     the same, pinned to CPU 3 (taskset, sched_setaffinity, one torch thread)
 #   host-keep    the same with cuBLAS's memset nodes left in the graphs (for comparison)
 #   graphlaunch  benchmarks/bench_aiter_graph_launch.py      -> graph_launch.json, graph_dots.tar.gz
 #   replay       benchmarks/bench_aiter_replay_vs_kernels.py -> replay_vs_kernels.json
 #   stability    benchmarks/bench_aiter_eager_stability.py   -> eager_stability.json
 #   mla          benchmarks/bench_aiter_mla_probe.py (AITER's Triton MLA decode)
+#   straggler    benchmarks/bench_aiter_straggler.py         -> straggler.json
 #   coarse8b     a quick, coarse Llama-3.1-8B profile       -> coarse-llama-3.1-8b__H200.parquet
 #   profile8b    `specsched profile` for Llama-3.1-8B: the ladder x widths 1-8 x KV to 32k and the
 #                default eager and prefill grids              -> llama-3.1-8b__H200.parquet
@@ -65,7 +67,7 @@ fid() {  # fid NAME TRACE [LIMIT]
 }
 for j in "$@"; do
   case "$j" in
-    info) job info 30 bash -c 'nvidia-smi --query-gpu=name,driver_version,memory.total,clocks.sm,clocks.mem --format=csv; python3 -c "import torch,triton,numpy,sys;print(sys.version);print(torch.__version__,torch.version.cuda,triton.__version__,numpy.__version__)"; python3 -c "import numba; print(\"numba\", numba.__version__)" || true' ;;
+    info) job info 30 bash -c 'nproc; grep -m1 "model name" /proc/cpuinfo; cat /sys/devices/system/cpu/cpu0/cpufreq/scaling_governor 2>/dev/null; nvidia-smi --query-gpu=name,driver_version,memory.total,clocks.sm,clocks.mem --format=csv; python3 -c "import torch,triton,numpy,sys;print(sys.version);print(torch.__version__,torch.version.cuda,triton.__version__,numpy.__version__)"; python3 -c "import numba; print(\"numba\", numba.__version__)" || true' ;;
     smoke) job smoke 120 python3 - <<'PY'
 import time, numpy as np
 t = time.time()
@@ -82,7 +84,9 @@ print("smoke ok in", round(time.time() - t, 1), "s")
 PY
       ;;
     tests) job tests 200 python3 -m pytest tests/aiter/test_aiter_gpu.py -q -rs -p no:cacheprovider ;;
-    host) job host 150 python3 benchmarks/bench_aiter_host_overhead.py --json "$out/host_overhead.json" ;;
+    host) job host 180 python3 benchmarks/bench_aiter_host_overhead.py --json "$out/host_overhead.json" ;;
+    host-pin) job host-pin 180 taskset -c 3 env OMP_NUM_THREADS=1 python3 benchmarks/bench_aiter_host_overhead.py \
+        --pin 3 --json "$out/host_overhead_pinned.json" ;;
     host-keep) job host-keep 150 python3 benchmarks/bench_aiter_host_overhead.py --keep-memsets \
         --json "$out/host_overhead_keep_memsets.json" ;;
     graphlaunch) job graphlaunch 200 python3 benchmarks/bench_aiter_graph_launch.py --json "$out/graph_launch.json" --dump /tmp/graph_dots
@@ -90,6 +94,7 @@ PY
     replay) job replay 150 python3 benchmarks/bench_aiter_replay_vs_kernels.py --json "$out/replay_vs_kernels.json" ;;
     stability) job stability 150 python3 benchmarks/bench_aiter_eager_stability.py --json "$out/eager_stability.json" ;;
     mla) job mla 120 python3 benchmarks/bench_aiter_mla_probe.py ;;
+    straggler) job straggler 300 python3 benchmarks/bench_aiter_straggler.py --json "$out/straggler.json" ;;
     coarse8b) job coarse8b 240 python3 -m specsched profile --model llama-3.1-8b --bs 1,8,64,256 --widths 1,4,8 \
         --kv-lens 512,4096,32768 --eager-bs 1,64,384 --eager-widths 1,4 --eager-kv-lens 1024 \
         --prefill-tokens 256,4096 --prefill-prefix 0,8192 --reps 3 --warmup 1 --eager-reps 2 --progress \
