@@ -99,8 +99,8 @@ def _lookup_points(steps: pa.Table, attention: dict | None = None) -> dict[str, 
         for i in np.flatnonzero(kind != "prefill"):
             nseq = bs_ax[i]
             rows = nseq if kind[i] == "draft" else (nseq * width[i] if graph[i] else tokens[i])
-            kv_ax[i] = effective_kv(kv_mean[i] * bs[i], kv_max[i], nseq, rows, kind[i] == "draft",
-                                    att)
+            kv_ax[i] = effective_kv(kv_mean[i] * bs[i], kv_max[i], nseq, bs[i], rows,
+                                    kind[i] == "draft", att)
     return {"kind": kind, "graph": graph, "bs": bs_ax, "width": w_ax, "kv": kv_ax,
             "tokens": tokens, "passes": _col(steps, "passes").astype(np.float64)}
 

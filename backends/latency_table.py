@@ -173,18 +173,28 @@ def interp3(a0, a1, a2, v, x0, x1, x2):
 
 
 # the attention vector (attention_params): AITER's unified-attention grid and residency
-ATT_ON, ATT_KVH, ATT_BQ, ATT_TARGET, ATT_MINSEG, ATT_MAXSEG, ATT_S2D, ATT_S2DD, ATT_S3D = range(9)
-NATT = 9
+(ATT_ON, ATT_KVH, ATT_BQ, ATT_TARGET, ATT_MINSEG, ATT_MAXSEG, ATT_S2D, ATT_S2DD, ATT_S3D,
+ ATT_SMS, ATT_G2D, ATT_G2DD, ATT_G3D) = range(13)
+NATT = 13
 _ATT_KEYS = ("sms", "kv_heads", "block_q", "target_programs", "min_segments", "max_segments",
              "slots_per_sm")
+#: How much faster a straggler's programs run once they are nearly alone on their SMs: their
+#: time per KV tile is ``(n_tail / n_ref) ** exponent`` of the uniform batch's, with ``n_tail``
+#: and ``n_ref`` the programs per SM in the tail and in the uniform batch (0: latency-bound, the
+#: tail runs no faster; 1: an SM's throughput is shared).  Fitted per kernel variant to
+#: ``benchmarks/bench_aiter_straggler.py`` on an H200 with the Llama-3.1-8B head layout (25
+#: mixed batches against uniform ones; docs/backends.md); a profile may carry its own
+#: (``attention.tail_exponent``).
+TAIL_EXPONENT = {"2d": 1.0, "2d_decode": 0.25, "3d": 0.4}
 
 
 def attention_params(att: dict[str, Any] | None) -> np.ndarray:
     """A profile's ``attention`` metadata (``backends.aiter.occupancy``) as the vector
     :func:`effective_kv` reads: KV heads per GPU, query rows per program, the programs the kernel
-    aims for, the split kernel's segment bounds, and the programs resident at once on the GPU for
-    the 2D kernel, the 2D kernel compiled for all-decode batches, and the 3D split-KV kernel.
-    All zeros (mean lookups) without it or when it is incomplete (an older profile)."""
+    aims for, the split kernel's segment bounds, the programs resident at once on the GPU for
+    the 2D kernel, the 2D kernel compiled for all-decode batches and the 3D split-KV kernel, the
+    SM count, and :data:`TAIL_EXPONENT`.  All zeros (mean lookups) without it or when it is
+    incomplete (an older profile)."""
     a = np.zeros(NATT)
     if not att or any(k not in att for k in _ATT_KEYS):
         return a
@@ -198,45 +208,68 @@ def attention_params(att: dict[str, Any] | None) -> np.ndarray:
     a[ATT_S2D] = sms * float(slots["2d"])
     a[ATT_S2DD] = sms * float(slots["2d_decode"])
     a[ATT_S3D] = sms * float(slots["3d"])
+    a[ATT_SMS] = sms
+    tail = {**TAIL_EXPONENT, **(att.get("tail_exponent") or {})}
+    a[ATT_G2D], a[ATT_G2DD], a[ATT_G3D] = tail["2d"], tail["2d_decode"], tail["3d"]
     return a
 
 
 @njit
-def effective_kv(kvsum, kvmax, nseq, rows, decode, att):
+def effective_kv(kvsum, kvmax, nseq, nreal, rows, decode, att):
     """The uniform KV length at which a batch's attention takes as long as the batch's own.
 
-    A decode attention kernel gives each sequence's KV (or each of its KV segments) to its own
-    programs; when the grid fits in the GPU's resident programs, the longest sequence sets the
-    time, not the mean.  With ``P`` programs per segment set, ``g`` segments per sequence and
-    ``S`` resident programs, the makespan of greedy scheduling is ``max(kv_max / g, P mean / S)``
-    and a uniform batch at ``K`` takes ``K max(1 / g, P / S)``, so ``K_eff = max(kv_max / g,
-    P mean / S) / max(1 / g, P / S)``, between the mean and the maximum.  ``P`` and ``g`` follow
-    AITER's ``unified_attention``; ``att`` is :func:`attention_params` (measured and stored in
-    the profile).  With ``att[ATT_ON] == 0``: the mean (``kvsum / nseq``)."""
+    AITER's ``unified_attention`` gives every (query block, KV head[, KV segment]) its own
+    program, and a program's time is proportional to the KV it reads. A uniform batch of ``N``
+    programs on ``S`` resident slots takes ``ceil(N / S)`` waves of ``K / g``, with ``g``
+    segments per sequence; the profile's verify slopes step exactly at these wave counts. In a
+    batch with a straggler, the other sequences' programs drain the queue in about
+    ``max(N / S, 1)`` waves of the mean. The straggler's last programs then run on nearly alone
+    on their SMs, faster: ``phi = (n_tail / n_ref) ** exponent`` of the uniform batch's time per
+    tile (:data:`TAIL_EXPONENT`). So the makespan is ``max(W mean, max(N / S, 1) mean + phi
+    (kv_max - mean))`` over ``g``.
+
+    The uniform batch of the launch (``nseq`` sequences, padding included, ``W_u`` waves) takes
+    as long at ``K = makespan g / W_u``, kept between the mean over ``nseq`` and ``kv_max``.
+    ``N`` counts the ``nreal`` real sequences' programs, since padded rows read almost no KV.
+    The kernel and segment count follow AITER's rules from the padded launch's rows. ``att`` is
+    :func:`attention_params`; with ``att[ATT_ON] == 0``, the result is the mean."""
     mean = kvsum / nseq if nseq > 0 else 0.0
-    if att[ATT_ON] == 0.0 or nseq <= 0:
+    if att[ATT_ON] == 0.0 or nseq <= 0 or nreal <= 0:
         return mean
-    p2d = (rows // att[ATT_BQ] + nseq) * att[ATT_KVH]
+    bq = att[ATT_BQ]
+    p2d = (rows // bq + nseq) * att[ATT_KVH]
     if p2d > att[ATT_TARGET]:
         seg = 1.0
-        slots = att[ATT_S2DD] if decode else att[ATT_S2D]
+        if decode:
+            slots, gamma = att[ATT_S2DD], att[ATT_G2DD]
+        else:
+            slots, gamma = att[ATT_S2D], att[ATT_G2D]
     else:
         want = np.ceil(att[ATT_TARGET] / p2d)
         seg = 1.0
         while seg < want:
             seg *= 2.0
         seg = min(max(seg, att[ATT_MINSEG]), att[ATT_MAXSEG])
-        slots = att[ATT_S3D]
-    span = max(kvmax / seg, p2d * mean / slots)
-    return span / max(1.0 / seg, p2d / slots)
+        slots, gamma = att[ATT_S3D], att[ATT_G3D]
+    sms = att[ATT_SMS]
+    per_seq = np.ceil(rows / nseq / bq) * att[ATT_KVH] * seg  # programs per sequence
+    n_real = nreal * per_seq
+    waves = max(np.ceil(n_real / slots), 1.0)
+    waves_u = max(np.ceil(nseq * per_seq / slots), 1.0)
+    n_ref = min(nseq * per_seq, slots) / sms   # programs per SM: the uniform batch's first wave
+    n_tail = max(per_seq / sms, 1.0)            # the straggler's own, alone
+    phi = min((n_tail / n_ref) ** gamma, 1.0)
+    mreal = kvsum / nreal
+    span = max(waves * mreal, max(n_real / slots, 1.0) * mreal + phi * (kvmax - mreal))
+    return min(max(span / waves_u, mean), max(kvmax, mean))
 
 
 def _batch_kv(kv_lens, nseq: int, rows: float, decode: bool, att: np.ndarray | None) -> float:
     kv = np.asarray(kv_lens, dtype=np.float64)
     if att is None or not len(kv):
         return float(kv.sum()) / nseq
-    return float(effective_kv(float(kv.sum()), float(kv.max()), float(nseq), float(rows),
-                              decode, att))
+    return float(effective_kv(float(kv.sum()), float(kv.max()), float(nseq), float(len(kv)),
+                              float(rows), decode, att))
 
 
 def verify_axes(batch: VerifyBatch, att: np.ndarray | None = None) -> tuple[float, float, float]:

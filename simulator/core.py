@@ -769,8 +769,8 @@ def pass_kv(r, p, PI, PF, CF):
         rows = nseq * PI[r, p, P_WIDTH]
     else:
         rows = PI[r, p, P_TOKENS]
-    return effective_kv(PF[r, p, PF_KVSUM], float(PI[r, p, P_KVMAX]), float(nseq), float(rows),
-                        kind == KIND_DRAFT, CF[CF_ATT:])
+    return effective_kv(PF[r, p, PF_KVSUM], float(PI[r, p, P_KVMAX]), float(nseq),
+                        float(PI[r, p, P_BS]), float(rows), kind == KIND_DRAFT, CF[CF_ATT:])
 
 
 @njit
