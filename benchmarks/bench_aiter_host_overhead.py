@@ -86,6 +86,22 @@ def cpu_reference_us(bs: int = 256, width: int = 4) -> float:
     return float(np.median(ts[100:]) * 1e6)
 
 
+def meta_then_launch(runner, st, widths, kvs, bs: int, width: int) -> tuple[float, float]:
+    """One replayed step, spin-waited for: host seconds of its metadata path (launch arguments and
+    the staging buffer) and of its graph launch."""
+    from backends.aiter.runner import wait_event
+
+    t0 = time.perf_counter()
+    launch, _ = runner.verify_launch(widths, kvs, mode="uniform", padded_bs=bs, launch_width=width)
+    runner._fill_host(st, launch, 0)
+    t1 = time.perf_counter()
+    st.graph.replay()
+    t2 = time.perf_counter()
+    st.e1.record()
+    wait_event(st.e1)
+    return t1 - t0, t2 - t1
+
+
 def after_wait_probe(runner, steps: int, bs: int = 256, width: int = 4) -> dict:
     """The metadata path and the graph launch of a bs-256 step, timed right after the host waited
     about 1 ms in different ways: not at all (back to back), a pure-Python busy loop, a sleep,
@@ -130,17 +146,9 @@ def after_wait_probe(runner, steps: int, bs: int = 256, width: int = 4) -> dict:
             meta_only.append(time.perf_counter() - t0)
         for step in range(steps // 3):
             wait()
-            t0 = time.perf_counter()
-            la, _ = runner.verify_launch(widths, base + step % 64, mode="uniform", padded_bs=bs,
-                                         launch_width=width)
-            runner._fill_host(st, la, 0)
-            t1 = time.perf_counter()
-            st.graph.replay()
-            t2 = time.perf_counter()
-            st.e1.record()
-            wait_event(st.e1)
-            meta.append(t1 - t0)
-            launch.append(t2 - t1)
+            m, la = meta_then_launch(runner, st, widths, base + step % 64, bs, width)
+            meta.append(m)
+            launch.append(la)
         out[name] = {"metadata_only_us_median": float(np.median(meta_only) * 1e6),
                      "metadata_us_median": float(np.median(meta) * 1e6),
                      "graph_launch_us_median": float(np.median(launch) * 1e6)}
@@ -222,23 +230,15 @@ def main() -> None:
         # took longer with the GPU busy would be waiting for the GPU, not working
         meta, idle, busy = [], [], []
         for step in range(args.steps):
-            kvs = base + step % 64
-            t0 = time.perf_counter()
-            launch, _ = runner.verify_launch(widths, kvs, mode="uniform", padded_bs=bs, launch_width=w)
-            runner._fill_host(st, launch, 0)
-            t1 = time.perf_counter()
-            st.graph.replay()
-            t2 = time.perf_counter()
-            st.e1.record()
-            wait_event(st.e1)
+            m, la = meta_then_launch(runner, st, widths, base + step % 64, bs, w)
             torch.cuda._sleep(2_000_000)  # about 1 ms of GPU time
             t3 = time.perf_counter()
             st.graph.replay()
             t4 = time.perf_counter()
             st.e1.record()
             wait_event(st.e1)
-            meta.append(t1 - t0)
-            idle.append(t2 - t1)
+            meta.append(m)
+            idle.append(la)
             busy.append(t4 - t3)
         row = {"bs": bs, "width": w, "kv": kv,
                "host_us_median": float(np.median(h_spin)),
