@@ -41,9 +41,10 @@ NOT_CAPTURED = (
     "run-to-run GPU variation: the profile holds one median per shape, a live pass varies "
     "(the profile's p10..p90 spread is reported below)",
     "per-request KV-length spread inside a batch: the profile measures uniform batches; a batch "
-    "is looked up at its straggler-aware KV (greedy scheduling of the attention kernel's "
-    "programs over the resident slots the profile measured), which leaves out the order in which "
-    "the GPU issues them",
+    "is looked up at its straggler-aware KV (the attention kernel's programs in waves over the "
+    "resident slots the profile measured, the longest request's tail faster alone; one "
+    "straggler assumed, from kv_mean and kv_max), which leaves out where the GPU places each "
+    "program and how the other requests' lengths spread",
     "ragged launches are interpolated between uniform widths (tokens / batch)",
     "prefill passes are looked up by total tokens and the attention-equivalent prefix (the same "
     "query-key pairs as one request); a profile measures one request per pass, so how several "
@@ -231,7 +232,41 @@ def step_errors(steps: pa.Table, table, *, worst: int = 20) -> dict[str, Any]:
         "off_grid_steps": int(off.sum()), "out_of_grid_steps": int((ok & oog).sum()),
         "mape_off_grid_pct": _mape(err[off]), "mape_all_pct": _mape(err[ok]),
         "by_kind": by_kind, "by_shape": by_shape, "worst": worst_rows,
+        "stragglers": _straggler_errors(steps, table, p, err, ok),
     }
+
+
+#: a batch "has a straggler" when its longest request holds this many times the batch's mean KV
+#: (and at least STRAGGLER_MIN_KV tokens)
+STRAGGLER_RATIO = 1.5
+STRAGGLER_MIN_KV = 1024
+
+
+def _straggler_errors(steps: pa.Table, table, p: dict, err: np.ndarray,
+                      ok: np.ndarray) -> dict[str, Any] | None:
+    """Verify and draft steps with a straggler: their error at the coordinate the profile looks
+    them up at, and looked up at the mean KV instead (what the straggler rule is worth here).
+    ``None`` when the run has no ``kv_max`` column."""
+    if "kv_max" not in steps.column_names:
+        return None
+    kv_mean = _col(steps, "kv_mean").astype(np.float64)   # over the real requests
+    kv_max = _col(steps, "kv_max").astype(np.float64)
+    m = (ok & (p["kind"] != "prefill") & (kv_max >= STRAGGLER_RATIO * kv_mean)
+         & (kv_max >= STRAGGLER_MIN_KV))
+    out: dict[str, Any] = {"rule": f"kv_max >= {STRAGGLER_RATIO} x mean and >= {STRAGGLER_MIN_KV}",
+                           "steps": int(m.sum()), "share_of_steps_pct": float(m.sum() / max(ok.sum(), 1) * 100)}
+    if not m.any():
+        return out
+    bs = _col(steps, "bs").astype(np.float64)
+    at_mean = dict(p)
+    at_mean["kv"] = np.where(p["kind"] == "prefill", p["kv"], kv_mean * bs / np.maximum(p["bs"], 1))
+    pred_mean, _ = _predict(at_mean, table)
+    measured = _col(steps, "latency_s").astype(np.float64)
+    err_mean = pred_mean[m] / measured[m] - 1.0
+    out.update({"mape_pct": _mape(err[m]), "mean_signed_pct": float(np.mean(err[m]) * 100),
+                "mape_at_mean_kv_pct": _mape(err_mean),
+                "mean_signed_at_mean_kv_pct": float(np.mean(err_mean) * 100)})
+    return out
 
 
 def _pct(a, b):
@@ -414,6 +449,14 @@ def render_markdown(report: dict, *, reference: str) -> str:
     for d in s["by_shape"]:
         lines.append(f"| {d['shape']} | {d['steps']} | {_fmt(d['mape_pct'], pct=True).lstrip('+')} | "
                      f"{_fmt(d['mean_signed_pct'], pct=True)} |")
+    st = s.get("stragglers")
+    if st and st["steps"]:
+        lines += ["", "## Batches with a straggler", "",
+                  f"{st['steps']} verify and draft steps ({st['share_of_steps_pct']:.1f}%) have a "
+                  f"straggler ({st['rule']} tokens): MAPE {_fmt(st['mape_pct'], pct=True).lstrip('+')} "
+                  f"(mean signed {_fmt(st['mean_signed_pct'], pct=True)}) at the coordinate the "
+                  f"profile looks them up at; {_fmt(st['mape_at_mean_kv_pct'], pct=True).lstrip('+')} "
+                  f"({_fmt(st['mean_signed_at_mean_kv_pct'], pct=True)}) looked up at the mean KV."]
     lines += ["", "## Worst steps", "", "| step | kind | graph | bs | width | KV | measured | "
               "predicted | error |", "|---|---|---|---|---|---|---|---|---|"]
     for d in s["worst"]:

@@ -268,3 +268,37 @@ def test_repeat_runs_through_the_cli_are_checked_like_the_reference(setup):
         run_fidelity(setup / "t.parquet", "llama-3.1-8b", reference="roofline",
                      profile=str(setup / "p.parquet"), reference_run=recs[0],
                      repeat_runs=(recs[2],))
+
+
+def test_batches_with_a_straggler_are_reported_at_both_coordinates(setup):
+    """The report says how many verify and draft steps had a straggler and what the straggler
+    rule is worth on them: their error at the profile's coordinate and at the mean KV.  A run
+    predicted by the table that timed it (with attention metadata) is exact at the rule's
+    coordinate and not at the mean."""
+    from backends.profile import ProfileExecutor
+
+    m, rows = roofline_profile_rows()
+    meta = profile_metadata(m, {"name": "H200"})
+    meta["attention"] = {"sms": 132, "kv_heads": 8, "block_q": 4, "target_programs": 528,
+                         "min_segments": 16, "max_segments": 128,
+                         "slots_per_sm": {"2d": 4, "2d_decode": 6, "3d": 8}}
+    path = setup / "att_straggler.parquet"
+    write_profile(rows, path, meta)
+    ex = ProfileExecutor(path, model=load_model("llama-3.1-8b"))
+    res, _ = _run(setup / "t.parquet", "profile", "pad", executor=ex)
+    st = step_errors(res.steps, ex.latency_table())["stragglers"]
+    kind = np.asarray(res.steps.column("kind").to_pylist())
+    kv_mean = res.steps.column("kv_mean").to_numpy()
+    kv_max = res.steps.column("kv_max").to_numpy()
+    expect = int(np.sum((kind != "prefill") & (kv_max >= 1.5 * kv_mean) & (kv_max >= 1024)))
+    assert st["steps"] == expect > 0
+    assert st["mape_pct"] < 1e-9
+    assert st["mape_at_mean_kv_pct"] > 0.1 and st["mean_signed_at_mean_kv_pct"] < 0
+    from analysis.fidelity import build_report, render_markdown
+
+    md = render_markdown(build_report(res.steps, res.summary, res.summary, ex.latency_table()),
+                         reference="aiter")
+    assert "## Batches with a straggler" in md and f"{expect} verify and draft steps" in md
+    # a run without kv_max (an older results folder) has no such section
+    old = res.steps.drop_columns(["kv_max", "lookup_kv"])
+    assert step_errors(old, ex.latency_table())["stragglers"] is None
