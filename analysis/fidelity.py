@@ -29,7 +29,7 @@ from typing import Any
 import numpy as np
 import pyarrow as pa
 
-from backends.latency_table import ATT_ON, attention_params, effective_kv
+from backends.latency_table import ATT_ON, attention_params, attention_rows, effective_kv
 from traces.errors import SpecschedError
 
 __all__ = ["predict_steps", "step_errors", "compare_runs", "run_fidelity", "fidelity",
@@ -88,22 +88,23 @@ def _lookup_points(steps: pa.Table, attention: dict | None = None) -> dict[str, 
             else np.full(len(kind), "uniform", dtype=object))
     bs_ax = np.where(graph, bs_pad, bs)
     with np.errstate(invalid="ignore", divide="ignore"):
+        at_mean = np.where(kind == "prefill", kv_mean, kv_mean * bs / np.maximum(bs_ax, 1))
         if "lookup_kv" in steps.column_names:  # the coordinate the engine itself looked up
             kv_ax = _col(steps, "lookup_kv").astype(np.float64)
         else:
-            kv_ax = np.where(kind == "prefill", kv_mean, kv_mean * bs / np.maximum(bs_ax, 1))
+            kv_ax = at_mean.copy()
         uniform = np.array([m is None or m == "uniform" for m in mode], dtype=bool)
         w_ax = np.where(uniform, width, tokens / np.maximum(bs, 1))
     att = attention_params(attention)
     if att[ATT_ON] and "kv_max" in steps.column_names:
         kv_max = _col(steps, "kv_max").astype(np.float64)
         for i in np.flatnonzero(kind != "prefill"):
-            nseq = bs_ax[i]
-            rows = nseq if kind[i] == "draft" else (nseq * width[i] if graph[i] else tokens[i])
-            kv_ax[i] = effective_kv(kv_mean[i] * bs[i], kv_max[i], nseq, bs[i], rows,
-                                    kind[i] == "draft", att)
+            draft = kind[i] == "draft"
+            rows = attention_rows(draft, bool(graph[i]), bs_ax[i], width[i], tokens[i])
+            kv_ax[i] = effective_kv(kv_mean[i] * bs[i], kv_max[i], bs_ax[i], bs[i], rows, draft, att)
     return {"kind": kind, "graph": graph, "bs": bs_ax, "width": w_ax, "kv": kv_ax,
-            "tokens": tokens, "passes": _col(steps, "passes").astype(np.float64)}
+            "tokens": tokens, "passes": _col(steps, "passes").astype(np.float64),
+            "kv_at_mean": at_mean, "kv_mean": kv_mean}
 
 
 def predict_steps(steps: pa.Table, table) -> tuple[np.ndarray, np.ndarray]:
@@ -232,7 +233,7 @@ def step_errors(steps: pa.Table, table, *, worst: int = 20) -> dict[str, Any]:
         "off_grid_steps": int(off.sum()), "out_of_grid_steps": int((ok & oog).sum()),
         "mape_off_grid_pct": _mape(err[off]), "mape_all_pct": _mape(err[ok]),
         "by_kind": by_kind, "by_shape": by_shape, "worst": worst_rows,
-        "stragglers": _straggler_errors(steps, table, p, err, ok),
+        "stragglers": _straggler_errors(steps, table, p, err, ok, measured),
     }
 
 
@@ -242,27 +243,24 @@ STRAGGLER_RATIO = 1.5
 STRAGGLER_MIN_KV = 1024
 
 
-def _straggler_errors(steps: pa.Table, table, p: dict, err: np.ndarray,
-                      ok: np.ndarray) -> dict[str, Any] | None:
+def _straggler_errors(steps: pa.Table, table, p: dict, err: np.ndarray, ok: np.ndarray,
+                      measured: np.ndarray) -> dict[str, Any] | None:
     """Verify and draft steps with a straggler: their error at the coordinate the profile looks
     them up at, and looked up at the mean KV instead (what the straggler rule is worth here).
     ``None`` when the run has no ``kv_max`` column."""
     if "kv_max" not in steps.column_names:
         return None
-    kv_mean = _col(steps, "kv_mean").astype(np.float64)   # over the real requests
     kv_max = _col(steps, "kv_max").astype(np.float64)
-    m = (ok & (p["kind"] != "prefill") & (kv_max >= STRAGGLER_RATIO * kv_mean)
+    m = (ok & (p["kind"] != "prefill") & (kv_max >= STRAGGLER_RATIO * p["kv_mean"])
          & (kv_max >= STRAGGLER_MIN_KV))
     out: dict[str, Any] = {"rule": f"kv_max >= {STRAGGLER_RATIO} x mean and >= {STRAGGLER_MIN_KV}",
                            "steps": int(m.sum()), "share_of_steps_pct": float(m.sum() / max(ok.sum(), 1) * 100)}
     if not m.any():
         return out
-    bs = _col(steps, "bs").astype(np.float64)
-    at_mean = dict(p)
-    at_mean["kv"] = np.where(p["kind"] == "prefill", p["kv"], kv_mean * bs / np.maximum(p["bs"], 1))
-    pred_mean, _ = _predict(at_mean, table)
-    measured = _col(steps, "latency_s").astype(np.float64)
-    err_mean = pred_mean[m] / measured[m] - 1.0
+    sub = {k: v[m] for k, v in p.items()}
+    sub["kv"] = sub["kv_at_mean"]
+    pred_mean, _ = _predict(sub, table)
+    err_mean = pred_mean / measured[m] - 1.0
     out.update({"mape_pct": _mape(err[m]), "mean_signed_pct": float(np.mean(err[m]) * 100),
                 "mape_at_mean_kv_pct": _mape(err_mean),
                 "mean_signed_at_mean_kv_pct": float(np.mean(err_mean) * 100)})

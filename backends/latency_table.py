@@ -53,7 +53,8 @@ from backends.jit import njit
 from backends.protocol import DraftBatch, PrefillBatch, VerifyBatch, VerifyTiming
 
 __all__ = ["Grid", "LatencyTable", "TableExecutor", "interp2", "interp3", "interp_prefill",
-           "verify_axes", "draft_axes", "prefill_axes", "attention_params", "effective_kv"]
+           "verify_axes", "draft_axes", "prefill_axes", "attention_params", "attention_rows",
+           "effective_kv"]
 
 
 @dataclass(frozen=True)
@@ -264,6 +265,18 @@ def effective_kv(kvsum, kvmax, nseq, nreal, rows, decode, att):
     return min(max(span / waves_u, mean), max(kvmax, mean))
 
 
+@njit
+def attention_rows(decode, graph, nseq, width, tokens):
+    """The query rows a pass's attention launch has (what AITER sizes its grid by): one per
+    sequence for a draft step, the padded batch x the launch width for a replayed graph, the
+    real tokens for an eager launch."""
+    if decode:
+        return nseq
+    if graph:
+        return nseq * width
+    return tokens
+
+
 def _batch_kv(kv_lens, nseq: int, rows: float, decode: bool, att: np.ndarray | None) -> float:
     kv = np.asarray(kv_lens, dtype=np.float64)
     if att is None or not len(kv):
@@ -280,7 +293,8 @@ def verify_axes(batch: VerifyBatch, att: np.ndarray | None = None) -> tuple[floa
         width = float(batch.launch_width)
     else:
         width = float(np.sum(batch.widths)) / batch.bs_real
-    rows = bs * batch.launch_width if batch.graph else float(np.sum(batch.widths))
+    rows = attention_rows(False, batch.graph, float(bs), float(batch.launch_width),
+                          float(np.sum(batch.widths)))
     return float(bs), width, _batch_kv(batch.kv_lens, bs, rows, False, att)
 
 
@@ -288,7 +302,8 @@ def draft_axes(batch: DraftBatch, att: np.ndarray | None = None) -> tuple[float,
     """(batch size, KV length) at which one draft pass is looked up (``att`` as for
     :func:`verify_axes`)."""
     bs = batch.bs_padded if batch.graph else batch.bs_real
-    return float(bs), _batch_kv(batch.kv_lens, bs, bs, True, att)
+    rows = attention_rows(True, batch.graph, float(bs), 1.0, float(batch.bs_real))
+    return float(bs), _batch_kv(batch.kv_lens, bs, rows, True, att)
 
 
 def prefill_axes(batch: PrefillBatch) -> tuple[float, float]:

@@ -34,8 +34,8 @@ from __future__ import annotations
 import numpy as np
 
 from backends.jit import njit
-from backends.latency_table import (ATT_ON, NATT, attention_params, effective_kv, interp2, interp3,
-                                    interp_prefill)
+from backends.latency_table import (ATT_ON, NATT, attention_params, attention_rows, effective_kv,
+                                    interp2, interp3, interp_prefill)
 
 # ---------------------------------------------------------------- per-request int state R[n, NR]
 R_REPLICA = 0
@@ -762,15 +762,12 @@ def pass_kv(r, p, PI, PF, CF):
     kind = PI[r, p, P_KIND]
     if kind == KIND_PREFILL:
         return PF[r, p, PF_PREFIX]
-    nseq = PI[r, p, P_BSPAD]
-    if kind == KIND_DRAFT:
-        rows = nseq
-    elif PI[r, p, P_GRAPH] == 1:
-        rows = nseq * PI[r, p, P_WIDTH]
-    else:
-        rows = PI[r, p, P_TOKENS]
-    return effective_kv(PF[r, p, PF_KVSUM], float(PI[r, p, P_KVMAX]), float(nseq),
-                        float(PI[r, p, P_BS]), float(rows), kind == KIND_DRAFT, CF[CF_ATT:])
+    nseq = float(PI[r, p, P_BSPAD])
+    draft = kind == KIND_DRAFT
+    rows = attention_rows(draft, PI[r, p, P_GRAPH] == 1, nseq, float(PI[r, p, P_WIDTH]),
+                          float(PI[r, p, P_TOKENS]))
+    return effective_kv(PF[r, p, PF_KVSUM], float(PI[r, p, P_KVMAX]), nseq,
+                        float(PI[r, p, P_BS]), rows, draft, CF[CF_ATT:])
 
 
 @njit
