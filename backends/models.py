@@ -16,7 +16,6 @@ fewer KV heads than ranks); with MLA the compressed KV cache is *not* split -- e
 from __future__ import annotations
 
 import json
-import math
 from dataclasses import asdict, dataclass, fields, replace
 from pathlib import Path
 from types import MappingProxyType
@@ -134,7 +133,7 @@ class ModelShape:
     # ---- parameters ------------------------------------------------------------------------
     def linear_params_per_layer(self) -> dict[str, int]:
         """Per-GPU parameters of one layer's GEMMs, by GEMM (MoE experts: all of them)."""
-        h, tp = self.hidden, self.tp
+        h = self.hidden
         hq = self.heads_per_gpu
         ain = self.attn_in or h
         p: dict[str, int] = {}
@@ -500,21 +499,3 @@ def shape_from_config(cfg: Mapping[str, Any], *, name: str, tp: int = 1, source:
         dtype_bytes=dtype_bytes, tie_embeddings=bool(cfg.get("tie_word_embeddings", False)),
         source=source, **kw)
 
-
-def describe_memory(model: ModelShape, gpu: Any = "H200") -> dict[str, Any]:
-    """Weights, KV per token and KV capacity on one GPU, for summaries and docs."""
-    from backends.hardware import get_gpu
-
-    sheet = get_gpu(gpu)
-    frac = sglang_mem_fraction_static(sheet.memory_bytes, tp=model.tp)
-    try:
-        cap = model.kv_capacity_tokens(sheet)
-    except SpecschedError:
-        cap = 0
-    return {"model": model.name, "tp": model.tp, "gpu": sheet.name,
-            "params_per_gpu": model.params_per_gpu, "params_total": model.params_total,
-            "weight_bytes_per_gpu": model.weight_bytes_per_gpu,
-            "kv_bytes_per_token": model.kv_bytes_per_token,
-            "mem_fraction_static": frac, "kv_capacity_tokens": cap,
-            "gib_per_1k_tokens": round(model.kv_bytes_per_token * 1000 / 2**30, 4),
-            "kv_tokens_per_gib": math.floor(2**30 / model.kv_bytes_per_token)}

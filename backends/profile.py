@@ -38,7 +38,7 @@ import hashlib
 import json
 import math
 from pathlib import Path
-from typing import Any, Iterable, Mapping
+from typing import Any, Mapping
 
 import numpy as np
 import pyarrow as pa
@@ -530,7 +530,3 @@ def default_profile(model_name: Any, gpu: Any = "H200", *,
                          "one with `specsched profile` and pass it with --profile, or use the "
                          "roofline backend")
 
-
-def profile_rows(table: pa.Table) -> Iterable[dict[str, Any]]:
-    """Rows of a profile table as dicts (for reports)."""
-    return table.to_pylist()

@@ -43,10 +43,6 @@ class PrefillBatch:
     def bs(self) -> int:
         return int(len(self.tokens))
 
-    @property
-    def total_tokens(self) -> int:
-        return int(np.sum(self.tokens))
-
 
 @dataclass(frozen=True, slots=True)
 class DraftBatch:

@@ -1,8 +1,10 @@
 """`specsched plan` on the whole Azure conversation trace: wall time, and whether its answer holds.
 
-    python benchmarks/bench_plan.py [--slo 'ttft_p90<=2s,tpot_p99<=200ms'] [--jobs 2]
+    python benchmarks/bench_plan.py --csv AzureLLMInferenceTrace_conv.csv
+                                    [--slo 'ttft_p90<=2s,tpot_p99<=200ms'] [--jobs 2]
 
-1. Converts ``../shared/data/traces/azure2023_conv.csv`` (19,366 requests, 58 min) into a trace
+1. Converts the Azure conversation trace CSV given with ``--csv`` (Azure/AzurePublicDataset's
+   ``AzureLLMInferenceTrace_conv``, 19,366 requests, 58 min; not shipped) into a trace
    with Spec-Bench EAGLE acceptance (the shipped lengths file, seed 0), cached under the temp
    folder (not timed).
 2. Runs ``specsched plan --trace T --slo S --jobs N --json`` as a user would, with the default
@@ -61,18 +63,22 @@ def main() -> int:
     ap.add_argument("--jobs", type=int, default=2)
     ap.add_argument("--backend", default=None, help="force a backend (default: profile, "
                                                     "else roofline)")
+    ap.add_argument("--csv", type=Path, default=CSV,
+                    help="the Azure conversation trace CSV (default: %(default)s)")
     a = ap.parse_args()
-    if not CSV.is_file():
-        print(f"needs {CSV} (the shared data folder)", file=sys.stderr)
+    csv = a.csv
+    if not csv.is_file():
+        print(f"needs the Azure conversation trace CSV: {csv} is not a file (--csv PATH)",
+              file=sys.stderr)
         return 2
     cache = Path(tempfile.gettempdir()) / "specsched-bench"
     cache.mkdir(exist_ok=True)
     trace = cache / "azure_conv_eagle_full.parquet"
     if not trace.exists():
         t0 = time.perf_counter()
-        specsched("trace", "convert", "--from", "azure", str(CSV), "-o", str(trace),
+        specsched("trace", "convert", "--from", "azure", str(csv), "-o", str(trace),
                   "--acceptance", f"specbench:{LENGTHS}", "--seed", "0")
-        print(f"trace: converted {CSV.name} in {time.perf_counter() - t0:.1f} s -> {trace}")
+        print(f"trace: converted {csv.name} in {time.perf_counter() - t0:.1f} s -> {trace}")
     if a.backend:
         backend, why = a.backend, f"{a.backend} (forced)"
     else:

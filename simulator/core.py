@@ -240,7 +240,7 @@ def uniform_draw(seed, req, step, pos):
 @njit
 def accepted_under_width(rec_d, rec_a, r, pacc, seed, req, step):
     """Drafts accepted when the step recorded (rec_d proposed, rec_a accepted) is verified with
-    r real drafts (DESIGN.md): fewer -> min(rec_a, r); more, after an earlier rejection -> rec_a;
+    r real drafts (docs/simulator.md, Acceptance): fewer -> min(rec_a, r); more, after an earlier rejection -> rec_a;
     more, with every recorded draft accepted -> extra positions drawn from ``pacc`` (the
     conditional acceptance of position j given positions < j accepted)."""
     if r <= rec_d:

@@ -31,3 +31,16 @@ def test_traces_imports_nothing_of_the_project():
             "bad = [m for m in sys.modules if m.split('.')[0] in ('simulator','backends','analysis','specsched')]; "
             "assert not bad, bad")
     subprocess.run([sys.executable, "-c", code], check=True, cwd=ROOT)
+
+
+def test_docs_stand_alone():
+    # the repository's docs (and docstrings) must not send a user to files it does not contain
+    texts = [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]
+    for pkg in ("specsched", "simulator", "traces", "backends", "analysis"):
+        texts += sorted((ROOT / pkg).rglob("*.py"))
+    bad = []
+    for path in texts:
+        for i, line in enumerate(path.read_text().splitlines(), 1):
+            if "DESIGN.md" in line or "../shared" in line or "/work/shared" in line:
+                bad.append(f"{path.relative_to(ROOT)}:{i}: {line.strip()}")
+    assert not bad, "\n".join(bad)

@@ -264,9 +264,3 @@ class Transformer:
         import torch.nn.functional as F
 
         return F.linear(out, self.lm_head)
-
-    def attention_only(self, layer: int, x, a: AttnInputs):
-        """Layer ``layer``'s attention block alone (norm, QKV, rope + KV write, attention, O):
-        what the uniformity check compares."""
-        lw = self.layers[layer]
-        return self._attention(lw, self._norm(x, lw.norm1), a)

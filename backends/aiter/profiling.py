@@ -18,9 +18,8 @@ skipped point is listed in the file's ``specsched.notes``.
 
 from __future__ import annotations
 
-import sys
 import time
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass
 from typing import Any, Callable, Sequence
 
 import numpy as np

@@ -20,17 +20,16 @@ position 0.
 from __future__ import annotations
 
 import gc
-import math
 import time
 from contextlib import contextmanager
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any, Sequence
 
 import numpy as np
 
 from backends.aiter import metadata as md
 from backends.jit import JIT_ENABLED, njit
-from backends.aiter.kvpool import KVPool, layout_starts, plan_pool
+from backends.aiter.kvpool import KVPool, plan_pool
 from backends.aiter.model import AttnInputs, CommModel, Rope, Transformer, comm_time_s, dense_shape
 
 __all__ = ["Runner", "Launch", "Timing", "wait_event", "gc_paused"]
@@ -864,11 +863,6 @@ class Runner:
                                 reps=reps, warmup=warmup)
 
     # ---- diagnostics ----------------------------------------------------------------------------
-    def graph_memory(self) -> int:
-        import torch
-
-        return int(torch.cuda.memory_allocated(self.device)) if self.on_gpu else 0
-
     def describe(self) -> dict[str, Any]:
         g = self.geometry
         p = self.pool.plan
