@@ -70,9 +70,15 @@ CAVEATS = (
     "width 8 took 2.15x width 4)",
     "no kernel-selection, tile-quantisation, wave-quantisation or cache effects",
     "eager launch overhead is a fixed per-kernel host cost added to GPU time (no overlap)",
-    "MoE routing assumed uniform; expert parallelism and DP attention not modelled",
     "prefill attention treats the whole pass as one causal sequence (an upper bound)",
 )
+#: only true of models with routed experts
+MOE_CAVEAT = "MoE routing assumed uniform; expert parallelism and DP attention not modelled"
+
+
+def caveats(model: ModelShape) -> list[str]:
+    """The roofline's caveats that hold for ``model`` (the MoE one only for an MoE model)."""
+    return list(CAVEATS) + ([MOE_CAVEAT] if model.is_moe else [])
 
 
 @dataclass(frozen=True)
@@ -406,7 +412,7 @@ def build_table(model, gpu="H200", **opts) -> LatencyTable:
                         "draft": [len(bs_d), len(kv_d)], "prefill": [len(tok), len(PREFIX_AXIS)]},
         "beyond_grid": "linear extrapolation from the last grid segment (batch > 2048, width > 16, "
                        "KV > 2**21, prefill tokens > 65536 or prefix > 2**20); flagged out_of_grid",
-        "caveats": list(CAVEATS),
+        "caveats": caveats(m),
     }
     return LatencyTable(
         verify_graph=Grid.build((bs_v, WIDTH_AXIS, kv_v), vg, name="roofline verify_graph"),
@@ -434,7 +440,7 @@ def make_roofline_executor(model, gpu="H200", **opts) -> TableExecutor:
         "model": m.name, "tp": m.tp, "gpu": g.name,
         "accuracy": "least accurate backend: a roofline (FLOPs and bytes against a spec sheet "
                     "at one achievable fraction of peak); prefer a measured profile",
-        "achievable_basis": g.achievable_basis, "caveats": list(CAVEATS),
+        "achievable_basis": g.achievable_basis, "caveats": caveats(m),
         "model_source": m.source, "gpu_sources": dict(g.sources),
     }
     return TableExecutor("roofline", table, desc)

@@ -67,7 +67,10 @@ def run(trace, config: SimConfig, executor: Executor, *, kv_capacity_tokens: int
         "engine_core": jit_status(),
         "kv_lookup": ("straggler" if sim.straggler_kv else "mean") if sim.table is not None else None,
     })
-    if sim.table is not None and config.backend.kv_lookup == "straggler" and not sim.straggler_kv:
+    measured = sim.table is not None and sim.table.source.get("backend") == "profile"
+    if measured and config.backend.kv_lookup == "straggler" and not sim.straggler_kv:
+        # true of a measured profile only: a roofline prices attention by the summed KV, so
+        # the straggler rule (the attention kernel's waves) does not apply to it
         summary["warnings"].append("the latency table carries no attention-kernel occupancy (a "
                                    "profile recorded before it was stored): batches were looked "
                                    "up at their mean KV length, so a long request in a batch "
