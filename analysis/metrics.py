@@ -20,10 +20,11 @@ Definitions (docs/analysis.md explains each for users):
 - **Goodput**: requests that finished and met both their TTFT and TPOT thresholds (the
   per-request ``ttft_slo_s`` / ``tpot_slo_s`` where present, else the global threshold given;
   no threshold at all = met), per second and as a fraction of all requests.
-- Verify-side figures come from the ``verify`` rows of ``steps.parquet``: computed **slots** =
-  ``tokens + padded_slots + graph_pad_slots`` (every query row the kernel ran); **verify
-  efficiency** = ``committed_tokens / slots``; **padding waste** = ``(padded_slots +
-  graph_pad_slots) / slots``, split into width padding and graph (batch-size) padding;
+- Verify-side figures come from the ``verify`` rows of ``steps.parquet``: **verify slots** =
+  ``tokens + graph_pad_slots`` (every query row the kernel ran: ``tokens`` holds the requests'
+  rows, width padding included); **verify efficiency** = ``committed_tokens / slots``;
+  **padding waste** = ``(padded_slots + graph_pad_slots) / slots``, the sum of **width padding**
+  (``padded_slots / slots``) and **graph padding** (``graph_pad_slots / slots``);
   **acceptance length** = ``committed_tokens / bs`` (tokens committed per request per verify
   step, bonus token included); **launches per iteration** = verify launches / decode
   iterations; an iteration **mixes widths** when its ``iter_distinct_widths`` > 1.
@@ -229,12 +230,12 @@ def verify_stats(run: RunResults) -> dict[str, Any]:
     gpad = col(s, "graph_pad_slots", np.int64, 0)[v]
     committed = col(s, "committed_tokens", np.int64, 0)[v]
     bs = col(s, "bs", np.int64, 0)[v]
-    slots = int(tokens.sum() + pad.sum() + gpad.sum())
+    slots = int(tokens.sum() + gpad.sum())  # tokens already hold the width padding
     graph = np.asarray(s["graph"].to_numpy(zero_copy_only=False), dtype=bool)
     out: dict[str, Any] = {
         "launches": int(v.sum()),
         "slots": slots,
-        "real_rows": int(tokens.sum()),
+        "real_rows": int(tokens.sum() - pad.sum()),
         "padded_slots": int(pad.sum()),
         "graph_pad_slots": int(gpad.sum()),
         "committed_tokens": int(committed.sum()),

@@ -294,7 +294,7 @@ def fig_padding(runs: list[RunResults]) -> str:
         tok = col(s, "tokens")[v]
         pad = col(s, "padded_slots")[v]
         gpad = col(s, "graph_pad_slots")[v]
-        slots = tok + pad + gpad
+        slots = tok + gpad  # tok already holds the width padding
         t0, t1 = _run_span(run)
         edges = time_bins(t0, t1)
         with np.errstate(invalid="ignore", divide="ignore"):
@@ -303,13 +303,13 @@ def fig_padding(runs: list[RunResults]) -> str:
         tot = slots.sum()
         width_frac.append(pad.sum() / tot if tot else 0.0)
         graph_frac.append(gpad.sum() / tot if tot else 0.0)
-    ax.set_ylabel("padded / computed verify slots")
+    ax.set_ylabel("padded / verify slots")
     ax.set_xlabel("simulated time (s)")
     ax.legend(loc="upper left", fontsize=7)
     ax.set_title("padding waste over time", fontsize=9)
     x = np.arange(len(runs))
     bx.bar(x, width_frac, color="#d62728", label="width padding")
-    bx.bar(x, graph_frac, bottom=width_frac, color="#ff9896", label="graph (batch) padding")
+    bx.bar(x, graph_frac, bottom=width_frac, color="#ff9896", label="graph padding")
     bx.set_xticks(x, [r.name for r in runs], rotation=30, ha="right", fontsize=7)
     bx.set_ylabel("fraction of slots")
     bx.set_title("whole run", fontsize=9)

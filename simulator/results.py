@@ -167,7 +167,7 @@ def _empty_batch(name: str) -> pa.RecordBatch:
 
 _TOTALS = ("passes", "verify_launches", "draft_phases", "prefill_passes", "decode_iterations",
            "mixed_iterations", "verify_requests", "verify_slots", "committed_verify",
-           "padded_slots", "graph_pad_slots", "graph_verify_slots", "graph_replays",
+           "padded_slots", "graph_pad_slots", "graph_replays",
            "eager_launches", "violations", "violation_launches", "out_of_grid", "busy_s")
 _T = {name: i for i, name in enumerate(_TOTALS)}
 
@@ -189,8 +189,6 @@ def _step_totals(si: np.ndarray, sf: np.ndarray) -> np.ndarray:
     t[_T["committed_verify"]] = si[C.S_COMMITTED][verify].sum()
     t[_T["padded_slots"]] = si[C.S_PADSLOTS][verify].sum()
     t[_T["graph_pad_slots"]] = si[C.S_GPADSLOTS][verify].sum()
-    t[_T["graph_verify_slots"]] = (si[C.S_BSPAD][verify].astype(np.int64)
-                                   * si[C.S_WIDTH][verify]).sum()
     t[_T["graph_replays"]] = graph.sum()
     t[_T["eager_launches"]] = (~graph).sum()
     t[_T["violations"]] = si[C.S_VIOL].sum()
@@ -225,6 +223,9 @@ def summarize(requests: pa.Table, totals: np.ndarray) -> dict[str, Any]:
     duration = float(finish.max() - arrival.min()) if len(arrival) else 0.0
     iterations = int(T["decode_iterations"])
     ratio = lambda a, b: float(a / b) if b else None  # noqa: E731
+    # every query row the verify launches ran: their requests' rows (width padding included)
+    # and the rows of padded graph batch entries; the padding figures share this denominator
+    slots = T["verify_slots"] + T["graph_pad_slots"]
     warnings = []
     if T["out_of_grid"]:
         warnings.append(f"{int(T['out_of_grid'])} of {int(T['passes'])} forward passes "
@@ -241,11 +242,13 @@ def summarize(requests: pa.Table, totals: np.ndarray) -> dict[str, Any]:
         "e2e_s": latency_stats(e2e),
         "queue_s": latency_stats(col("admit_s") - arrival),
         "accept_len_mean": ratio(T["committed_verify"], T["verify_requests"]),
-        "padded_slot_frac": ratio(T["padded_slots"], T["verify_slots"]) or 0.0,
-        "graph_pad_slot_frac": ratio(T["graph_pad_slots"], T["graph_verify_slots"]) or 0.0,
+        "verify_slots": int(slots),
+        "padding_waste": ratio(T["padded_slots"] + T["graph_pad_slots"], slots) or 0.0,
+        "width_pad_frac": ratio(T["padded_slots"], slots) or 0.0,
+        "graph_pad_frac": ratio(T["graph_pad_slots"], slots) or 0.0,
         "decode_iterations": iterations,
         "verify_launches": int(T["verify_launches"]),
-        "launches_per_iter": ratio(T["verify_launches"], iterations),
+        "verify_launches_per_iter": ratio(T["verify_launches"], iterations),
         "mixed_iter_frac": ratio(T["mixed_iterations"], iterations) or 0.0,
         "graph_replays": int(T["graph_replays"]),
         "eager_launches": int(T["eager_launches"]),

@@ -94,7 +94,7 @@ def hand_run():
         dict(iteration=1, kind="draft", start_s=0.6, bs=2, bs_padded=2, passes=3, graph=True,
              committed_tokens=0, tokens=2),
         dict(iteration=1, kind="verify", start_s=0.9, bs=2, bs_padded=2, width=4,
-             distinct_widths=2, iter_distinct_widths=2, tokens=6, padded_slots=2,
+             distinct_widths=2, iter_distinct_widths=2, tokens=8, padded_slots=2,
              graph_pad_slots=0, committed_tokens=4),
         dict(iteration=2, launch=0, kind="verify", start_s=2.0, bs=1, bs_padded=2, width=2,
              iter_distinct_widths=2, tokens=2, graph_pad_slots=2, committed_tokens=2),

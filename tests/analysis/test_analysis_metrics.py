@@ -66,9 +66,11 @@ def test_goodput_global_and_per_request(hand_run, make_run):
 def test_verify_stats_by_hand(hand_run):
     v = verify_stats(hand_run)
     # verify rows: (tokens, padded, graph_pad, committed, bs) =
-    # (6,2,0,4,2), (2,0,2,2,1), (3,0,0,1,1), (3,0,0,2,1)
+    # (8,2,0,4,2), (2,0,2,2,1), (3,0,0,1,1), (3,0,0,2,1); tokens hold the width padding
+    # (the first launch: 2 requests at width 4, 2 of its 8 rows padding), graph rows come on top
     assert v["launches"] == 4
-    assert v["slots"] == 18
+    assert v["slots"] == 8 + (2 + 2) + 3 + 3
+    assert v["real_rows"] == 16 - 2
     assert v["committed_tokens"] == 9
     assert v["verify_efficiency"] == pytest.approx(9 / 18)
     assert v["padding_waste"] == pytest.approx(4 / 18)

@@ -29,7 +29,8 @@ STEP_COLUMNS = ["replica", "iteration", "launch", "kind", "start_s", "latency_s"
                 "graph", "passes", "kv_mean", "kv_max", "lookup_kv", "kv_pages_used", "committed_tokens",
                 "violations", "out_of_grid", "max_abs_error"]
 SUMMARY_KEYS = ["requests", "duration_s", "throughput_tok_s", "ttft_s", "tpot_s", "e2e_s",
-                "accept_len_mean", "padded_slot_frac", "launches_per_iter", "violations",
+                "accept_len_mean", "padding_waste", "width_pad_frac", "graph_pad_frac",
+                "verify_slots", "verify_launches_per_iter", "violations",
                 "retractions", "backend", "policy", "wall_s"]
 
 

@@ -149,7 +149,7 @@ def test_fixed_width_draws_extra_drafts_and_padding_mode_does_not():
                              "engine.widen": "pad"})
     assert np.all(_verify(drafting)["width"] == 6)
     assert drafting.summary["accept_len_mean"] > padding.summary["accept_len_mean"]
-    assert padding.summary["padded_slot_frac"] > 0 and drafting.summary["padded_slot_frac"] == 0
+    assert padding.summary["width_pad_frac"] > 0 and drafting.summary["width_pad_frac"] == 0
 
 
 def test_graph_ladder_padding_and_eager_beyond_it():
@@ -175,8 +175,8 @@ def test_split_costs_more_launches_than_pad_on_mixed_traffic():
     trace = random_trace(np.random.default_rng(6), 200, rate=400)
     pad = _run(trace, **{"engine.policy": "pad"})
     split = _run(trace, **{"engine.policy": "split"})
-    assert split.summary["launches_per_iter"] > 1.5 > pad.summary["launches_per_iter"] == 1.0
-    assert pad.summary["padded_slot_frac"] > 0.1
+    assert split.summary["verify_launches_per_iter"] > 1.5 > pad.summary["verify_launches_per_iter"] == 1.0
+    assert pad.summary["width_pad_frac"] > 0.1
     assert pad.summary["mixed_iter_frac"] > 0.5
 
 
