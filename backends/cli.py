@@ -14,35 +14,11 @@ __all__ = ["verify_metadata", "profile", "parse_int_list", "verify_metadata_json
 
 
 def parse_int_list(text: str, *, option: str, minimum: int = 0) -> list[int]:
-    """``"4,4,2"``, ranges ``"1-8"`` and repeats ``"4x32"`` (32 times 4), comma-separated."""
-    out: list[int] = []
-    items = [t.strip() for t in str(text).split(",")]
-    for i, item in enumerate(items):
-        if not item:
-            raise SpecschedError(f"{option}: item {i} is empty (expected integers separated by commas)")
-        try:
-            if "x" in item:
-                value, count = item.split("x", 1)
-                n = int(count)
-                if n < 1:
-                    raise ValueError
-                vals = [int(value)] * n
-            elif "-" in item:
-                lo, hi = item.split("-", 1)
-                lo_i, hi_i = int(lo), int(hi)
-                if hi_i < lo_i:
-                    raise ValueError
-                vals = list(range(lo_i, hi_i + 1))
-            else:
-                vals = [int(item)]
-        except ValueError:
-            raise SpecschedError(f"{option}: item {i} is {item!r}, not an integer, a range "
-                                 f"LO-HI or a repeat VALUExCOUNT") from None
-        for v in vals:
-            if v < minimum:
-                raise SpecschedError(f"{option}: item {i} is {v}; values must be >= {minimum}")
-        out.extend(vals)
-    return out
+    """``"4,4,2"``, ``"[4,4,2]"``, ranges ``"1-8"`` and repeats ``"4x32"`` (32 times 4)
+    (``traces.textlist``: the same forms as ``--set`` list values)."""
+    from traces.textlist import parse_int_list as parse
+
+    return parse(text, what=option, minimum=minimum)
 
 
 def verify_metadata_json(widths: list[int], kv_lens: list[int], *, mla: bool = False,

@@ -8,11 +8,13 @@ from pathlib import Path
 import click
 
 from simulator.config import POLICIES, ROUTERS, SimConfig, parse_overrides
+from specsched import __version__
 
 __all__ = ["simulate"]
 
 
-@click.command("simulate")
+@click.command("simulate", context_settings={"help_option_names": ["-h", "--help"]})
+@click.version_option(__version__, prog_name="specsched")
 @click.option("--trace", "trace_path", required=True, type=click.Path(dir_okay=False),
               help="Trace parquet (see `specsched trace --help` to make one).")
 @click.option("--config", "config_path", type=click.Path(dir_okay=False),

@@ -171,10 +171,10 @@ class SimConfig:
             parts = key.split(".")
             for p in parts[:-1]:
                 if p not in node or not isinstance(node[p], dict):
-                    raise SpecschedError(f"unknown configuration key '{key}'")
+                    raise SpecschedError(f"unknown configuration key '{key}'{_did_you_mean(key)}")
                 node = node[p]
             if parts[-1] not in node:
-                raise SpecschedError(f"unknown configuration key '{key}'")
+                raise SpecschedError(f"unknown configuration key '{key}'{_did_you_mean(key)}")
             node[parts[-1]] = value
         cfg = _build(SimConfig, tree, "configuration", "")
         cfg.check()
@@ -255,6 +255,30 @@ def parse_overrides(values) -> dict[str, str]:
     return out
 
 
+def _dotted_keys(cls=None, prefix: str = "") -> list[str]:
+    """Every configuration key, dotted (``engine.max_running``)."""
+    out = []
+    for f in fields(cls or SimConfig):
+        default = f.default if f.default is not dataclasses.MISSING else f.default_factory()
+        if dataclasses.is_dataclass(default):
+            out += _dotted_keys(type(default), f"{prefix}{f.name}.")
+        else:
+            out.append(f"{prefix}{f.name}")
+    return out
+
+
+def _did_you_mean(key: str) -> str:
+    """`` (did you mean 'engine.max_running'?)`` for a misspelled key, or ``""``."""
+    import difflib
+
+    keys = _dotted_keys()
+    close = difflib.get_close_matches(key, keys, n=1, cutoff=0.6)
+    if not close:  # a right key name in the wrong section, or a section left out
+        leaf = key.rsplit(".", 1)[-1]
+        close = [k for k in keys if k.rsplit(".", 1)[-1] == leaf][:1]
+    return f" (did you mean '{close[0]}'?)" if close else ""
+
+
 def _build(cls, data: dict[str, Any], where: str, prefix: str):
     """Instantiate dataclass ``cls`` from ``data``, checking keys and types."""
     if not isinstance(data, dict):
@@ -263,8 +287,8 @@ def _build(cls, data: dict[str, Any], where: str, prefix: str):
     kwargs = {}
     for key, value in data.items():
         if key not in known:
-            raise SpecschedError(f"unknown key '{prefix}{key}' (known: {', '.join(known)})",
-                                 path=where)
+            hint = _did_you_mean(f"{prefix}{key}") or f" (known: {', '.join(known)})"
+            raise SpecschedError(f"unknown key '{prefix}{key}'{hint}", path=where)
         f = known[key]
         default = f.default if f.default is not dataclasses.MISSING else f.default_factory()
         if dataclasses.is_dataclass(default):
@@ -309,15 +333,17 @@ def _coerce(value, default, where: str, key: str):
                 raise bad("a number") from None
         raise bad("a number")
     if isinstance(default, tuple):
-        if isinstance(value, str):
-            value = [v for v in value.replace(" ", "").split(",") if v]
-        if not isinstance(value, (list, tuple)):
-            raise bad("a list of integers")
+        if isinstance(value, int) and not isinstance(value, bool):
+            value = [value]
+        if not isinstance(value, (str, list, tuple)):
+            raise bad("a list of integers (2,4,8, [2,4,8] or 1-8)")
+        from traces.textlist import parse_int_list
+
         try:
-            out = tuple(int(v) for v in value)
-        except (TypeError, ValueError):
-            raise bad("a list of integers") from None
-        return out
+            return tuple(parse_int_list(value, what=f"'{key}'", allow_empty=True))
+        except SpecschedError as exc:
+            raise SpecschedError(f"{exc.message} (e.g. 2,4,8, [2,4,8] or 1-8)",
+                                 path=where) from None
     if isinstance(default, str):
         if not isinstance(value, str):
             raise bad("a string")

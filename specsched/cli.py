@@ -10,6 +10,7 @@ User errors (:class:`traces.errors.SpecschedError`) become one message on stderr
 from __future__ import annotations
 
 import importlib
+import os
 import sys
 
 import click
@@ -58,10 +59,30 @@ def cli() -> None:
     """
 
 
+def _stdout_is_devnull() -> bool:
+    try:
+        return os.path.samestat(os.fstat(sys.stdout.fileno()), os.stat(os.devnull))
+    except (OSError, ValueError, AttributeError):
+        return False
+
+
 def run_cli(command: click.Command, args: list[str] | None = None) -> None:
-    """Run a click command with specsched's error policy: user errors exit 2 without a traceback."""
+    """Run a click command with specsched's error policy: user errors exit 2 without a traceback;
+    a reader that stops early (``simulate | head``) ends the command quietly with exit 0."""
+    was_devnull = _stdout_is_devnull()
     try:
         command.main(args=args, prog_name=None, standalone_mode=False)
+    except BrokenPipeError:
+        # point stdout at /dev/null so that what is still buffered does not fail at exit
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        sys.exit(0)
+    except SystemExit as exc:
+        # rich meets a closed pipe by pointing stdout at /dev/null and exiting 1; click (around
+        # the command) by wrapping sys.stdout in its PacifyFlushWrapper and exiting 1
+        pacified = "PacifyFlushWrapper" in type(sys.stdout).__name__
+        if exc.code == 1 and (pacified or (not was_devnull and _stdout_is_devnull())):
+            sys.exit(0)
+        raise
     except SpecschedError as err:
         click.echo(f"error: {err}", err=True)
         sys.exit(err.exit_code)

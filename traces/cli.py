@@ -58,8 +58,8 @@ _ACCEPTANCE_HELP = ("Fill per-step draft/accept lists with this model: "
               type=click.Choice(["azure", "mooncake", "burstgpt", "vidur"]),
               help="Input format.")
 @click.argument("input_path", metavar="INPUT", type=click.Path(dir_okay=False))
-@click.option("-o", "--output", "output_path", required=True, type=click.Path(dir_okay=False),
-              help="The trace to write (parquet).")
+@click.option("-o", "--output", "--out", "output_path", required=True,
+              type=click.Path(dir_okay=False), help="The trace to write (parquet).")
 @click.option("--acceptance", default=None, help=_ACCEPTANCE_HELP)
 @click.option("--seed", default=0, show_default=True, type=click.IntRange(min=0),
               help="Seed of the acceptance model's draws.")
@@ -105,8 +105,8 @@ def convert(fmt: str, input_path: str, output_path: str, acceptance: str | None,
 @click.option("--acceptance", default=None, help=_ACCEPTANCE_HELP)
 @click.option("--seed", default=0, show_default=True, type=click.IntRange(min=0),
               help="Seed of every draw.")
-@click.option("-o", "--output", "output_path", required=True, type=click.Path(dir_okay=False),
-              help="The trace to write (parquet).")
+@click.option("-o", "--output", "--out", "output_path", required=True,
+              type=click.Path(dir_okay=False), help="The trace to write (parquet).")
 @click.option("--progress", is_flag=True, help="Show a progress bar on stderr.")
 def synth(n: int, rate: float, arrival: str, cv: float, prompt: str, output_len: str,
           lengths: str | None, acceptance: str | None, seed: int, output_path: str,
