@@ -47,7 +47,7 @@ import pyarrow.parquet as pq
 
 from backends.latency_table import Grid, LatencyTable, TableExecutor, interp2, interp3
 from traces.atomic import atomic_output_file
-from traces.errors import Problem, SpecschedError, TraceValidationError
+from traces.errors import ProblemLog, SpecschedError
 
 __all__ = ["PROFILE_SCHEMA", "PROFILE_VERSION", "PROFILES_DIR", "write_profile", "read_profile",
            "load_profile", "ProfileExecutor", "default_profile", "shipped_profiles",
@@ -112,14 +112,10 @@ def _columns(table: pa.Table) -> dict[str, np.ndarray]:
 
 def _validate(table: pa.Table, where: str) -> None:
     c = _columns(table)
-    probs: list[Problem] = []
-    total = 0
+    log = ProblemLog(where, keep=_MAX_PROBLEMS)
 
-    def bad(i: int, col: str, msg: str) -> None:
-        nonlocal total
-        total += 1
-        if len(probs) < _MAX_PROBLEMS:
-            probs.append(Problem(msg, int(i), col))
+    def bad(i: int, col: str | None, msg: str) -> None:
+        log.add(msg, int(i), col)
 
     n = table.num_rows
     if n == 0:
@@ -171,8 +167,7 @@ def _validate(table: pa.Table, where: str) -> None:
             bad(i, None, f"duplicates row {seen[key]} (same kind, graph, bs, width, kv_len, tokens)")
         else:
             seen[key] = i
-    if total:
-        raise TraceValidationError(where, probs, total=total)
+    log.raise_if_any()
     for k, g in (("verify", True), ("draft", True), ("prefill", False)):
         if not np.any((kind == k) & (graph == g)):
             what = "graph-replayed " if g else ""
@@ -236,6 +231,9 @@ def read_profile(path: "str | Path") -> tuple[pa.Table, dict[str, Any]]:
     where = str(path)
     if not Path(path).is_file():
         raise SpecschedError("no such profile file", path=where)
+    from traces.sniff import expect_parquet
+
+    expect_parquet(path, "a profile parquet")
     try:
         raw = pq.read_table(path)
     except (pa.ArrowInvalid, OSError) as exc:

@@ -38,6 +38,7 @@ from typing import Any
 import numpy as np
 
 from traces.errors import SpecschedError
+from traces.sniff import expect_jsonl
 from traces.schema import POSITION_PROB_MIN_LEN
 
 __all__ = [
@@ -399,6 +400,7 @@ def load_specbench(path: str | os.PathLike) -> SpecBenchData:
     p = Path(path)
     if not p.is_file():
         raise SpecschedError("no such file (a Spec-Bench model_answer JSONL)", path=str(path))
+    expect_jsonl(p, "a Spec-Bench model_answer JSONL")
     raw = p.read_bytes()
     cats: list[str] = []
     seqs: list[np.ndarray] = []

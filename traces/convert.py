@@ -31,12 +31,11 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.csv as pacsv
 
-from traces.errors import Problem, SpecschedError, TraceValidationError
+from traces.errors import Problem, ProblemLog, SpecschedError, TraceValidationError
 from traces.schema import META_ACCEPTANCE, META_NOTES, META_SOURCE
+from traces.sniff import expect_csv, expect_jsonl
 
 __all__ = ["FORMATS", "SourceRequests", "read_source", "convert", "ConvertResult"]
-
-_MAX_SHOWN = 20
 
 
 @dataclass
@@ -65,34 +64,11 @@ class SourceRequests:
                               pick(self.tenant), self.rows_in_file, dict(self.dropped), dict(self.info))
 
 
-class _Problems:
-    def __init__(self, path: str) -> None:
-        self.path = path
-        self.items: list[Problem] = []
-        self.total = 0
-
-    def add_rows(self, rows: np.ndarray, column: str | None, message: Callable[[int], str]) -> None:
-        rows = np.asarray(rows, dtype=np.int64)
-        self.total += int(rows.size)
-        for r in rows[: max(0, 200 - len(self.items))]:
-            self.items.append(Problem(message(int(r)), int(r), column))
-
-    def add(self, message: str, row: int | None = None, column: str | None = None) -> None:
-        self.total += 1
-        if len(self.items) < 200:
-            self.items.append(Problem(message, row, column))
-
-    def raise_if_any(self) -> None:
-        if self.total:
-            items = sorted(self.items, key=lambda p: (-1 if p.row is None else p.row, p.column or ""))
-            raise TraceValidationError(self.path, items, total=self.total, shown=_MAX_SHOWN)
-
-
 # --------------------------------------------------------------------------------------------
 # CSV helpers
 
 
-def _read_csv_strings(path: str, required: list[str]) -> pa.Table:
+def _read_csv_strings(path: str, required: list[str], fmt: str) -> pa.Table:
     p = Path(path)
     if not p.exists():
         raise SpecschedError("no such file", path=path)
@@ -100,6 +76,7 @@ def _read_csv_strings(path: str, required: list[str]) -> pa.Table:
         raise SpecschedError("is not a file", path=path)
     if p.stat().st_size == 0:
         raise TraceValidationError(path, [Problem("empty file (0 bytes)")])
+    expect_csv(path, fmt)
     with p.open("rb") as fh:
         header = fh.readline().decode("utf-8", "replace").strip().lstrip("\ufeff")
     names = [h.strip() for h in header.split(",")]
@@ -107,12 +84,12 @@ def _read_csv_strings(path: str, required: list[str]) -> pa.Table:
     if missing:
         raise TraceValidationError(path, [Problem(f"missing column (the header has: {header})", None, c)
                                           for c in missing])
-    bad_rows: list[Problem] = []
+    bad_rows = ProblemLog(path)
 
     def on_bad_row(row) -> str:
         data_row = None if row.number is None else row.number - 2   # 1-based line, header first
-        bad_rows.append(Problem(f"expected {row.expected_columns} fields, found "
-                                f"{row.actual_columns}: {row.text[:80]!r}", data_row))
+        bad_rows.add(f"expected {row.expected_columns} fields, found {row.actual_columns}: "
+                     f"{row.text[:80]!r}", data_row)
         return "skip"
 
     try:
@@ -126,8 +103,7 @@ def _read_csv_strings(path: str, required: list[str]) -> pa.Table:
                                                  include_columns=required))
     except pa.ArrowInvalid as exc:
         raise TraceValidationError(path, [Problem(f"malformed CSV ({exc})")]) from None
-    if bad_rows:
-        raise TraceValidationError(path, bad_rows[:200], total=len(bad_rows), shown=_MAX_SHOWN)
+    bad_rows.raise_if_any()
     if table.num_rows == 0:
         raise TraceValidationError(path, [Problem("no data rows (only a header)")])
     return table
@@ -141,7 +117,7 @@ def _nulls(col: pa.ChunkedArray | pa.Array) -> np.ndarray:
     return np.asarray(col.is_null().to_numpy(zero_copy_only=False), dtype=bool)
 
 
-def _parse_numeric(col, name: str, probs: _Problems, *, integer: bool) -> np.ndarray:
+def _parse_numeric(col, name: str, probs: ProblemLog, *, integer: bool) -> np.ndarray:
     """Parse a string column; bad cells become problems (row, column) and 0 in the result."""
     col = pc.utf8_trim_whitespace(col)
     null = _nulls(col)
@@ -154,7 +130,8 @@ def _parse_numeric(col, name: str, probs: _Problems, *, integer: bool) -> np.nda
     if bad.any():
         probs.add_rows(np.flatnonzero(bad), name,
                        lambda r: f"not a {'whole ' if integer else ''}number: {values[r]!r}")
-    clean = pc.if_else(pa.array(ok), col, pa.scalar("0"))
+    # a placeholder that no later range check reports again (the cell is reported once)
+    clean = pc.if_else(pa.array(ok), col, pa.scalar("1" if integer else "0"))
     out = np.asarray(pc.cast(clean, pa.float64()).to_numpy(zero_copy_only=False), dtype=np.float64)
     if integer:
         big = np.abs(out) > np.iinfo(np.int32).max
@@ -165,14 +142,14 @@ def _parse_numeric(col, name: str, probs: _Problems, *, integer: bool) -> np.nda
     return out
 
 
-def _check_tokens(values: np.ndarray, name: str, probs: _Problems, *, minimum: int = 1) -> None:
+def _check_tokens(values: np.ndarray, name: str, probs: ProblemLog, *, minimum: int = 1) -> None:
     bad = values < minimum
     probs.add_rows(np.flatnonzero(bad), name, lambda r: f"{values[r]} tokens (must be >= {minimum})")
     big = values > np.iinfo(np.int32).max
     probs.add_rows(np.flatnonzero(big), name, lambda r: f"{values[r]} does not fit int32")
 
 
-def _check_times(values: np.ndarray, name: str, probs: _Problems) -> None:
+def _check_times(values: np.ndarray, name: str, probs: ProblemLog) -> None:
     bad = ~np.isfinite(values)
     probs.add_rows(np.flatnonzero(bad), name, lambda r: f"time is {values[r]}")
     neg = np.isfinite(values) & (values < 0)
@@ -189,8 +166,8 @@ def _relative(t: np.ndarray) -> np.ndarray:
 
 def read_azure(path: str) -> SourceRequests:
     cols = ["TIMESTAMP", "ContextTokens", "GeneratedTokens"]
-    t = _read_csv_strings(path, cols)
-    probs = _Problems(path)
+    t = _read_csv_strings(path, cols, "azure")
+    probs = ProblemLog(path)
     ts = pc.utf8_trim_whitespace(t["TIMESTAMP"])
     null = _nulls(ts)
     pat = r"^\d{4}-\d{2}-\d{2}[ T]\d{2}:\d{2}:\d{2}(\.\d{1,9})?$"
@@ -222,6 +199,7 @@ def read_vidur(path: str) -> SourceRequests:
     p = Path(path)
     header = ""
     if p.is_file() and p.stat().st_size:
+        expect_csv(path, "vidur")
         with p.open("rb") as fh:
             header = fh.readline().decode("utf-8", "replace")
     names = [h.strip() for h in header.strip().split(",")]
@@ -230,8 +208,8 @@ def read_vidur(path: str) -> SourceRequests:
             "missing column: this Vidur trace has lengths only, no arrival times; use it for "
             "lengths with `specsched trace synth --lengths empirical:vidur:PATH`", None, "arrived_at")])
     cols = ["arrived_at", "num_prefill_tokens", "num_decode_tokens"]
-    t = _read_csv_strings(path, cols)
-    probs = _Problems(path)
+    t = _read_csv_strings(path, cols, "vidur")
+    probs = ProblemLog(path)
     arrived = _parse_numeric(t["arrived_at"], "arrived_at", probs, integer=False)
     prompt = _parse_numeric(t["num_prefill_tokens"], "num_prefill_tokens", probs, integer=True)
     output = _parse_numeric(t["num_decode_tokens"], "num_decode_tokens", probs, integer=True)
@@ -248,8 +226,8 @@ def read_vidur(path: str) -> SourceRequests:
 def read_vidur_lengths(path: str) -> tuple[np.ndarray, np.ndarray]:
     """(prompt, output) token counts of a Vidur trace, with or without arrival times."""
     cols = ["num_prefill_tokens", "num_decode_tokens"]
-    t = _read_csv_strings(path, cols)
-    probs = _Problems(path)
+    t = _read_csv_strings(path, cols, "vidur")
+    probs = ProblemLog(path)
     prompt = _parse_numeric(t["num_prefill_tokens"], "num_prefill_tokens", probs, integer=True)
     output = _parse_numeric(t["num_decode_tokens"], "num_decode_tokens", probs, integer=True)
     _check_tokens(prompt, "num_prefill_tokens", probs)
@@ -260,8 +238,8 @@ def read_vidur_lengths(path: str) -> tuple[np.ndarray, np.ndarray]:
 
 def read_burstgpt(path: str) -> SourceRequests:
     cols = ["Timestamp", "Model", "Request tokens", "Response tokens", "Total tokens", "Log Type"]
-    t = _read_csv_strings(path, cols)
-    probs = _Problems(path)
+    t = _read_csv_strings(path, cols, "burstgpt")
+    probs = ProblemLog(path)
     stamp = _parse_numeric(t["Timestamp"], "Timestamp", probs, integer=False)
     prompt = _parse_numeric(t["Request tokens"], "Request tokens", probs, integer=True)
     output = _parse_numeric(t["Response tokens"], "Response tokens", probs, integer=True)
@@ -288,10 +266,13 @@ def read_mooncake(path: str) -> SourceRequests:
     p = Path(path)
     if not p.is_file():
         raise SpecschedError("no such file", path=path)
+    if p.stat().st_size:
+        expect_jsonl(path, "JSON lines (mooncake)", ": for an Azure, BurstGPT or Vidur CSV use "
+                     "`--from azure`, `--from burstgpt` or `--from vidur`")
     raw = p.read_bytes()
     if not raw.strip():
         raise TraceValidationError(path, [Problem("empty file (no JSON lines)")])
-    probs = _Problems(path)
+    probs = ProblemLog(path)
     ts: list[float] = []
     inp: list[int] = []
     out: list[int] = []

@@ -24,7 +24,8 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
-from traces.errors import Problem, SpecschedError, TraceValidationError
+from traces.errors import Problem, ProblemLog, SpecschedError, TraceValidationError
+from traces.sniff import expect_parquet
 from traces.schema import (
     FORMAT_VERSION,
     LIST_COLUMNS,
@@ -107,6 +108,7 @@ def open_trace(path: str | os.PathLike) -> pq.ParquetFile:
         raise SpecschedError("is a folder, not a parquet trace", path=str(path))
     if p.stat().st_size == 0:
         raise TraceValidationError(str(path), [Problem("empty file (0 bytes): not a parquet trace")])
+    expect_parquet(p)
     try:
         return pq.ParquetFile(p)
     except (pa.ArrowInvalid, pa.ArrowException, OSError) as exc:
@@ -136,9 +138,7 @@ class TraceChecker:
     def __init__(self, path: str, schema: pa.Schema, raw_metadata: dict | None = None,
                  *, max_problems: int = MAX_PROBLEMS, keep_ids: bool = True) -> None:
         self.path = str(path)
-        self.max_problems = max_problems
-        self.problems: list[Problem] = []
-        self.total = 0
+        self.log = ProblemLog(self.path, keep=max_problems)
         self.rows = 0
         self.steps = 0
         self._keep_ids = keep_ids
@@ -153,30 +153,29 @@ class TraceChecker:
         self.has_lists = all(c in schema.names for c in LIST_COLUMNS)
 
     # -- problem bookkeeping -------------------------------------------------------------
+    @property
+    def problems(self) -> list[Problem]:
+        return self.log.items
+
+    @property
+    def total(self) -> int:
+        return self.log.total
+
     def _add(self, message: str, row: int | None = None, column: str | None = None) -> None:
-        self.total += 1
-        if len(self.problems) < self.max_problems:
-            self.problems.append(Problem(message, row, column))
+        self.log.add(message, row, column)
 
     def _add_rows(self, mask: np.ndarray, offset: int, column: str | None, message) -> None:
         """One problem per True entry of ``mask``; ``message(i)`` builds the text for local row i."""
         idx = np.flatnonzero(mask)
-        if idx.size == 0:
-            return
-        room = max(self.max_problems - len(self.problems), 0)
-        for i in idx[:room]:
-            self.problems.append(Problem(message(int(i)), offset + int(i), column))
-        self.total += int(idx.size)
+        if idx.size:
+            self.log.add_rows(idx + offset, column, lambda r: message(r - offset))
 
     @property
     def fatal(self) -> bool:
         return self.total > 0
 
     def raise_if_problems(self) -> None:
-        if self.total:
-            probs = sorted(self.problems, key=lambda p: (-1 if p.row is None else p.row,
-                                                          p.column or ""))
-            raise TraceValidationError(self.path, probs, total=self.total)
+        self.log.raise_if_any()
 
     # -- file-level checks ---------------------------------------------------------------
     def _check_schema(self, schema: pa.Schema) -> None:

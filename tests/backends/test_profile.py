@@ -147,7 +147,7 @@ def test_duplicates_and_missing_pieces(tmp_path):
 def test_reading_bad_files(tmp_path):
     p = tmp_path / "notparquet.parquet"
     p.write_text("hello")
-    with pytest.raises(SpecschedError, match="not a readable parquet"):
+    with pytest.raises(SpecschedError, match="this is a text file .*, not a profile parquet"):
         load_profile(p)
     q = tmp_path / "noversion.parquet"
     pq.write_table(pa.table({"a": [1]}), q)

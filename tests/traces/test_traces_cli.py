@@ -118,7 +118,7 @@ def test_run_cli_bad_trace_exits_2_naming_file_row_column(tmp_path):
 def test_run_cli_not_parquet_and_empty(tmp_path):
     (tmp_path / "x.parquet").write_text("hello")
     (tmp_path / "e.parquet").write_bytes(b"")
-    for name, text in (("x.parquet", "not a parquet file"), ("e.parquet", "empty file")):
+    for name, text in (("x.parquet", "not a parquet trace"), ("e.parquet", "empty file")):
         res = run(["trace", "validate", name], tmp_path)
         assert res.returncode == 2 and text in res.stderr and "Traceback" not in res.stderr
 

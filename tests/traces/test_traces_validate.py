@@ -203,7 +203,12 @@ def test_empty_files(tmp_path):
 def test_not_parquet(tmp_path):
     p = tmp_path / "x.parquet"
     p.write_text("TIMESTAMP,ContextTokens,GeneratedTokens\n2023-11-16 18:15:46,1,2\n")
-    refused(p, text="not a parquet file")
+    for fn in (validate_trace, read_trace_arrays):  # one line saying what the file is
+        with pytest.raises(SpecschedError) as info:
+            fn(p)
+        assert str(info.value) == (f"{p}: this is a text file (CSV?), not a parquet trace: convert "
+                                   "a request log with `specsched trace convert --from "
+                                   "azure|burstgpt|vidur`")
 
 
 def test_missing_file_and_folder(tmp_path):
@@ -241,7 +246,30 @@ def test_many_problems_are_counted_and_capped(tmp_path):
     with pytest.raises(TraceValidationError) as info:
         validate_trace(write_raw(t, tmp_path / "many.parquet"))
     assert info.value.total == n
-    assert "... and 480 more" in str(info.value)
+    lines = str(info.value).splitlines()
+    assert lines[0].endswith("refused, 500 problems:")
+    assert [ln.split(":")[0].strip() for ln in lines[1:6]] == [
+        f"row {i}, column 'prompt_tokens'" for i in range(5)]
+    assert lines[6:] == ["  ... and 495 more in column 'prompt_tokens'"]
+
+
+def test_each_column_lists_its_first_five_problems_and_a_count(tmp_path):
+    n = 400
+    t = make_table(n, lists=False)
+    t = set_col(t, "prompt_tokens", pa.array(np.zeros(n, np.int32)))
+    out = np.full(n, 5, np.int32)
+    out[300:] = 0
+    t = set_col(t, "output_tokens", pa.array(out))
+    with pytest.raises(TraceValidationError) as info:
+        validate_trace(write_raw(t, tmp_path / "two.parquet"))
+    text = str(info.value)
+    assert info.value.total == 500
+    # the later column's problems are shown too, though the first one alone passes the cap
+    assert "row 300, column 'output_tokens'" in text and "row 304, column 'output_tokens'" in text
+    assert "row 305, column 'output_tokens'" not in text
+    assert "  ... and 395 more in column 'prompt_tokens'" in text
+    assert "  ... and 95 more in column 'output_tokens'" in text
+    assert len(text.splitlines()) == 1 + 2 * (5 + 1)
 
 
 def test_problems_in_later_row_groups_have_global_row_numbers(tmp_path):
