@@ -77,6 +77,7 @@ def run(trace, config: SimConfig, executor: Executor, *, kv_capacity_tokens: int
                                    "that fits in one wave of the attention kernel is undercounted")
     for caveat in describe.get("caveats", []) if isinstance(describe, dict) else []:
         summary["warnings"].append(str(caveat))
+    summary["warnings"].extend(getattr(trace, "warnings", ()))
     summary["wall_s"] = time.perf_counter() - t0
     return SimResult(requests=requests, steps=steps, request_steps=request_steps, summary=summary)
 

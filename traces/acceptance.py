@@ -213,9 +213,22 @@ class AcceptanceModel(ABC):
     def bind(self, categories: np.ndarray | None) -> None:
         """Called once with the whole trace's categories before block-wise filling."""
 
+    def speculation(self) -> bool:
+        """Whether any step drafts: False for the no-speculation baseline (width 1 every step,
+        no draft passes), recorded as ``"speculation": false`` in the metadata (absent means
+        true, so traces written before the key existed read the same)."""
+        return True
+
+    def warnings(self) -> list[str]:
+        """What the user should know about the model's input (e.g. repeated answers)."""
+        return []
+
     def metadata(self, seed: int | None) -> dict[str, Any]:
-        return {"kind": self.kind, "params": self.params(), "seed": seed,
+        meta = {"kind": self.kind, "params": self.params(), "seed": seed,
                 "position_accept_prob": self.position_accept_prob()}
+        if not self.speculation():
+            meta["speculation"] = False
+        return meta
 
     def describe(self) -> str:
         return f"{self.kind}:" + ",".join(f"{k}={v}" for k, v in self.params().items())
@@ -277,6 +290,9 @@ class GeometricModel(AcceptanceModel):
 
     def position_accept_prob(self) -> list[float]:
         return [round(self.alpha, 6)] * max(POSITION_PROB_MIN_LEN, self.k)
+
+    def speculation(self) -> bool:
+        return self.k > 0
 
     def mean_committed(self) -> float:
         return 1.0 + sum(self.alpha ** j for j in range(1, self.k + 1))
@@ -389,6 +405,7 @@ class SpecBenchData:
     model_id: str
     categories: tuple[str, ...]          # per question
     sequences: tuple[np.ndarray, ...]    # per question: committed tokens per step (>= 1)
+    repeated: int = 0                    # answer lines dropped: their question_id came before
 
     @property
     def all_lengths(self) -> np.ndarray:
@@ -405,6 +422,8 @@ def load_specbench(path: str | os.PathLike) -> SpecBenchData:
     cats: list[str] = []
     seqs: list[np.ndarray] = []
     model_ids: list[str] = []
+    seen: set[str] = set()
+    repeated = 0
     for row, line in enumerate(raw.decode("utf-8", "replace").split("\n")):
         if not line.strip():
             continue
@@ -438,6 +457,13 @@ def load_specbench(path: str | os.PathLike) -> SpecBenchData:
         cat = obj.get("category")
         if not isinstance(cat, str) or not cat:
             raise SpecschedError("missing 'category'", path=str(path), row=row, column="category")
+        qid = obj.get("question_id")
+        if qid is not None:  # a question answered twice (runs appended): its first answer counts
+            key = json.dumps(qid)
+            if key in seen:
+                repeated += 1
+                continue
+            seen.add(key)
         cats.append(cat)
         seqs.append(arr)
         model_ids.append(str(obj.get("model_id", "")))
@@ -445,7 +471,7 @@ def load_specbench(path: str | os.PathLike) -> SpecBenchData:
         raise SpecschedError("no answers in the file", path=str(path))
     ids = sorted(set(model_ids))
     return SpecBenchData(str(path), hashlib.sha256(raw).hexdigest(), ids[0] if len(ids) == 1 else
-                         ",".join(ids), tuple(cats), tuple(seqs))
+                         ",".join(ids), tuple(cats), tuple(seqs), repeated)
 
 
 #: how each Spec-Bench method drafts: maximum drafts per step and the default draft rule
@@ -457,6 +483,9 @@ _METHODS = {
     # num_assistant_tokens = 20 with the assistant_confidence_threshold = 0.4 early stop.
     "sps": {"k": 20, "rule": "HF assisted generation (>= 4.45): num_assistant_tokens=20, "
                              "constant schedule, assistant_confidence_threshold=0.4"},
+    # Spec-Bench's baseline: plain autoregressive decoding, one token per step, nothing drafted
+    "vanilla": {"k": 0, "rule": "no drafting (autoregressive decoding): every step verifies "
+                                "one token, width 1"},
 }
 
 
@@ -468,6 +497,8 @@ def _detect_method(model_id: str) -> str | None:
         return "eagle"
     if "sps" in mid:
         return "sps"
+    if "vanilla" in mid:
+        return "vanilla"
     return None
 
 
@@ -495,16 +526,29 @@ class SpecBenchModel(AcceptanceModel):
         self.data = data
         self.method = _detect_method(data.model_id)
         max_a = int(data.all_lengths.max()) - 1
+        if self.method == "vanilla" and max_a > 0:
+            self.method = None  # named vanilla, but the data accepted drafts: ask for k
+        elif self.method is None and max_a == 0 and not k:
+            self.method = "vanilla"  # no step accepted a draft and no k says one was drafted
+        if self.method == "vanilla" and k:
+            raise SpecschedError(
+                f"model {data.model_id!r} did not draft (every step committed one token): it is "
+                f"the no-speculation baseline; leave k out (or k=0) instead of k={k}",
+                path=data.path)
+        self.k_given = k is not None
         if k is None:
             if self.method is None:
                 raise SpecschedError(
-                    f"cannot tell how model {data.model_id!r} drafted: pass k=MAX_DRAFTS "
-                    f"(the most drafts one step proposes; the data accepts up to {max_a})",
-                    path=data.path)
+                    f"cannot tell how model {data.model_id!r} drafted: add k=N to the spec, N the "
+                    f"most drafts one step proposes (the data accept up to {max_a}, so N >= "
+                    f"{max_a})", path=data.path)
             k = _METHODS[self.method]["k"]
         if max_a > k:
-            raise SpecschedError(f"the data accepts {max_a} drafts in one step, more than k={k}",
-                                 path=data.path)
+            own = "" if self.k_given else f" ({self.method.upper()}'s own)"
+            action = f"set k={max_a} in" if self.k_given else f"add k={max_a} to"
+            raise SpecschedError(
+                f"the data accept {max_a} drafts in one step, more than k={k}{own}: {action} the "
+                "spec (or more: k is the most drafts one step proposes)", path=data.path)
         self.k = int(k)
         self.q = float(q)
         self.drafts = drafts
@@ -534,7 +578,7 @@ class SpecBenchModel(AcceptanceModel):
             "sha256": self.data.sha256,
             "model_id": self.data.model_id,
             "method": self.method or "given",
-            "method_rule": _METHODS[self.method]["rule"] if self.method else f"k={self.k} given",
+            "method_rule": self._method_rule(),
             "k": self.k,
             "drafts": self.drafts,
             "q": self.q if self.drafts == "stop" else None,
@@ -543,7 +587,27 @@ class SpecBenchModel(AcceptanceModel):
             "source_steps": int(allv.size),
             "source_mean_committed": round(float(allv.mean()), 6),
             "questions_per_category": {c: len(v) for c, v in self.cat_questions.items()},
+            **({"repeated_answers_dropped": self.data.repeated} if self.data.repeated else {}),
         }
+
+    def _method_rule(self) -> str:
+        if self.method is None:
+            return f"k={self.k} given"
+        rule, own = _METHODS[self.method]["rule"], _METHODS[self.method]["k"]
+        if self.k_given and self.k != own:
+            return f"{rule}; k={self.k} given (the method's own k is {own})"
+        return rule
+
+    def speculation(self) -> bool:
+        return self.k > 0
+
+    def warnings(self) -> list[str]:
+        n = self.data.repeated
+        if not n:
+            return []
+        what = "1 answer repeats" if n == 1 else f"{n} answers repeat"
+        return [f"{self.data.path}: {what} a question_id seen before: each question's first "
+                "answer is used, the repeats ignored"]
 
     def position_accept_prob(self) -> list[float]:
         a = self.data.all_lengths - 1
@@ -701,7 +765,7 @@ def parse_acceptance(spec: str) -> AcceptanceModel:
         start = kv.get("start", "any")
         if start not in ("question", "any"):
             raise SpecschedError(f"acceptance spec {spec!r}: start={start} (use question or any)")
-        k = int(_num(spec, "k", kv["k"], lo=1, hi=64, integer=True)) if "k" in kv else None
+        k = int(_num(spec, "k", kv["k"], lo=0, hi=64, integer=True)) if "k" in kv else None
         q = _num(spec, "q", kv.get("q", "0.5"), lo=0.0, hi=1.0, lo_open=True)
         return SpecBenchModel(load_specbench(path), category=kv.get("category", "auto"),
                               start=start, drafts=drafts, k=k, q=q)

@@ -84,6 +84,8 @@ def convert(fmt: str, input_path: str, output_path: str, acceptance: str | None,
     click.echo(f"wrote {res.path}: {res.rows:,} requests, {steps}")
     for note in res.notes:
         click.echo(f"note: {note}")
+    for warning in res.warnings:
+        click.echo(f"warning: {warning}", err=True)
 
 
 @trace.command()
@@ -128,6 +130,8 @@ def synth(n: int, rate: float, arrival: str, cv: float, prompt: str, output_len:
                        progress=tick)
     steps = "no per-step lists" if res.steps is None else f"{res.steps:,} verify steps"
     click.echo(f"wrote {res.path}: {res.rows:,} requests, {steps}")
+    for warning in res.warnings:
+        click.echo(f"warning: {warning}", err=True)
 
 
 @trace.command()

@@ -352,6 +352,7 @@ class ConvertResult:
     dropped: dict[str, int]
     notes: tuple[str, ...]
     metadata: dict
+    warnings: tuple[str, ...] = ()
 
 
 def _sha256(path: str) -> str:
@@ -468,4 +469,5 @@ def convert(fmt: str, input_path: str | os.PathLike, output_path: str | os.PathL
     write_trace(batches(), output_path, metadata=meta)
     return ConvertResult(str(output_path), len(src),
                          None if model is None else totals["steps"],
-                         src.dropped, tuple(notes), meta)
+                         src.dropped, tuple(notes), meta,
+                         tuple(model.warnings()) if model is not None else ())

@@ -57,6 +57,7 @@ class TraceArrays:
     acceptance: dict                # specsched.acceptance (position_accept_prob always present)
     metadata: dict                  # all specsched.* metadata, decoded
     notes: tuple[str, ...]
+    warnings: tuple[str, ...] = ()  # what the user must know (e.g. repeated Spec-Bench answers)
 
     def __len__(self) -> int:
         return int(self.arrival_s.size)
@@ -364,7 +365,9 @@ def read_trace_arrays(path: str | os.PathLike, *, acceptance: str | None = None,
 
     metadata = dict(checker.metadata)
     acc_meta = metadata.get(META_ACCEPTANCE)
+    warnings: tuple[str, ...] = ()
     if model is not None:
+        warnings = tuple(model.warnings())
         rng = np.random.default_rng(seed)
         cats_np = (np.asarray(category.to_pylist(), dtype=object) if category is not None else None)
         from traces.acceptance import concat_lists, fill_blocks
@@ -389,6 +392,8 @@ def read_trace_arrays(path: str | os.PathLike, *, acceptance: str | None = None,
     if not acc_meta.get("position_accept_prob"):
         acc_meta["position_accept_prob"] = estimate_position_accept_prob(drafts, accepts)
         notes.append("position_accept_prob estimated from the trace's lists")
+    if "speculation" not in acc_meta:  # absent in the file: true unless no step drafts
+        acc_meta["speculation"] = bool(np.any(drafts))
     metadata[META_ACCEPTANCE] = acc_meta
     offsets = np.zeros(n + 1, np.int64)
     np.cumsum(steps_len, out=offsets[1:])
@@ -403,7 +408,7 @@ def read_trace_arrays(path: str | os.PathLike, *, acceptance: str | None = None,
         accepted_tokens=np.ascontiguousarray(accepts, dtype=np.int16),
         category=category, tenant=tenant,
         ttft_slo_s=nan_slo(slos["ttft_slo_s"]), tpot_slo_s=nan_slo(slos["tpot_slo_s"]),
-        acceptance=acc_meta, metadata=metadata, notes=tuple(notes))
+        acceptance=acc_meta, metadata=metadata, notes=tuple(notes), warnings=warnings)
 
 
 def steps_table(offsets: np.ndarray, drafts: np.ndarray, accepts: np.ndarray) -> tuple[pa.Array, pa.Array]:

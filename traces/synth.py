@@ -131,6 +131,7 @@ class SynthResult:
     rows: int
     steps: int | None
     metadata: dict
+    warnings: tuple[str, ...] = ()
 
 
 def _interarrivals(n: int, rate: float, arrival: str, cv: float,
@@ -211,4 +212,5 @@ def synth(output_path: str | os.PathLike, *, n: int, rate: float, arrival: str =
             yield pa.RecordBatch.from_pydict(cols)
 
     write_trace(batches(), output_path, metadata=meta)
-    return SynthResult(str(output_path), n, totals["steps"] if model is not None else None, meta)
+    return SynthResult(str(output_path), n, totals["steps"] if model is not None else None, meta,
+                       tuple(model.warnings()) if model is not None else ())

@@ -287,7 +287,7 @@ def test_bad_specbench_files(tmp_path):
     with pytest.raises(SpecschedError, match="row 1"):
         load_specbench(p)
     p.write_text('{"category": "qa", "model_id": "medusa", "choices": [{"accept_lengths": [1, 9]}]}\n')
-    with pytest.raises(SpecschedError, match="pass k="):
+    with pytest.raises(SpecschedError, match="add k=N to the spec"):
         parse_acceptance(f"specbench:{p}")
     with pytest.raises(SpecschedError, match="more than k=4"):
         parse_acceptance(f"specbench:{p},k=4")
