@@ -127,4 +127,6 @@ def test_reader_that_stops_early_ends_quietly(toy_trace, tmp_path, args):
     proc.stdout.close()
     err = proc.stderr.read().decode()
     assert proc.wait(timeout=600) == 0, err
-    assert err == ""
+    from backends.jit import COMPILE_NOTICE
+
+    assert err.replace(COMPILE_NOTICE + "\n", "") == ""  # the notice only on a cold cache
