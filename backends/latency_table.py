@@ -391,5 +391,24 @@ class TableExecutor:
         value, outside = self._table.verify_s(*verify_axes(batch, self._att), batch.graph)
         return VerifyTiming(latency_s=value, out_of_grid=outside)
 
+    def draft_extend(self, batch) -> float:
+        """TEMPORARY: one draft pass (until the draft-extend tables land)."""
+        d = DraftBatch(bs_real=batch.bs_real, bs_padded=batch.bs_padded, kv_lens=batch.kv_lens,
+                       passes=1, graph=batch.graph)
+        from backends.protocol import VerifyBatch as _V  # noqa: F401
+        rows = attention_rows(False, batch.graph, float(batch.bs_padded), float(batch.width),
+                              float(batch.bs_real * batch.width))
+        kv = _batch_kv(batch.kv_lens, batch.bs_padded, rows, False, self._att)
+        return self._table.draft_pass_s(float(batch.bs_padded), kv, batch.graph)[0]
+
     def describe(self) -> dict[str, Any]:
         return {"backend": self.name, **self._description, "table": dict(self._table.source)}
+
+
+def extend_arrays(table: LatencyTable) -> tuple:
+    """TEMPORARY stand-in until the draft-extend tables land: one draft pass per extend."""
+    g = table.draft_graph
+    e = table.draft_eager
+    one = np.ones(1)
+    return (g.axes[0], one, g.axes[1], np.ascontiguousarray(g.values[:, None, :]),
+            e.axes[0], one, e.axes[1], np.ascontiguousarray(e.values[:, None, :]))

@@ -82,6 +82,8 @@ class ModelShape:
     tie_embeddings: bool = False
     fusion_in: int = 0
     attn_in: int = 0
+    #: the model's context length (``max_position_embeddings``); 0 = unknown
+    context_len: int = 0
     source: str = ""
 
     def __post_init__(self) -> None:
@@ -498,7 +500,7 @@ def shape_from_config(cfg: Mapping[str, Any], *, name: str, tp: int = 1, source:
         name=name, layers=layers, hidden=hidden, heads=heads, kv_heads=kv_heads,
         head_dim=head_dim, intermediate=intermediate, vocab=vocab, tp=int(tp),
         dtype_bytes=dtype_bytes, tie_embeddings=bool(cfg.get("tie_word_embeddings", False)),
-        source=source, **kw)
+        context_len=get_int("max_position_embeddings", 0, positive=False), source=source, **kw)
 
 
 def describe_memory(model: ModelShape, gpu: Any = "H200") -> dict[str, Any]:

@@ -16,6 +16,7 @@ from typing import Callable
 
 from backends.jit import jit_status
 from backends.protocol import Executor
+from simulator import core as C
 from simulator.config import SimConfig
 from simulator.engine import Simulation
 from simulator.results import (SimResult, StepSink, requests_table, summarize, write_into,
@@ -27,11 +28,12 @@ __all__ = ["run", "run_to", "write_results", "SimResult", "SimConfig"]
 
 def run(trace, config: SimConfig, executor: Executor, *, kv_capacity_tokens: int | None = None,
         progress: Callable[[int, int], None] | None = None,
-        stream_dir: str | Path | None = None) -> SimResult:
+        stream_dir: str | Path | None = None, context_len: int = 0) -> SimResult:
     """Simulate ``trace`` (a :class:`traces.TraceArrays`) under ``config``, timing passes with
     ``executor``.
 
-    ``kv_capacity_tokens`` defaults to ``config.engine.kv_capacity_tokens``.  ``progress(finished,
+    ``kv_capacity_tokens`` defaults to ``config.engine.kv_capacity_tokens``; ``context_len`` (the
+    model's, 0 = unknown) bounds the max_new_tokens of requests whose trace row gives none.  ``progress(finished,
     total)`` is called now and then.  With ``stream_dir``, steps.parquet and
     request_steps.parquet are written into that (existing) folder as the run goes, and the
     result holds no step tables (memory stays flat however long the run).  Deterministic: the
@@ -47,7 +49,7 @@ def run(trace, config: SimConfig, executor: Executor, *, kv_capacity_tokens: int
     sink = StepSink(None if stream_dir is None else Path(stream_dir),
                     request_steps=config.engine.record_request_steps)
     sim = Simulation(trace, config, executor, kv_capacity_tokens=int(capacity), progress=progress,
-                     sink=sink)
+                     sink=sink, context_len=context_len)
     sim.run()
     requests = requests_table(sim.request_arrays(), trace)
     steps, request_steps = sink.close()
@@ -66,7 +68,10 @@ def run(trace, config: SimConfig, executor: Executor, *, kv_capacity_tokens: int
         "config": config.to_dict(),
         "engine_core": jit_status(),
         "kv_lookup": ("straggler" if sim.straggler_kv else "mean") if sim.table is not None else None,
+        "what_if": config.engine.what_ifs,
+        "speculative": bool(sim.CI[C.C_SPEC]),
     })
+    _engine_warnings(summary, config, sim)
     if sim.table is not None and config.backend.kv_lookup == "straggler" and not sim.straggler_kv:
         summary["warnings"].append("the latency table carries no attention-kernel occupancy (a "
                                    "profile recorded before it was stored): batches were looked "
@@ -78,8 +83,27 @@ def run(trace, config: SimConfig, executor: Executor, *, kv_capacity_tokens: int
     return SimResult(requests=requests, steps=steps, request_steps=request_steps, summary=summary)
 
 
+def _engine_warnings(summary: dict, config: SimConfig, sim: Simulation) -> None:
+    """What the summary must say about how far this run is SGLang's."""
+    e = config.engine
+    w = summary["warnings"]
+    for what in e.what_ifs:
+        w.append(f"what-if (not something SGLang can run): {what}")
+    if e.scheduler_overhead_s == 0:
+        w.append("the scheduler's host time is not modelled (engine.scheduler_overhead_s = 0: "
+                 "not measured for SGLang here)" + (
+                     "; with overlap scheduling SGLang hides most of it" if e.overlap else ""))
+    extra = int(sim.E[:, C.E_XRETRACT].sum())
+    if extra:
+        w.append(f"{extra} retractions went beyond SGLang's rule to fit a verify in the KV pool "
+                 "(SGLang would have run out of KV slots there)")
+    if not sim.CI[C.C_SPEC] and not e.max_running:
+        w.append("without speculative decoding SGLang sizes max_running_requests from its token "
+                 f"pool, which is not modelled: engine.max_running = {e.running_cap} was used")
+
+
 def run_to(out_dir: str | Path, trace, config: SimConfig, executor: Executor, *,
-           kv_capacity_tokens: int | None = None,
+           kv_capacity_tokens: int | None = None, context_len: int = 0,
            progress: Callable[[int, int], None] | None = None, overwrite: bool = True,
            extra: Callable[[Path], None] | None = None,
            summary_extra: dict | None = None) -> SimResult:
@@ -87,7 +111,7 @@ def run_to(out_dir: str | Path, trace, config: SimConfig, executor: Executor, *,
     only when the whole run and ``extra(folder)`` succeeded."""
     with atomic_output_dir(out_dir, overwrite=overwrite) as tmp:
         result = run(trace, config, executor, kv_capacity_tokens=kv_capacity_tokens,
-                     progress=progress, stream_dir=tmp)
+                     progress=progress, stream_dir=tmp, context_len=context_len)
         if summary_extra:
             result.summary.update(summary_extra)
         t0 = time.perf_counter()

@@ -24,9 +24,11 @@ from typing import Any, Callable
 import numpy as np
 import simpy
 
-from backends.latency_table import LatencyTable
-from backends.protocol import VERIFY_MODES, DraftBatch, Executor, PrefillBatch, VerifyBatch
+from backends.latency_table import LatencyTable, extend_arrays
+from backends.protocol import (VERIFY_MODES, DraftBatch, DraftExtendBatch, Executor, PrefillBatch,
+                               VerifyBatch)
 from simulator import core as C
+from simulator import sglang
 from simulator.config import SimConfig
 from simulator.results import StepSink
 from traces.errors import SpecschedError
@@ -37,17 +39,18 @@ _INF = math.inf
 
 
 def _table_tuple(table: LatencyTable | None) -> tuple:
-    """The 17 arrays the compiled core evaluates (dummies when there is no table)."""
+    """The 25 arrays the compiled core evaluates (dummies when there is no table)."""
     if table is None:
         one = np.ones(1)
-        return (one, one, one, np.ones((1, 1, 1)), one, one, one, np.ones((1, 1, 1)),
-                one, one, np.ones((1, 1)), one, one, np.ones((1, 1)), one, one, np.ones((1, 1)))
+        g3 = (one, one, one, np.ones((1, 1, 1)))
+        g2 = (one, one, np.ones((1, 1)))
+        return g3 + g3 + g2 + g2 + g2 + g3 + g3
     out = []
     for g in (table.verify_graph, table.verify_eager, table.draft_graph, table.draft_eager,
               table.prefill):
         out.extend(g.axes)
         out.append(g.values)
-    return tuple(out)
+    return tuple(out) + tuple(extend_arrays(table))
 
 
 class StepBuffers:
@@ -75,6 +78,7 @@ class _Inputs:
     arrival: np.ndarray
     prompt: np.ndarray
     output: np.ndarray
+    mnt: np.ndarray       # max_new_tokens per request (the admission reservation's bound)
     off: np.ndarray
     draft: np.ndarray
     acc: np.ndarray
@@ -86,7 +90,7 @@ class Simulation:
 
     def __init__(self, trace, config: SimConfig, executor: Executor, *,
                  kv_capacity_tokens: int, progress: Callable[[int, int], None] | None = None,
-                 sink: StepSink | None = None):
+                 sink: StepSink | None = None, context_len: int = 0):
         self.trace = trace
         self.config = config
         self.executor = executor
@@ -103,6 +107,7 @@ class Simulation:
             arrival=arrival,
             prompt=np.ascontiguousarray(trace.prompt_tokens, dtype=np.int64),
             output=np.ascontiguousarray(trace.output_tokens, dtype=np.int64),
+            mnt=self._max_new_tokens(trace, e, context_len, kv_capacity_tokens),
             off=np.ascontiguousarray(trace.step_offsets, dtype=np.int64),
             draft=np.ascontiguousarray(trace.draft_tokens, dtype=np.int16),
             acc=np.ascontiguousarray(trace.accepted_tokens, dtype=np.int16),
@@ -121,29 +126,38 @@ class Simulation:
                 j += 1
             padmap[b] = ladder[j]
         capw = np.zeros(65, np.int64)
-        for w in e.capture_widths:
+        for w in e.widths_captured:
             capw[w] = 1
         self.padmap, self.capw = padmap, capw
         self.buckets = np.array(sorted(set(e.buckets)), np.int64)
-        fixed = e.fixed_width
+        fixed = e.num_draft_tokens
         if e.mla and e.policy == "fixed" and fixed == 3:
             fixed = 4  # AITER's MLA kernels pad a query length of 3 to 4
         self.CI = np.zeros(C.NCI, np.int64)
         self.CI[C.C_PAGE] = e.page_size
-        self.CI[C.C_MAXRUN] = e.max_running
-        self.CI[C.C_CHUNK] = e.chunked_prefill_size
+        self.CI[C.C_MAXRUN] = e.running_cap
+        self.CI[C.C_CHUNK] = e.chunk_size
         self.CI[C.C_POLICY] = C.POLICY_CODES[e.policy]
         self.CI[C.C_FIXED] = fixed
         self.CI[C.C_WIDEN] = 1 if e.widen_drafts else 0
         self.CI[C.C_MAXDRAFT] = e.max_draft
         self.CI[C.C_SEED] = config.seed & 0xFFFFFFFF
-        self.CI[C.C_RESERVE] = e.admission_reserve_tokens
         self.CI[C.C_MAXCAPBS] = max_cap
         self.CI[C.C_FAST] = 1 if self.table is not None else 0
         self.CI[C.C_MAXPREFILL] = e.max_prefill_tokens
         self.CI[C.C_RECORD_RS] = 1 if e.record_request_steps else 0
+        spec = e.speculative and trace.acceptance.get("speculation", True) is not False
+        self.CI[C.C_SPEC] = 1 if spec else 0
+        self.CI[C.C_CLIP] = sglang.CLIP_MAX_NEW_TOKENS
+        self.CI[C.C_DECODE_RESERVE] = sglang.decode_reserve_tokens(e.num_draft_tokens if spec else 1)
+        self.CI[C.C_RETRACT_STEPS] = sglang.RETRACT_DECODE_STEPS
+        self.CI[C.C_OVERLAP] = 1 if e.overlap else 0
         self.CF = np.zeros(C.NCF, np.float64)
         self.CF[C.CF_OVERHEAD] = e.scheduler_overhead_s
+        ratio0, ratio_min, decay = sglang.new_token_ratio_params(e.schedule_conservativeness)
+        self.CF[C.CF_RATIO_INIT] = ratio0
+        self.CF[C.CF_RATIO_MIN] = ratio_min
+        self.CF[C.CF_RATIO_DECAY] = decay
         self.straggler_kv = (config.backend.kv_lookup == "straggler" and
                              C.set_attention(self.CF, getattr(self.table, "attention", None)))
         self.tab = _table_tuple(self.table)
@@ -160,11 +174,12 @@ class Simulation:
         self.E[:, C.E_CAP] = self.capacity_pages
         self.E[:, C.E_CHUNKED] = -1
         self.EF = np.zeros((R, C.NEF), np.float64)
+        self.EF[:, C.EF_RATIO] = ratio0
         self.Q = np.zeros((R, n + 1), np.int64)
         self.W = np.zeros((R, n + 1), np.int64)
         self.WT = np.zeros((R, n + 1), np.float64)
-        self.RUN = np.zeros((R, e.max_running), np.int64)
-        self.MB = np.zeros((R, e.max_running + 1, C.NMB), np.int64)
+        self.RUN = np.zeros((R, e.running_cap), np.int64)
+        self.MB = np.zeros((R, e.running_cap + 1, C.NMB), np.int64)
         self.PI = np.zeros((R, C.MAXPASS, C.NPI), np.int64)
         self.PF = np.zeros((R, C.MAXPASS, C.NPF), np.float64)
         self.sink = sink if sink is not None else StepSink(
@@ -179,6 +194,25 @@ class Simulation:
         self._rr = 0
 
     # ------------------------------------------------------------------ checks
+    @staticmethod
+    def _max_new_tokens(trace, e, context_len: int, capacity: int) -> np.ndarray:
+        """Each request's max_new_tokens: its trace column where given, else
+        ``engine.max_new_tokens``, else what SGLang gives a request whose client set none."""
+        n = len(trace.arrival_s)
+        page = e.page_size
+        capacity = capacity // page * page  # the pool's tokens (SGLang's token capacity)
+        # SGLang bounds every request's max_new_tokens by the context and the pool
+        bound = sglang.default_max_new_tokens(trace.prompt_tokens, context_len, capacity, page)
+        out = np.full(n, e.max_new_tokens, np.int64) if e.max_new_tokens else bound.copy()
+        col = getattr(trace, "max_new_tokens", None)
+        if col is not None:
+            given = np.asarray(col, dtype=np.float64)
+            have = np.isfinite(given)
+            out[have] = given[have].astype(np.int64)
+        out = np.minimum(out, bound)
+        # a request generated its recorded output, so its bound was at least that
+        return np.ascontiguousarray(np.maximum(out, np.asarray(trace.output_tokens, np.int64)))
+
     def _check_feasible(self, capacity_tokens: int) -> None:
         e = self.config.engine
         inp = self.inp
@@ -190,7 +224,7 @@ class Simulation:
             d = np.minimum(d, e.max_draft)
         widest = int(d.max()) + 1 if len(d) else 1
         if e.policy == "fixed":
-            widest = max(widest, e.fixed_width)
+            widest = max(widest, e.num_draft_tokens)
         if e.policy == "bucket":
             widest = max(widest, int(max(e.buckets)))
         if widest > 64:
@@ -213,7 +247,7 @@ class Simulation:
     def _advance(self, r: int, horizon: float) -> int:
         i = self.inp
         b = self.buf
-        return int(C.advance(r, horizon, i.arrival, i.prompt, i.output, i.off, i.draft, i.acc,
+        return int(C.advance(r, horizon, i.arrival, i.prompt, i.output, i.mnt, i.off, i.draft, i.acc,
                              i.pacc, self.R, self.RF, self.E, self.EF, self.Q, self.W, self.WT,
                              self.RUN, self.MB,
                              self.PI, self.PF, b.SI, b.SF, b.RSI, b.RSF, b.G, self.CI, self.CF,
@@ -309,7 +343,6 @@ class Simulation:
     def _time_live(self, r: int) -> None:
         """Time the pending passes of replica r with a live executor (no latency table)."""
         PI, PF, MB = self.PI[r], self.PF[r], self.MB[r]
-        total = float(self.CF[C.CF_OVERHEAD])
         for p in range(int(self.E[r, C.E_NPASS])):
             m0 = int(PI[p, C.P_MSTART])
             m1 = m0 + int(PI[p, C.P_MCOUNT])
@@ -323,6 +356,11 @@ class Simulation:
                 lat = self.executor.draft(DraftBatch(
                     bs_real=int(PI[p, C.P_BS]), bs_padded=int(PI[p, C.P_BSPAD]),
                     kv_lens=MB[m0:m1, C.M_KV].copy(), passes=int(PI[p, C.P_PASSES]),
+                    graph=bool(PI[p, C.P_GRAPH])))
+            elif kind == C.KIND_EXTEND:
+                lat = self.executor.draft_extend(DraftExtendBatch(
+                    bs_real=int(PI[p, C.P_BS]), bs_padded=int(PI[p, C.P_BSPAD]),
+                    width=int(PI[p, C.P_WIDTH]), kv_lens=MB[m0:m1, C.M_KV].copy(),
                     graph=bool(PI[p, C.P_GRAPH])))
             else:
                 timing = self.executor.verify(VerifyBatch(
@@ -339,9 +377,9 @@ class Simulation:
             PF[p, C.PF_LAT] = lat
             PF[p, C.PF_ERR] = err
             PI[p, C.P_OOG] = 1 if oog else 0
-            total += lat
         self.E[r, C.E_TIMED] = 1
-        self.EF[r, C.EF_PEND_END] = self.EF[r, C.EF_CLOCK] + total
+        self.EF[r, C.EF_PEND_END] = self.EF[r, C.EF_CLOCK] + C.iteration_time(
+            r, self.E, self.PF, self.CI, self.CF)
 
     # ------------------------------------------------------------------ results
     def request_arrays(self) -> dict[str, Any]:

@@ -7,7 +7,7 @@ models (which restricts the fixed width), and build the executor.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any, Callable
 
@@ -30,22 +30,38 @@ def prepare(config: SimConfig, *, executor: Any = None) -> Prepared:
     from backends import make_executor
     from backends.models import load_model
 
+    from simulator.sglang import resolve_engine
+
     model = load_model(config.model.name, tp=config.model.tp or None)
     if model.is_mla != config.engine.mla:
         config = config.replace({"engine.mla": model.is_mla})  # re-checks fixed widths for MLA
+    # SGLang's defaults that depend on the GPU and the model, made concrete (summary.json shows them)
+    engine = resolve_engine(config.engine, gpu_memory_bytes=_gpu_memory(config.backend.gpu),
+                            tp=model.tp)
+    if engine != config.engine:
+        config = replace(config, engine=engine)
     capacity = config.engine.kv_capacity_tokens or model.kv_capacity_tokens(
         config.backend.gpu, config.engine.mem_fraction or None)
     if executor is None:
         opts: dict[str, Any] = {}
         if config.backend.name == "aiter":
             e = config.engine
-            opts = {"page_size": e.page_size, "capture_bs": e.ladder,
-                    "capture_widths": e.capture_widths,
+            # the live executor keeps its KV in AITER's 16-token blocks whatever the engine's
+            # page size (which only governs the pool's accounting)
+            opts = {"capture_bs": e.ladder,
+                    "capture_widths": e.widths_captured,
                     "check_unsafe": e.policy == "unsafe-derived"}
         executor = make_executor(config.backend.name, model=model, gpu=config.backend.gpu,
                                  profile=config.backend.profile or None, **opts)
     return Prepared(config=config, executor=executor, kv_capacity_tokens=int(capacity),
                     model=model)
+
+
+def _gpu_memory(name: str) -> int | None:
+    from backends.hardware import GPUS
+
+    sheet = GPUS.get(name)
+    return int(sheet.memory_bytes) if sheet is not None else None
 
 
 def load_trace(path: str | Path, *, acceptance: str | None = None, seed: int = 0,
@@ -64,8 +80,12 @@ def simulate_to(trace, config: SimConfig, out_dir: str | Path | None, *, executo
     (``report.html`` included when ``report`` is true); without, keep the tables in memory."""
     from simulator import run, run_to
 
+    if trace.acceptance.get("speculation") is False and config.engine.num_draft_tokens != 1:
+        # a trace recorded without speculative decoding: SGLang's no-speculation baseline
+        config = config.replace({"engine.num_draft_tokens": 1})
     prep = prepare(config, executor=executor)
-    kw = dict(kv_capacity_tokens=prep.kv_capacity_tokens, progress=progress)
+    kw = dict(kv_capacity_tokens=prep.kv_capacity_tokens, progress=progress,
+              context_len=prep.model.context_len)
     if out_dir is None:
         result = run(trace, prep.config, prep.executor, **kw)
         result.summary["model"] = prep.model.name
