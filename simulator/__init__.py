@@ -112,8 +112,9 @@ def run_to(out_dir: str | Path, trace, config: SimConfig, executor: Executor, *,
     with atomic_output_dir(out_dir, overwrite=overwrite) as tmp:
         result = run(trace, config, executor, kv_capacity_tokens=kv_capacity_tokens,
                      progress=progress, stream_dir=tmp, context_len=context_len)
-        if summary_extra:
-            result.summary.update(summary_extra)
+        if summary_extra:  # its "warnings" are added to the run's own
+            result.summary.update({k: v for k, v in summary_extra.items() if k != "warnings"})
+            result.summary["warnings"].extend(summary_extra.get("warnings", []))
         t0 = time.perf_counter()
         write_into(result, tmp)
         result.summary["write_s"] = time.perf_counter() - t0

@@ -110,6 +110,9 @@ class EngineConfig:
                             "('draft') or padding ('pad'); 'auto' = draft for fixed, pad otherwise")
     mla: bool = _f(False, "the model uses MLA attention (set from the model; restricts fixed widths)")
     record_request_steps: bool = _f(True, "write request_steps.parquet (one row per request step)")
+    context_overflow: str = _f("refuse", "requests longer than the model's context: refuse (as "
+                                         "SGLang does), drop, or truncate (SGLang's "
+                                         "--allow-auto-truncate)")
 
     @property
     def ladder(self) -> tuple[int, ...]:
@@ -265,6 +268,9 @@ class SimConfig:
         if e.policy not in POLICIES:
             raise SpecschedError(f"engine.policy: unknown policy '{e.policy}' "
                                  f"(choose from {', '.join(POLICIES)})")
+        if e.context_overflow not in ("refuse", "drop", "truncate"):
+            raise SpecschedError(f"engine.context_overflow: must be refuse, drop or truncate "
+                                 f"(got '{e.context_overflow}')")
         if e.widen not in ("auto", "draft", "pad"):
             raise SpecschedError(f"engine.widen: must be auto, draft or pad (got '{e.widen}')")
         positive = {"engine.page_size": e.page_size,

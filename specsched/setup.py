@@ -83,12 +83,17 @@ def simulate_to(trace, config: SimConfig, out_dir: str | Path | None, *, executo
     if trace.acceptance.get("speculation") is False and config.engine.num_draft_tokens != 1:
         # a trace recorded without speculative decoding: SGLang's no-speculation baseline
         config = config.replace({"engine.num_draft_tokens": 1})
+    from traces.context import fit_context
+
     prep = prepare(config, executor=executor)
+    trace, context = fit_context(trace, prep.model.context_len, config.engine.context_overflow)
     kw = dict(kv_capacity_tokens=prep.kv_capacity_tokens, progress=progress,
               context_len=prep.model.context_len)
+    extra_summary = {"model": prep.model.name, "context": context}
     if out_dir is None:
         result = run(trace, prep.config, prep.executor, **kw)
-        result.summary["model"] = prep.model.name
+        result.summary.update(extra_summary)
+        _context_warning(result.summary, context)
         return result
     extra = None
     if report:
@@ -97,5 +102,17 @@ def simulate_to(trace, config: SimConfig, out_dir: str | Path | None, *, executo
             from analysis.results import load_run
 
             write_report([load_run(folder, name=Path(out_dir).name)], folder / "report.html")
+    extra_summary["warnings"] = []
+    _context_warning(extra_summary, context)
     return run_to(out_dir, trace, prep.config, prep.executor, extra=extra,
-                  summary_extra={"model": prep.model.name}, **kw)
+                  summary_extra=extra_summary, **kw)
+
+
+def _context_warning(summary: dict, context: dict) -> None:
+    """Say in the summary's warnings what was done to requests longer than the context."""
+    if context["dropped"]:
+        summary["warnings"].append(f"{context['dropped']} requests longer than the model's "
+                                   f"context ({context['context_len']} tokens) were dropped")
+    if context["truncated"]:
+        summary["warnings"].append(f"{context['truncated']} requests longer than the model's "
+                                   f"context ({context['context_len']} tokens) were truncated")
