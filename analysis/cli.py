@@ -20,7 +20,7 @@ __all__ = ["report", "plan", "uniformity", "sweep", "fidelity"]
 
 
 def __getattr__(name: str):
-    # ``fidelity`` belongs to the backends engineer (analysis/fidelity.py); load it lazily so a
+    # ``fidelity`` belongs to the backends engineer (analysis/fidelity/); load it lazily so a
     # missing or broken GPU stack never breaks the other commands.
     if name == "fidelity":
         from analysis import fidelity as _f

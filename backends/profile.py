@@ -30,6 +30,11 @@ Building the grids (each documented in ``LatencyTable.source``):
   each axis (holds
   the first value below it) and flags the lookup ``out_of_grid``; the simulator counts those and
   warns in its summary.
+
+**Held-out points.**  A file may carry an optional ``split`` column (:data:`SPLIT_FIELD`):
+``"grid"`` rows build the tables, ``"heldout"`` rows are measured shapes kept out of them, so
+``specsched fidelity`` can score the tables on points they never saw.  A file without the column
+is all grid.  Held-out rows are validated like the others; only grid rows must cover the kinds.
 """
 
 from __future__ import annotations
@@ -49,9 +54,9 @@ from backends.latency_table import Grid, LatencyTable, TableExecutor, interp2, i
 from traces.atomic import atomic_output_file
 from traces.errors import Problem, SpecschedError, TraceValidationError
 
-__all__ = ["PROFILE_SCHEMA", "PROFILE_VERSION", "PROFILES_DIR", "write_profile", "read_profile",
-           "load_profile", "ProfileExecutor", "default_profile", "shipped_profiles",
-           "profile_metadata"]
+__all__ = ["PROFILE_SCHEMA", "PROFILE_VERSION", "PROFILES_DIR", "SPLIT_FIELD", "SPLITS",
+           "write_profile", "read_profile", "grid_rows", "heldout_rows", "load_profile",
+           "ProfileExecutor", "default_profile", "shipped_profiles", "profile_metadata"]
 
 PROFILE_VERSION = "1"
 PROFILES_DIR = Path(__file__).resolve().parent / "profiles"
@@ -68,6 +73,9 @@ PROFILE_SCHEMA = pa.schema([
     pa.field("p90_s", pa.float64(), nullable=False),
     pa.field("reps", pa.int32(), nullable=False),
 ])
+#: optional column: "grid" (builds the tables) or "heldout" (kept out, scored by fidelity)
+SPLIT_FIELD = pa.field("split", pa.string(), nullable=False)
+SPLITS = ("grid", "heldout")
 _KINDS = ("verify", "draft", "prefill")
 _META_KEYS = ("model", "gpu", "versions", "command", "kernels", "notes", "attention")
 _MAX_PROBLEMS = 200
@@ -87,8 +95,11 @@ def _as_table(rows: Any, where: str) -> pa.Table:
     if missing:
         raise SpecschedError(f"missing column(s) {missing}", path=where,
                              column=missing[0])
+    fields = list(PROFILE_SCHEMA)
+    if SPLIT_FIELD.name in table.column_names:
+        fields.append(SPLIT_FIELD)
     cols = []
-    for f in PROFILE_SCHEMA:
+    for f in fields:
         col = table.column(f.name)
         if col.null_count:
             row = int(np.nonzero(col.is_null().to_numpy(zero_copy_only=False))[0][0])
@@ -98,7 +109,7 @@ def _as_table(rows: Any, where: str) -> pa.Table:
         except (pa.ArrowInvalid, pa.ArrowNotImplementedError) as exc:
             raise SpecschedError(f"cannot be read as {f.type}: {exc}", path=where,
                                  column=f.name) from None
-    return pa.Table.from_arrays(cols, schema=PROFILE_SCHEMA)
+    return pa.Table.from_arrays(cols, schema=pa.schema(fields))
 
 
 def _columns(table: pa.Table) -> dict[str, np.ndarray]:
@@ -107,6 +118,8 @@ def _columns(table: pa.Table) -> dict[str, np.ndarray]:
         col = table.column(f.name)
         out[f.name] = (np.asarray(col.to_pylist(), dtype=object) if f.name == "kind"
                        else col.to_numpy())
+    out["split"] = (np.asarray(table.column("split").to_pylist(), dtype=object)
+                    if "split" in table.column_names else np.full(table.num_rows, "grid", object))
     return out
 
 
@@ -127,8 +140,11 @@ def _validate(table: pa.Table, where: str) -> None:
     kind, graph, bs, width = c["kind"], c["graph"], c["bs"].astype(np.int64), c["width"].astype(np.int64)
     kv, tokens = c["kv_len"].astype(np.int64), c["tokens"].astype(np.int64)
     lat, p10, p90, reps = c["latency_s"], c["p10_s"], c["p90_s"], c["reps"]
+    split = c["split"]
     seen: dict[tuple, int] = {}
     for i in range(n):
+        if split[i] not in SPLITS:
+            bad(i, "split", f"{split[i]!r} is not one of {', '.join(SPLITS)}")
         k = kind[i]
         if k not in _KINDS:
             bad(i, "kind", f"{k!r} is not one of {', '.join(_KINDS)}")
@@ -174,7 +190,7 @@ def _validate(table: pa.Table, where: str) -> None:
     if total:
         raise TraceValidationError(where, probs, total=total)
     for k, g in (("verify", True), ("draft", True), ("prefill", False)):
-        if not np.any((kind == k) & (graph == g)):
+        if not np.any((kind == k) & (graph == g) & (split == "grid")):
             what = "graph-replayed " if g else ""
             raise SpecschedError(f"has no {what}{k} rows: a profile needs verify and draft graph "
                                  "replays and prefill passes", path=where)
@@ -213,8 +229,10 @@ def write_profile(rows: Any, path: "str | Path", metadata: Mapping[str, Any]) ->
     """Validate profile rows and write them to ``path`` atomically (sorted, zstd, deterministic).
 
     ``rows``: a pyarrow Table, a list of row dicts or a dict of columns with the columns of
-    :data:`PROFILE_SCHEMA`.  ``metadata``: ``model`` (a ModelShape or its dict) and ``gpu``
-    (required), ``versions``, ``command``, ``kernels``, ``notes`` (see :func:`profile_metadata`).
+    :data:`PROFILE_SCHEMA`, and optionally ``split`` (:data:`SPLIT_FIELD`: ``"grid"`` or
+    ``"heldout"``; written only when given).  ``metadata``: ``model`` (a ModelShape or its dict)
+    and ``gpu`` (required), ``versions``, ``command``, ``kernels``, ``notes`` (see
+    :func:`profile_metadata`).
     Problems raise a SpecschedError naming ``path``, the row (0-based, in ``rows``) and the column.
     """
     path = Path(path)
@@ -232,7 +250,8 @@ def write_profile(rows: Any, path: "str | Path", metadata: Mapping[str, Any]) ->
 
 
 def read_profile(path: "str | Path") -> tuple[pa.Table, dict[str, Any]]:
-    """Read and validate a profile file: (rows as PROFILE_SCHEMA, decoded metadata)."""
+    """Read and validate a profile file: (rows as PROFILE_SCHEMA, plus ``split`` when the file
+    has it; decoded metadata).  :func:`grid_rows` and :func:`heldout_rows` pick the two sets."""
     where = str(path)
     if not Path(path).is_file():
         raise SpecschedError("no such profile file", path=where)
@@ -256,6 +275,23 @@ def read_profile(path: "str | Path") -> tuple[pa.Table, dict[str, Any]]:
     table = _as_table(raw, where)
     _validate(table, where)
     return table, meta
+
+
+def _split_rows(table: pa.Table, which: str) -> pa.Table:
+    if "split" not in table.column_names:
+        return table if which == "grid" else table.slice(0, 0)
+    keep = pc.equal(table.column("split"), which)
+    return table.filter(keep)
+
+
+def grid_rows(table: pa.Table) -> pa.Table:
+    """The rows of a profile table that build its grids (all of them without a ``split``)."""
+    return _split_rows(table, "grid")
+
+
+def heldout_rows(table: pa.Table) -> pa.Table:
+    """The held-out rows of a profile table (``split == "heldout"``; none without the column)."""
+    return _split_rows(table, "heldout")
 
 
 # ---- grids ---------------------------------------------------------------------------------
@@ -328,7 +364,8 @@ def _inside(grid: Grid, pt) -> bool:
 
 def load_profile(path: "str | Path") -> LatencyTable:
     """A profile file as a LatencyTable (validated; grids built as the module docstring says)."""
-    table, meta = read_profile(path)
+    rows, meta = read_profile(path)
+    table = grid_rows(rows)
     where = str(path)
     c = _columns(table)
     kind, graph = c["kind"], c["graph"]
@@ -419,6 +456,8 @@ def load_profile(path: "str | Path") -> LatencyTable:
 
     if not stats["warnings"]:
         del stats["warnings"]
+    if rows.num_rows > table.num_rows:
+        stats["heldout_rows"] = rows.num_rows - table.num_rows  # not in the grids
     source = {"backend": "profile", "file": str(path), "sha256": _sha256(path),
               "rows": table.num_rows, "model": meta.get("model"), "gpu": meta.get("gpu"),
               "versions": meta.get("versions"), "kernels": meta.get("kernels"),
