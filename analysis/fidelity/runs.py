@@ -26,10 +26,14 @@ __all__ = ["RENAMED_KEYS", "REMOVED_KEYS", "ADDED_KEYS", "RECORDED_SECTIONS", "l
 #: configuration keys renamed since runs were recorded: old dotted key -> today's key (the
 #: recorded value moves over). One line per rename, e.g.
 #: ``"engine.fixed_width": "engine.num_draft_tokens",``
-RENAMED_KEYS: dict[str, str] = {}
+RENAMED_KEYS: dict[str, str] = {"engine.fixed_width": "engine.num_draft_tokens"}
 #: keys removed since: dotted key -> the value whose behaviour today's code always has. A
 #: recording with that value is reproduced; any other value is refused.
-REMOVED_KEYS: dict[str, Any] = {}
+REMOVED_KEYS: dict[str, Any] = {
+    # SGLang's new_token_ratio reservation replaced the fixed per-request reserve: no recorded
+    # value reproduces today's admission
+    "engine.admission_reserve_tokens": "no fixed reserve (SGLang's new_token_ratio admission)",
+}
 #: keys added since: dotted key -> the value that reproduces a run recorded before the key
 #: existed. A key missing from a recording and from this table takes today's default.
 ADDED_KEYS: dict[str, Any] = {}
