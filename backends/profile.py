@@ -8,8 +8,8 @@ turns it into a :class:`~backends.latency_table.LatencyTable`; :class:`ProfileEx
 
 Building the grids (each documented in ``LatencyTable.source``):
 
-- **Axes** are the measured values: verify (padded batch size, width, KV length), draft (batch
-  size, KV length), prefill (tokens, prefix).  Measured points are reproduced exactly (unless the
+- **Axes** are the measured values: verify and draft-extend (padded batch size, width, KV
+  length), draft (batch size, KV length), prefill (tokens, prefix).  Measured points are reproduced exactly (unless the
   monotone pass below had to move a noisy one; counted).
 - **Holes** (points a sweep skipped, typically large batch x long KV that did not fit) are filled,
   in this order: (1) along KV within the same batch size and width, linearly between measured
@@ -19,8 +19,13 @@ Building the grids (each documented in ``LatencyTable.source``):
 - **Eager** grids cover the union of the eager and graph axes.  Measured eager points are used as
   they are; the others are the graph value plus the *measured eager overhead*, the median of
   ``eager - graph`` over the eager points inside the graph grid.  A kind with no eager point at
-  all borrows the other kind's overhead scaled by the ratio of kernel counts (draft: 1 layer), or,
-  with no eager point anywhere, takes the graph value and says so in ``source["warnings"]``.
+  all borrows the other kind's overhead scaled by the ratio of kernel counts (draft: 1 layer;
+  draft-extend borrows the draft's), or, with no eager point anywhere, takes the graph value and
+  says so in ``source["warnings"]``.
+- **Draft-extend** rows (``kind == "draft_extend"``) are optional: a profile without them (one
+  recorded before the pass was profiled) still loads, and its table times a draft-extend launch
+  as one draft-decode pass (``LatencyTable``'s fallback), which ``source["draft_extend"]`` and
+  ``source["warnings"]`` say.
 - **Prefill** rows with the same (tokens, prefix) and different request counts are averaged (the
   table has no request-count axis); the largest spread is reported.
 - Values are then made non-decreasing along KV length (verify, draft) and along tokens and
@@ -50,7 +55,8 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
-from backends.latency_table import Grid, LatencyTable, TableExecutor, interp2, interp3
+from backends.latency_table import (EXTEND_FALLBACK_CAVEAT, Grid, LatencyTable, TableExecutor,
+                                    interp2, interp3)
 from traces.atomic import atomic_output_file
 from traces.errors import Problem, SpecschedError, TraceValidationError
 
@@ -76,7 +82,7 @@ PROFILE_SCHEMA = pa.schema([
 #: optional column: "grid" (builds the tables) or "heldout" (kept out, scored by fidelity)
 SPLIT_FIELD = pa.field("split", pa.string(), nullable=False)
 SPLITS = ("grid", "heldout")
-_KINDS = ("verify", "draft", "prefill")
+_KINDS = ("verify", "draft", "prefill", "draft_extend")
 _META_KEYS = ("model", "gpu", "versions", "command", "kernels", "notes", "attention")
 _MAX_PROBLEMS = 200
 
@@ -153,11 +159,11 @@ def _validate(table: pa.Table, where: str) -> None:
             bad(i, "bs", f"must be >= 1, got {bs[i]}")
         if kv[i] < 0:
             bad(i, "kv_len", f"must be >= 0, got {kv[i]}")
-        if k == "verify":
+        if k in ("verify", "draft_extend"):
             if width[i] < 1:
-                bad(i, "width", f"verify width must be >= 1, got {width[i]}")
+                bad(i, "width", f"{k} width must be >= 1, got {width[i]}")
             elif tokens[i] != bs[i] * width[i]:
-                bad(i, "tokens", f"verify tokens must be bs*width = {bs[i] * width[i]}, got {tokens[i]}")
+                bad(i, "tokens", f"{k} tokens must be bs*width = {bs[i] * width[i]}, got {tokens[i]}")
         elif k == "draft":
             if width[i] != 1:
                 bad(i, "width", f"draft width must be 1, got {width[i]}")
@@ -194,6 +200,12 @@ def _validate(table: pa.Table, where: str) -> None:
             what = "graph-replayed " if g else ""
             raise SpecschedError(f"has no {what}{k} rows: a profile needs verify and draft graph "
                                  "replays and prefill passes", path=where)
+    ext = kind == "draft_extend"
+    if np.any(ext) and not np.any(ext & graph):
+        row = int(np.nonzero(ext)[0][0])
+        raise SpecschedError("eager draft_extend rows without graph-replayed ones: the eager grid "
+                             "is built on the graph grid; record draft_extend graph rows too",
+                             path=where, row=row, column="graph")
 
 
 def profile_metadata(model: Any, gpu: Any, *, versions: Any = None, command: str = "",
@@ -382,7 +394,10 @@ def load_profile(path: "str | Path") -> LatencyTable:
 
     grids: dict[str, Grid] = {}
     graph_pts = {}
-    for k, cols, fill in (("verify", (bs, width, kv), (2, 0, 1)), ("draft", (bs, kv), (1, 0))):
+    passes = [("verify", (bs, width, kv), (2, 0, 1)), ("draft", (bs, kv), (1, 0))]
+    if np.any(kind == "draft_extend"):
+        passes.append(("draft_extend", (bs, width, kv), (2, 0, 1)))
+    for k, cols, fill in passes:
         p = pts(k, True, cols)
         graph_pts[k] = p
         axes = axes_of(p, len(cols))
@@ -394,7 +409,7 @@ def load_profile(path: "str | Path") -> LatencyTable:
     # eager overheads measured against the graph grids
     overhead: dict[str, float | None] = {}
     eager_pts = {}
-    for k, cols in (("verify", (bs, width, kv)), ("draft", (bs, kv))):
+    for k, cols, _ in passes:
         p = pts(k, False, cols)
         eager_pts[k] = p
         g = grids[f"{k}_graph"]
@@ -402,7 +417,9 @@ def load_profile(path: "str | Path") -> LatencyTable:
         overhead[k] = float(np.median(diffs)) if diffs else None
         stats["eager_derived"][k] = {"measured_points": len(p), "matched_for_overhead": len(diffs),
                                      "overhead_s": overhead[k]}
-    for k, other in (("verify", "draft"), ("draft", "verify")):
+    for k, other in (("verify", "draft"), ("draft", "verify"), ("draft_extend", "draft")):
+        if k not in overhead:
+            continue
         if overhead[k] is None and overhead[other] is not None:
             ratio = _kernel_ratio(meta.get("model"), k, other)
             if ratio is not None:
@@ -421,7 +438,7 @@ def load_profile(path: "str | Path") -> LatencyTable:
                                      "clipped to 0")
             overhead[k] = 0.0
 
-    for k, cols, fill in (("verify", (bs, width, kv), (2, 0, 1)), ("draft", (bs, kv), (1, 0))):
+    for k, cols, fill in passes:
         g = grids[f"{k}_graph"]
         p = eager_pts[k]
         n_axes = len(cols)
@@ -454,6 +471,13 @@ def load_profile(path: "str | Path") -> LatencyTable:
     stats["holes_filled"]["prefill"] = n
     grids["prefill"] = _build(axes, vals, "prefill", ~np.isnan(_grid_from_points_mask(p, axes)), stats)
 
+    if "draft_extend_graph" in grids:
+        grids["extend_graph"] = grids.pop("draft_extend_graph")
+        grids["extend_eager"] = grids.pop("draft_extend_eager")
+        stats["draft_extend"] = (f"measured: {int(np.sum((kind == 'draft_extend') & graph))} graph "
+                                 f"and {int(np.sum((kind == 'draft_extend') & ~graph))} eager rows")
+    else:
+        stats["warnings"].append(EXTEND_FALLBACK_CAVEAT + " (the profile has no draft_extend rows)")
     if not stats["warnings"]:
         del stats["warnings"]
     if rows.num_rows > table.num_rows:
@@ -489,7 +513,8 @@ def _kernel_ratio(model_meta: Any, k: str, other: str) -> float | None:
         model = ModelShape.from_dict(model_meta)
     except (SpecschedError, TypeError, ValueError):
         return None
-    count = {"verify": kernel_count(model), "draft": kernel_count(model.draft)}
+    count = {"verify": kernel_count(model), "draft": kernel_count(model.draft),
+             "draft_extend": kernel_count(model.draft, extend=True)}
     return count[k] / count[other]
 
 
@@ -529,7 +554,8 @@ class ProfileExecutor(TableExecutor):
 
 
 _MODEL_KEYS = ("layers", "hidden", "heads", "kv_heads", "head_dim", "intermediate", "vocab", "tp",
-               "attention", "kv_lora_rank", "experts", "experts_per_token", "moe_intermediate")
+               "attention", "kv_lora_rank", "experts", "experts_per_token", "moe_intermediate",
+               "draft_kind")
 
 
 def _check_model(model: Any, recorded: Any, where: str) -> None:
