@@ -113,20 +113,26 @@ def _fmt_pct(x, signed=False) -> str:
 @click.option("--name", "names", multiple=True,
               help="Label of each run, in order (default: the folder names).")
 @click.option("--title", default="specsched report", show_default=True, help="Page title.")
+@click.option("--baseline", "baseline_dir", type=click.Path(),
+              help="A results folder every run is compared against (absolute and % difference "
+                   "of each headline metric); added as the first run when not among RUN_DIRS.")
 @click.option("--json", "as_json", is_flag=True,
               help="Print every run's metrics as JSON instead of the table.")
-def report(run_dirs, out, slo, names, title, as_json):
+def report(run_dirs, out, slo, names, title, baseline_dir, as_json):
     """Summarise results folders as one self-contained HTML report (and a terminal table).
 
     \b
     Example:
       specsched report runs/pad runs/split -o compare.html --slo 'ttft_p90<=2s,tpot_p99<=200ms'
       specsched report runs/grid -o grid.html     # a sweep folder: all its finished points
+      specsched report runs/split runs/bucket --baseline runs/pad -o vs-pad.html
 
-    The HTML file embeds every plot (latency CDFs, TTFT and TPOT over time, batch size and
-    width mix over time, padding waste, runs side by side): it needs no network to open.
+    The HTML file embeds every plot (latency CDFs and over time, KV cache, running and queued
+    requests, busy time by pass kind, batch size and width histograms and over time, padding
+    waste, rate sweeps, runs side by side): it needs no network to open.
     """
     from analysis.report import print_summary, write_report
+    from analysis.report_tables import baseline_differences, misattributed
     from analysis.results import load_run
     from analysis.slo import parse_slo
 
@@ -135,19 +141,36 @@ def report(run_dirs, out, slo, names, title, as_json):
     if names and len(names) != len(run_dirs):
         raise SpecschedError(f"--name: give one label per run ({len(run_dirs)}), got "
                              f"{len(names)}")
+    base = None
+    if baseline_dir is not None:
+        resolved = [Path(d).resolve() for d in run_dirs]
+        if Path(baseline_dir).resolve() in resolved:
+            base = resolved.index(Path(baseline_dir).resolve())
+        else:
+            run_dirs = [baseline_dir, *run_dirs]
+            names = ("baseline", *names) if names else names
+            base = 0
     labels = list(names) if names else _labels(run_dirs)
     runs = [load_run(d, name=n) for d, n in zip(run_dirs, labels)]
-    summaries = write_report(runs, out, slo=parsed, title=title)
+    summaries = write_report(runs, out, slo=parsed, title=title, baseline=base)
     if as_json:
         payload = {"report": str(out), "runs": summaries}
         if parsed:
-            payload["slo"] = {r.name: parsed.check(r).to_dict() for r in runs}
+            payload["slo"] = {}
+            for r, s in zip(runs, summaries):
+                d = parsed.check(r).to_dict()
+                if misattributed(s):  # wrong outputs never meet an SLO
+                    d["ok"], d["misattributed_rows"] = False, misattributed(s)
+                payload["slo"][r.name] = d
+        if base is not None:
+            payload["baseline"] = {"run": runs[base].name,
+                                   "metrics": baseline_differences(summaries, base)}
         _echo_json(payload)
     else:
         from rich.console import Console
 
         checks = [parsed.check(r) for r in runs] if parsed else None
-        print_summary(runs, summaries, checks=checks, console=_console())
+        print_summary(runs, summaries, checks=checks, console=_console(), baseline=base)
         Console(stderr=True).print(f"report: {out}")
 
 
