@@ -56,8 +56,7 @@ count, ``P`` for its prompt tokens and ``G`` for the tokens it has generated:
    ``prefix, node2 = insert(..., ids, k, now)``; the request frees the pages of blocks
    ``[protected, prefix)`` (another request cached them meanwhile) and hands the pages of blocks
    ``[prefix, k)`` to the cache (they leave its own count); ``lock(..., node2)``,
-   ``unlock(..., node)``,
-   ``node = node2``, ``protected = k``.
+   ``unlock(..., node)``, ``node = node2``, ``protected = k``.
 3. **Finish**: the request frees its own pages (everything past ``protected * B``: generated
    tokens and the partial last block), then ``unlock(..., node)``.  Output tokens have no ids
    and are not inserted.
