@@ -17,7 +17,7 @@ from typing import Any, Callable
 from analysis.metrics import summarize
 from analysis.results import RunResults
 from analysis.slo import Slo, SloCheck
-from traces.atomic import atomic_output_file
+from traces.atomic import HTML_GENERATOR, atomic_output_file
 
 __all__ = ["readable", "SUMMARY_ROWS", "summary_table", "build_html", "write_report", "print_summary"]
 
@@ -187,7 +187,7 @@ def build_html(runs: list[RunResults], *, slo: Slo | None = None,
                            tpot_s=slo.tpot_s if slo else None) for r in runs]
     checks: list[SloCheck] = [slo.check(r) for r in runs] if slo else []
     e = html.escape
-    out = ["<!DOCTYPE html>", "<html lang='en'><head><meta charset='utf-8'>",
+    out = ["<!DOCTYPE html>", "<html lang='en'><head><meta charset='utf-8'>", HTML_GENERATOR,
            f"<title>{e(title)}</title>", f"<style>{_CSS}</style></head><body>",
            f"<h1>{e(title)}</h1>",
            f"<p class='small'>{len(runs)} run{'s' if len(runs) != 1 else ''}. Every figure is "
@@ -244,10 +244,11 @@ def build_html(runs: list[RunResults], *, slo: Slo | None = None,
 
 
 def write_report(runs: list[RunResults], out: str | Path, *, slo: Slo | None = None,
-                 title: str = "specsched report") -> list[dict]:
-    """Write the HTML report atomically; returns the per-run summaries."""
+                 title: str = "specsched report", inputs=()) -> list[dict]:
+    """Write the HTML report atomically; returns the per-run summaries.  ``out`` may replace an
+    earlier specsched report, never one of ``inputs`` or another file."""
     text, summaries = build_html(runs, slo=slo, title=title)
-    with atomic_output_file(out) as tmp:
+    with atomic_output_file(out, inputs=inputs, kind="html") as tmp:
         Path(tmp).write_text(text, encoding="utf-8")
         readable(tmp)
     return summaries

@@ -36,8 +36,9 @@ __all__ = ["simulate"]
               help="Any configuration key, e.g. --set engine.max_running=64 (repeatable).")
 @click.option("--limit", type=int, help="Simulate only the first N requests of the trace.")
 @click.option("--out", "out_dir", type=click.Path(file_okay=False),
-              help="Results folder (default runs/<trace>__<policy>__<backend>); replaced "
-                   "atomically if it exists.")
+              help="Results folder (default runs/<trace>__<policy>__<backend>). An existing "
+                   "folder is replaced, atomically, only if it is empty or a results folder "
+                   "specsched wrote.")
 @click.option("--report/--no-report", default=True, show_default=True,
               help="Write report.html with plots into the results folder.")
 @click.option("--progress/--no-progress", default=None,
@@ -57,7 +58,8 @@ def simulate(trace_path, config_path, backend, policy, model, tp, gpu, profile_p
     """
     import json
 
-    from specsched.setup import load_trace, simulate_to
+    from specsched.setup import input_files, load_trace, simulate_to
+    from traces.atomic import check_output_dir
 
     overrides = {"backend.name": backend, "engine.policy": policy, "model.name": model,
                  "model.tp": tp, "backend.gpu": gpu, "backend.profile": profile_path,
@@ -65,15 +67,17 @@ def simulate(trace_path, config_path, backend, policy, model, tp, gpu, profile_p
                  "rate_scale": rate_scale, "seed": seed}
     overrides.update(parse_overrides(sets))
     config = SimConfig.load(config_path, overrides)
-    trace = load_trace(trace_path, acceptance=acceptance, seed=config.seed, limit=limit)
     if out_dir is None:
         out_dir = (Path("runs") / f"{Path(trace_path).stem}__{config.engine.policy}__"
                    f"{config.backend.name}")
+    # refuse a bad --out before the (possibly long) run; checked again when the folder is written
+    check_output_dir(out_dir, inputs=input_files(config, trace_path, config_path))
+    trace = load_trace(trace_path, acceptance=acceptance, seed=config.seed, limit=limit)
     show = sys.stderr.isatty() if progress is None else progress
     bar = _ProgressBar(len(trace)) if show else None
     try:
         result = simulate_to(trace, config, out_dir, progress=bar.update if bar else None,
-                             report=report)
+                             report=report, inputs=[config_path])
     finally:
         if bar:
             bar.close()
