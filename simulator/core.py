@@ -153,7 +153,9 @@ C_MAXCAPBS = 9    # largest captured batch size (0: no graphs)
 C_FAST = 10       # 1: time passes from the latency table here
 C_MAXPREFILL = 11  # max tokens of one prefill pass (SGLang max_prefill_tokens)
 C_RECORD_RS = 12  # record request steps
-NCI = 13
+C_YIELD = 13      # return ADV_YIELD after this many iterations in one advance() call (0: never),
+                  # so a compiled call is short in wall time and the caller can see Ctrl-C
+NCI = 14
 CF_OVERHEAD = 0   # scheduler overhead per iteration, seconds
 CF_ATT = 1        # CF[CF_ATT:]: backends.latency_table.attention_params (all 0: mean KV lookups)
 NCF = CF_ATT + NATT
@@ -213,6 +215,7 @@ ADV_PENDING = 2     # the pending iteration ends after the horizon: wait for its
 ADV_FULL = 3        # the step buffers are full: flush them
 ADV_TIMING = 4      # passes need latencies from a live executor
 ADV_STUCK = 5       # the queue head can never be admitted (a configuration the checks missed)
+ADV_YIELD = 6       # CI[C_YIELD] iterations applied in this call: call again (nothing else to do)
 
 MAXPASS = 2 + 64    # a draft row + at most 64 verify launches (or one prefill)
 
@@ -1003,6 +1006,7 @@ def advance(r, horizon, arrival, prompt, output, off, draft, acc, pacc, R, RF, E
     tmp = np.zeros(2 * RUN.shape[1] + 2, np.int64)
     committed = np.zeros(MAXPASS, np.int64)
     maxrun = RUN.shape[1]
+    applied = 0
     while True:
         if E[r, E_PENDING] != 0:
             if E[r, E_TIMED] == 0:
@@ -1021,6 +1025,9 @@ def advance(r, horizon, arrival, prompt, output, off, draft, acc, pacc, R, RF, E
                 return ADV_FULL
             _apply_pending(r, R, RF, E, EF, RUN, MB, PI, PF, prompt, output, off, draft, acc,
                            pacc, SI, SF, RSI, RSF, G, CI, CF, committed)
+            applied += 1
+            if applied == CI[C_YIELD]:  # state is all in the arrays: the next call resumes here
+                return ADV_YIELD
             continue
         clock = EF[r, EF_CLOCK]
         if clock >= horizon:
