@@ -19,7 +19,7 @@ from analysis.report_tables import (CLASS_HEAD, SUMMARY_ROWS, VIOLATIONS_ROW, ba
                                     summary_table)
 from analysis.results import RunResults
 from analysis.slo import Slo, SloCheck
-from traces.atomic import atomic_output_file
+from traces.atomic import HTML_GENERATOR, atomic_output_file
 
 __all__ = ["readable", "SUMMARY_ROWS", "summary_table", "build_html", "write_report",
            "print_summary", "slo_verdict"]
@@ -193,7 +193,7 @@ def build_html(runs: list[RunResults], *, slo: Slo | None = None, title: str = "
                            tpot_s=slo.tpot_s if slo else None) for r in runs]
     checks: list[SloCheck] = [slo.check(r) for r in runs] if slo else []
     figures = render_all(runs, summaries)
-    out = ["<!DOCTYPE html>", "<html lang='en'><head><meta charset='utf-8'>",
+    out = ["<!DOCTYPE html>", "<html lang='en'><head><meta charset='utf-8'>", HTML_GENERATOR,
            f"<title>{_e(title)}</title>", f"<style>{_CSS}</style></head><body>",
            f"<h1>{_e(title)}</h1>",
            f"<p class='small'>{len(runs)} run{'s' if len(runs) != 1 else ''}, {len(figures)} "
@@ -220,10 +220,12 @@ def build_html(runs: list[RunResults], *, slo: Slo | None = None, title: str = "
 
 
 def write_report(runs: list[RunResults], out: str | Path, *, slo: Slo | None = None,
-                 title: str = "specsched report", baseline: int | None = None) -> list[dict]:
-    """Write the HTML report atomically; returns the per-run summaries."""
+                 title: str = "specsched report", baseline: int | None = None,
+                 inputs=()) -> list[dict]:
+    """Write the HTML report atomically; returns the per-run summaries.  ``out`` may replace an
+    earlier specsched report, never one of ``inputs`` or another file."""
     text, summaries = build_html(runs, slo=slo, title=title, baseline=baseline)
-    with atomic_output_file(out) as tmp:
+    with atomic_output_file(out, inputs=inputs, kind="html") as tmp:
         Path(tmp).write_text(text, encoding="utf-8")
         readable(tmp)
     return summaries

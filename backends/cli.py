@@ -203,6 +203,12 @@ def profile(model, tp, out, bs, widths, kv_lens, eager_bs, eager_widths, eager_k
     from backends.aiter.profiling import DEFAULT_BS, DEFAULT_KV, ProfileSpec, run_profile
     from backends.models import load_model
 
+    from pathlib import Path
+
+    from traces.atomic import check_output_file
+
+    inputs = (model,) if Path(model).is_file() else ()
+    check_output_file(out, inputs=inputs, kind="parquet")  # before the measurements, not after
     bridge.require_gpu()
     shape = load_model(model, tp=tp, draft_kind=draft_kind)
 

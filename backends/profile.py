@@ -237,7 +237,8 @@ def _encode_metadata(metadata: Mapping[str, Any], where: str) -> dict[bytes, byt
 
 
 # ---- writing and reading -------------------------------------------------------------------
-def write_profile(rows: Any, path: "str | Path", metadata: Mapping[str, Any]) -> Path:
+def write_profile(rows: Any, path: "str | Path", metadata: Mapping[str, Any], *,
+                  inputs: tuple = ()) -> Path:
     """Validate profile rows and write them to ``path`` atomically (sorted, zstd, deterministic).
 
     ``rows``: a pyarrow Table, a list of row dicts or a dict of columns with the columns of
@@ -256,7 +257,8 @@ def write_profile(rows: Any, path: "str | Path", metadata: Mapping[str, Any]) ->
         ("kind", "ascending"), ("graph", "ascending"), ("bs", "ascending"),
         ("width", "ascending"), ("kv_len", "ascending"), ("tokens", "ascending")])
     table = table.take(order).replace_schema_metadata(meta)
-    with atomic_output_file(path) as tmp:
+    # may replace a parquet specsched wrote (an earlier profile), never an input or other file
+    with atomic_output_file(path, inputs=inputs, kind="parquet") as tmp:
         pq.write_table(table, tmp, compression="zstd")
     return path
 

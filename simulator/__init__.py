@@ -106,10 +106,11 @@ def run_to(out_dir: str | Path, trace, config: SimConfig, executor: Executor, *,
            kv_capacity_tokens: int | None = None, context_len: int = 0,
            progress: Callable[[int, int], None] | None = None, overwrite: bool = True,
            extra: Callable[[Path], None] | None = None,
-           summary_extra: dict | None = None) -> SimResult:
+           summary_extra: dict | None = None, inputs=()) -> SimResult:
     """:func:`run`, streaming the results into ``out_dir``; the folder appears (or is replaced)
-    only when the whole run and ``extra(folder)`` succeeded."""
-    with atomic_output_dir(out_dir, overwrite=overwrite) as tmp:
+    only when the whole run and ``extra(folder)`` succeeded.  ``out_dir`` must be a folder
+    :func:`traces.atomic.check_output_dir` accepts (``inputs``: the run's input files)."""
+    with atomic_output_dir(out_dir, overwrite=overwrite, inputs=inputs) as tmp:
         result = run(trace, config, executor, kv_capacity_tokens=kv_capacity_tokens,
                      progress=progress, stream_dir=tmp, context_len=context_len)
         if summary_extra:  # its "warnings" are added to the run's own

@@ -41,8 +41,9 @@ __all__ = ["simulate"]
                    "SGLang refuses them), drop them, or truncate them (SGLang's "
                    "--allow-auto-truncate).")
 @click.option("--out", "out_dir", type=click.Path(file_okay=False),
-              help="Results folder (default runs/<trace>__<policy>__<backend>); replaced "
-                   "atomically if it exists.")
+              help="Results folder (default runs/<trace>__<policy>__<backend>). An existing "
+                   "folder is replaced, atomically, only if it is empty or a results folder "
+                   "specsched wrote.")
 @click.option("--report/--no-report", default=True, show_default=True,
               help="Write report.html with plots into the results folder.")
 @click.option("--progress/--no-progress", default=None,
@@ -62,7 +63,8 @@ def simulate(trace_path, config_path, backend, policy, model, tp, gpu, profile_p
     """
     import json
 
-    from specsched.setup import load_trace, simulate_to
+    from specsched.setup import input_files, load_trace, simulate_to
+    from traces.atomic import check_output_dir
 
     overrides = {"backend.name": backend, "engine.policy": policy, "model.name": model,
                  "model.tp": tp, "backend.gpu": gpu, "backend.profile": profile_path,
@@ -71,15 +73,17 @@ def simulate(trace_path, config_path, backend, policy, model, tp, gpu, profile_p
                  "engine.context_overflow": context_overflow}
     overrides.update(parse_overrides(sets))
     config = SimConfig.load(config_path, overrides)
-    trace = load_trace(trace_path, acceptance=acceptance, seed=config.seed, limit=limit)
     if out_dir is None:
         out_dir = (Path("runs") / f"{Path(trace_path).stem}__{config.engine.policy}__"
                    f"{config.backend.name}")
+    # refuse a bad --out before the (possibly long) run; checked again when the folder is written
+    check_output_dir(out_dir, inputs=input_files(config, trace_path, config_path))
+    trace = load_trace(trace_path, acceptance=acceptance, seed=config.seed, limit=limit)
     show = sys.stderr.isatty() if progress is None else progress
     bar = _ProgressBar(len(trace)) if show else None
     try:
         result = simulate_to(trace, config, out_dir, progress=bar.update if bar else None,
-                             report=report)
+                             report=report, inputs=[config_path])
     finally:
         if bar:
             bar.close()

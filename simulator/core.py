@@ -160,7 +160,9 @@ C_SPEC = 13       # 1: speculative decoding (draft and draft-extend passes); 0: 
 C_DECODE_RESERVE = 14  # tokens per request check_decode_mem wants free (spec: 2 x draft tokens)
 C_RETRACT_STEPS = 15  # SGLang SGLANG_RETRACT_DECODE_STEPS (the ratio estimate after a retraction)
 C_OVERLAP = 16    # 1: the scheduler's host time overlaps the GPU (SGLang's overlap schedule)
-NCI = 17
+C_YIELD = 17      # return ADV_YIELD after this many iterations in one advance() call (0: never),
+                  # so a compiled call is short in wall time and the caller can see Ctrl-C
+NCI = 18
 CF_OVERHEAD = 0   # scheduler overhead per iteration, seconds
 CF_RATIO_INIT = 1  # SGLang init_new_token_ratio
 CF_RATIO_MIN = 2   # SGLang min_new_token_ratio
@@ -223,6 +225,7 @@ ADV_PENDING = 2     # the pending iteration ends after the horizon: wait for its
 ADV_FULL = 3        # the step buffers are full: flush them
 ADV_TIMING = 4      # passes need latencies from a live executor
 ADV_STUCK = 5       # the queue head can never be admitted (a configuration the checks missed)
+ADV_YIELD = 6       # CI[C_YIELD] iterations applied in this call: call again (nothing else to do)
 
 MAXPASS = 3 + 64    # a draft row, at most 64 verify launches, a draft-extend row (or one prefill)
 
@@ -1174,6 +1177,7 @@ def advance(r, horizon, arrival, prompt, output, mnt, off, draft, acc, pacc, R, 
     tmp = np.zeros(2 * RUN.shape[1] + 2, np.int64)
     committed = np.zeros(MAXPASS, np.int64)
     maxrun = RUN.shape[1]
+    applied = 0
     while True:
         if E[r, E_PENDING] != 0:
             if E[r, E_TIMED] == 0:
@@ -1189,6 +1193,9 @@ def advance(r, horizon, arrival, prompt, output, mnt, off, draft, acc, pacc, R, 
                 return ADV_FULL
             _apply_pending(r, R, RF, E, EF, RUN, MB, PI, PF, prompt, output, off, draft, acc,
                            pacc, SI, SF, RSI, RSF, G, CI, CF, committed)
+            applied += 1
+            if applied == CI[C_YIELD]:  # state is all in the arrays: the next call resumes here
+                return ADV_YIELD
             continue
         clock = EF[r, EF_CLOCK]
         if clock >= horizon:

@@ -296,13 +296,14 @@ def write_into(result: SimResult, folder: Path) -> None:
 
 
 def write_results(result: SimResult, out_dir: str | Path, *, overwrite: bool = True,
-                  extra: Callable[[Path], None] | None = None) -> Path:
+                  extra: Callable[[Path], None] | None = None, inputs=()) -> Path:
     """Write requests/steps/request_steps.parquet and summary.json into ``out_dir``, atomically.
 
     ``extra(folder)`` may add files (a report) to the folder before it is renamed into place.
-    (Runs that streamed their steps write through :func:`simulator.run_to` instead.)"""
+    (Runs that streamed their steps write through :func:`simulator.run_to` instead.)
+    ``inputs``: the run's input files, which ``out_dir`` may not hold."""
     out_dir = Path(out_dir)
-    with atomic_output_dir(out_dir, overwrite=overwrite) as tmp:
+    with atomic_output_dir(out_dir, overwrite=overwrite, inputs=inputs) as tmp:
         write_into(result, tmp)
         if extra is not None:
             extra(tmp)

@@ -14,7 +14,7 @@ from typing import Any, Callable
 from simulator.config import SimConfig
 from traces.errors import SpecschedError
 
-__all__ = ["Prepared", "prepare", "load_trace", "simulate_to"]
+__all__ = ["Prepared", "prepare", "load_trace", "simulate_to", "input_files"]
 
 
 @dataclass(frozen=True)
@@ -74,10 +74,23 @@ def load_trace(path: str | Path, *, acceptance: str | None = None, seed: int = 0
     return trace if limit is None else trace.head(limit)
 
 
+def input_files(config: SimConfig, *paths) -> list[str]:
+    """The files a simulation reads: ``paths`` (the trace, a TOML file) and the files the
+    configuration names (a profile, a model's config.json).  An output may not replace them."""
+    out = [str(p) for p in paths if p]
+    if config.backend.profile:
+        out.append(str(config.backend.profile))
+    if Path(config.model.name).is_file():
+        out.append(str(config.model.name))
+    return out
+
+
 def simulate_to(trace, config: SimConfig, out_dir: str | Path | None, *, executor: Any = None,
-                progress: Callable[[int, int], None] | None = None, report: bool = False):
+                progress: Callable[[int, int], None] | None = None, report: bool = False,
+                inputs=()):
     """Run one simulation; with ``out_dir``, stream its results folder into place atomically
-    (``report.html`` included when ``report`` is true); without, keep the tables in memory."""
+    (``report.html`` included when ``report`` is true); without, keep the tables in memory.
+    ``out_dir`` may not hold the trace, ``inputs`` or the files the configuration names."""
     from simulator import run, run_to
 
     if trace.acceptance.get("speculation") is False and config.engine.num_draft_tokens != 1:
@@ -98,14 +111,20 @@ def simulate_to(trace, config: SimConfig, out_dir: str | Path | None, *, executo
     extra = None
     if report:
         def extra(folder: Path) -> None:
+            import dataclasses
+
             from analysis.report import write_report
             from analysis.results import load_run
 
-            write_report([load_run(folder, name=Path(out_dir).name)], folder / "report.html")
+            # read from the temporary folder, shown as the folder it becomes
+            run_ = dataclasses.replace(load_run(folder, name=Path(out_dir).name),
+                                       path=Path(out_dir))
+            write_report([run_], folder / "report.html")
     extra_summary["warnings"] = []
     _context_warning(extra_summary, context)
+    files = input_files(config, getattr(trace, "path", None), *inputs)
     return run_to(out_dir, trace, prep.config, prep.executor, extra=extra,
-                  summary_extra=extra_summary, **kw)
+                  summary_extra=extra_summary, inputs=files, **kw)
 
 
 def _context_warning(summary: dict, context: dict) -> None:

@@ -499,11 +499,14 @@ def convert(fmt: str, input_path: str | os.PathLike, output_path: str | os.PathL
     With ``acceptance`` (a spec string), per-step lists are drawn with
     ``numpy.random.default_rng(seed)`` in arrival order; the model is recorded in the metadata.
     """
-    from traces.acceptance import parse_acceptance
+    from traces.acceptance import model_file, parse_acceptance
+    from traces.atomic import check_output_file
     from traces.io import check_seed, write_trace
 
     check_seed(seed)
     model = parse_acceptance(acceptance) if acceptance is not None else None
+    inputs = [input_path, model_file(model)]
+    check_output_file(output_path, inputs=inputs, kind="parquet")  # before reading the input
     src = read_source(fmt, input_path)
     src, notes = prepare(src, limit=limit, rate_scale=rate_scale)
     meta: dict[str, Any] = {}
@@ -547,7 +550,7 @@ def convert(fmt: str, input_path: str | os.PathLike, output_path: str | os.PathL
             totals["steps"] += int(lists.offsets[-1])
             yield build_table(src.select(np.arange(start, end)), lists)
 
-    write_trace(batches(), output_path, metadata=meta)
+    write_trace(batches(), output_path, metadata=meta, inputs=inputs)
     return ConvertResult(str(output_path), len(src),
                          None if model is None else totals["steps"],
                          src.dropped, tuple(notes), meta)

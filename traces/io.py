@@ -129,25 +129,27 @@ def _as_batches(data: pa.Table | pa.RecordBatch | Iterable) -> Iterator[pa.Recor
 
 def write_trace(table_or_batches: pa.Table | pa.RecordBatch | Iterable, path: str | os.PathLike,
                 *, metadata: Mapping[str, Any], row_group_rows: int = ROW_GROUP_ROWS,
-                validate: bool = True) -> None:
+                validate: bool = True, inputs: Iterable = ()) -> None:
     """Write a trace atomically: zstd parquet, fixed row groups, ``specsched.*`` metadata.
 
     ``metadata`` maps keys (with or without the ``specsched.`` prefix) to JSON-serialisable
     values; the format version is added.  The rows are validated while written (unless
-    ``validate=False``); on any problem nothing is left at ``path``.
+    ``validate=False``); on any problem nothing is left at ``path``.  ``path`` may replace a
+    parquet file specsched wrote, never one of ``inputs`` (the files the trace is made from) or
+    any other file (:func:`traces.atomic.check_output_file`).
     """
     meta = encode_metadata(metadata)
     batches = _as_batches(table_or_batches)
     if os.path.isdir(path):
         raise SpecschedError("is a folder: give a file name for the trace", path=str(path))
     try:
-        _write(batches, path, meta, row_group_rows, validate)
+        _write(batches, path, meta, row_group_rows, validate, tuple(inputs))
     except OSError as exc:
         raise SpecschedError(f"cannot write ({exc.strerror or exc})", path=str(path)) from None
 
 
-def _write(batches, path, meta, row_group_rows: int, validate: bool) -> None:
-    with atomic_output_file(path) as tmp:
+def _write(batches, path, meta, row_group_rows: int, validate: bool, inputs: tuple) -> None:
+    with atomic_output_file(path, inputs=inputs, kind="parquet") as tmp:
         writer: pq.ParquetWriter | None = None
         checker: TraceChecker | None = None
         pending: list[pa.RecordBatch] = []

@@ -101,17 +101,24 @@ def parse_lengths(spec: str) -> LengthSpec:
                          "empirical:PATH goes to --lengths)")
 
 
+def _empirical_source(spec: str) -> tuple[str | None, str]:
+    """(format or None for a specsched parquet, path) of ``empirical:[FORMAT:]PATH``."""
+    from traces.convert import FORMATS
+
+    rest = spec[len("empirical:"):]
+    head = rest.split(":", 1)
+    if len(head) == 2 and head[0] in FORMATS:
+        return head[0], head[1]
+    return None, rest
+
+
 def load_empirical(spec: str) -> tuple[np.ndarray, np.ndarray, dict[str, Any]]:
     """(prompt, output) pairs of ``empirical:PATH`` or ``empirical:FORMAT:PATH``."""
-    from traces.convert import FORMATS, read_source, read_vidur_lengths
+    from traces.convert import read_source, read_vidur_lengths
 
     if not spec.startswith("empirical:"):
         raise SpecschedError(f"--lengths {spec!r}: expected empirical:PATH or empirical:FORMAT:PATH")
-    rest = spec[len("empirical:"):]
-    fmt, path = None, rest
-    head = rest.split(":", 1)
-    if len(head) == 2 and head[0] in FORMATS:
-        fmt, path = head
+    fmt, path = _empirical_source(spec)
     if fmt is None:
         from traces.io import iter_trace_batches
         prompt, output = [], []
@@ -161,6 +168,8 @@ def synth(output_path: str | os.PathLike, *, n: int, rate: float, arrival: str =
     ``prefix_block``-token blocks (``traces.sessions``); the trace is then built in memory.
     """
     from traces.acceptance import FILL_BLOCK_ROWS, parse_acceptance
+    from traces.acceptance import model_file  # noqa: F401
+    from traces.atomic import check_output_file
     from traces.io import steps_table, write_trace
 
     from traces.io import check_seed
@@ -177,6 +186,10 @@ def synth(output_path: str | os.PathLike, *, n: int, rate: float, arrival: str =
     if arrival == "poisson":
         cv = 1.0
     model = parse_acceptance(acceptance) if acceptance is not None else None
+    inputs = [model_file(model)]
+    if lengths is not None and lengths.startswith("empirical:"):
+        inputs.append(_empirical_source(lengths)[1])
+    check_output_file(output_path, inputs=inputs, kind="parquet")  # before the draws
     emp = load_empirical(lengths) if lengths is not None else None
     p_spec = parse_lengths(prompt) if emp is None else None
     o_spec = parse_lengths(output) if emp is None else None
@@ -229,7 +242,7 @@ def synth(output_path: str | os.PathLike, *, n: int, rate: float, arrival: str =
                 progress(m)
             yield pa.RecordBatch.from_pydict(cols)
 
-    write_trace(batches(), output_path, metadata=meta)
+    write_trace(batches(), output_path, metadata=meta, inputs=inputs)
     return SynthResult(str(output_path), n, totals["steps"] if model is not None else None, meta)
 
 

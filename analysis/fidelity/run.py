@@ -52,7 +52,7 @@ def run_fidelity(trace_path: str | Path, model: str, *, out_dir: str | Path | No
     from backends.latency_table import TableExecutor
     from backends.profile import ProfileExecutor
     from simulator.config import SimConfig
-    from specsched.setup import load_trace, prepare, simulate_to
+    from specsched.setup import input_files, load_trace, prepare, simulate_to
     from traces.atomic import atomic_output_dir
 
     if reference == "profile":
@@ -116,5 +116,6 @@ def run_fidelity(trace_path: str | Path, model: str, *, out_dir: str | Path | No
 
     if out_dir is None:
         return go(None)
-    with atomic_output_dir(out_dir) as tmp:
+    inputs = input_files(base, trace_path, config_path, reference_run, *repeat_runs)
+    with atomic_output_dir(out_dir, inputs=inputs) as tmp:
         return go(Path(tmp))
