@@ -21,7 +21,7 @@ __all__ = ["col", "kinds_present", "lookup_points", "predict", "predict_steps",
            "measured_points", "grid_position", "AXES", "GRIDS", "KIND_ORDER"]
 
 #: the order kinds are reported in; kinds not listed follow, sorted
-KIND_ORDER = ("verify", "draft", "prefill")
+KIND_ORDER = ("verify", "draft", "draft_extend", "prefill")
 
 #: what each kind's prediction is, from its lookup point (``p``: :func:`lookup_points`, ``i``:
 #: the step).  A kind missing here is not predicted: its steps are counted, not scored.
@@ -31,6 +31,8 @@ _LOOKUPS: dict[str, Callable] = {
                                     p["passes"][i]),
     "verify": lambda t, p, i: t.verify_s(p["bs"][i], p["width"][i], p["kv"][i],
                                          bool(p["graph"][i])),
+    "draft_extend": lambda t, p, i: t.extend_s(p["bs"][i], p["width"][i], p["kv"][i],
+                                               bool(p["graph"][i])),
 }
 
 #: the grid (per graph / eager) each kind is looked up on, and its axes in order (a new kind
@@ -38,6 +40,7 @@ _LOOKUPS: dict[str, Callable] = {
 GRIDS: dict[str, tuple[str, str, tuple[str, ...]]] = {
     "verify": ("verify_graph", "verify_eager", ("bs", "width", "kv")),
     "draft": ("draft_graph", "draft_eager", ("bs", "kv")),
+    "draft_extend": ("extend_graph", "extend_eager", ("bs", "width", "kv")),
     "prefill": ("prefill", "prefill", ("tokens", "kv")),
 }
 
@@ -101,7 +104,7 @@ def lookup_points(steps: pa.Table, attention: dict | None = None) -> dict[str, n
     mixed = np.where(kind == "prefill", bs > 1, spread | (graph & (bs_pad > bs)))
     att = attention_params(attention)
     if att[ATT_ON] and has_max:
-        for i in np.flatnonzero((kind == "verify") | (kind == "draft")):
+        for i in np.flatnonzero((kind == "verify") | (kind == "draft") | (kind == "draft_extend")):
             draft = kind[i] == "draft"
             rows = attention_rows(draft, bool(graph[i]), bs_ax[i], width[i], tokens[i])
             kv_ax[i] = effective_kv(kv_mean[i] * bs[i], kv_max[i], bs_ax[i], bs[i], rows, draft, att)
