@@ -20,7 +20,7 @@ __all__ = ["report", "plan", "uniformity", "sweep", "fidelity"]
 
 
 def __getattr__(name: str):
-    # ``fidelity`` belongs to the backends engineer (analysis/fidelity.py); load it lazily so a
+    # ``fidelity`` belongs to the backends engineer (analysis/fidelity/); load it lazily so a
     # missing or broken GPU stack never breaks the other commands.
     if name == "fidelity":
         from analysis import fidelity as _f
@@ -107,26 +107,34 @@ def _fmt_pct(x, signed=False) -> str:
 @click.command("report")
 @click.argument("run_dirs", nargs=-1, required=True, type=click.Path())
 @click.option("-o", "--out", "out", default="report.html", show_default=True,
-              type=click.Path(dir_okay=False), help="The HTML file to write.")
+              type=click.Path(dir_okay=False),
+              help="The HTML file to write (it may replace an earlier specsched report, never "
+                   "another file).")
 @click.option("--slo", help="Also check an SLO, e.g. 'ttft_p90<=2s,tpot_p99<=200ms' (sets the "
                             "goodput thresholds too).")
 @click.option("--name", "names", multiple=True,
               help="Label of each run, in order (default: the folder names).")
 @click.option("--title", default="specsched report", show_default=True, help="Page title.")
+@click.option("--baseline", "baseline_dir", type=click.Path(),
+              help="A results folder every run is compared against (absolute and % difference "
+                   "of each headline metric); added as the first run when not among RUN_DIRS.")
 @click.option("--json", "as_json", is_flag=True,
               help="Print every run's metrics as JSON instead of the table.")
-def report(run_dirs, out, slo, names, title, as_json):
+def report(run_dirs, out, slo, names, title, baseline_dir, as_json):
     """Summarise results folders as one self-contained HTML report (and a terminal table).
 
     \b
     Example:
       specsched report runs/pad runs/split -o compare.html --slo 'ttft_p90<=2s,tpot_p99<=200ms'
       specsched report runs/grid -o grid.html     # a sweep folder: all its finished points
+      specsched report runs/split runs/bucket --baseline runs/pad -o vs-pad.html
 
-    The HTML file embeds every plot (latency CDFs, TTFT and TPOT over time, batch size and
-    width mix over time, padding waste, runs side by side): it needs no network to open.
+    The HTML file embeds every plot (latency CDFs and over time, KV cache, running and queued
+    requests, busy time by pass kind, batch size and width histograms and over time, padding
+    waste, rate sweeps, runs side by side): it needs no network to open.
     """
     from analysis.report import print_summary, write_report
+    from analysis.report_tables import baseline_differences, misattributed
     from analysis.results import load_run
     from analysis.slo import parse_slo
 
@@ -135,19 +143,42 @@ def report(run_dirs, out, slo, names, title, as_json):
     if names and len(names) != len(run_dirs):
         raise SpecschedError(f"--name: give one label per run ({len(run_dirs)}), got "
                              f"{len(names)}")
+    base = None
+    if baseline_dir is not None:
+        resolved = [Path(d).resolve() for d in run_dirs]
+        if Path(baseline_dir).resolve() in resolved:
+            base = resolved.index(Path(baseline_dir).resolve())
+        else:
+            run_dirs = [baseline_dir, *run_dirs]
+            names = ("baseline", *names) if names else names
+            base = 0
     labels = list(names) if names else _labels(run_dirs)
+    # the report may go into a run's folder, but never over a file a run is read from
+    inputs = [f for d in run_dirs if Path(d).is_dir() for f in Path(d).iterdir() if f.is_file()
+              and f.name != "report.html"]
+    from traces.atomic import check_output_file
+
+    check_output_file(out, inputs=inputs, kind="html")
     runs = [load_run(d, name=n) for d, n in zip(run_dirs, labels)]
-    summaries = write_report(runs, out, slo=parsed, title=title)
+    summaries = write_report(runs, out, slo=parsed, title=title, baseline=base, inputs=inputs)
     if as_json:
         payload = {"report": str(out), "runs": summaries}
         if parsed:
-            payload["slo"] = {r.name: parsed.check(r).to_dict() for r in runs}
+            payload["slo"] = {}
+            for r, s in zip(runs, summaries):
+                d = parsed.check(r).to_dict()
+                if misattributed(s):  # wrong outputs never meet an SLO
+                    d["ok"], d["misattributed_rows"] = False, misattributed(s)
+                payload["slo"][r.name] = d
+        if base is not None:
+            payload["baseline"] = {"run": runs[base].name,
+                                   "metrics": baseline_differences(summaries, base)}
         _echo_json(payload)
     else:
         from rich.console import Console
 
         checks = [parsed.check(r) for r in runs] if parsed else None
-        print_summary(runs, summaries, checks=checks, console=_console())
+        print_summary(runs, summaries, checks=checks, console=_console(), baseline=base)
         Console(stderr=True).print(f"report: {out}")
 
 
@@ -294,7 +325,7 @@ def _print_plan(result, d) -> None:
             t.add_row(*[str(p.params[k]) for k in keys],
                       "-" if p.rate is None else f"{p.rate:.3f}",
                       "-" if p.search.answer is None else f"{p.search.answer:.4g}",
-                      str(len(p.search.probes)), p.error or p.search.status or "")
+                      str(len(p.search.probes)), p.search.status or "")
         con.print(t)
     if best is None:
         con.print("[red]no rate meets the SLO[/red]")
@@ -352,7 +383,8 @@ def _print_plan(result, d) -> None:
 @click.option("--gpu-batches", type=int, default=6, show_default=True,
               help="With --backend aiter: mixed launches to check on the GPU.")
 @click.option("--out", "out_dir", type=click.Path(file_okay=False),
-              help="Also keep each policy's results folder under this folder.")
+              help="Also keep each policy's results folder under this folder (written as a "
+                   "whole; it replaces only a folder specsched wrote).")
 @click.option("--jobs", type=int, help="Simulations at once (default: one per CPU).")
 @click.option("--ray", "ray_address", metavar="ADDRESS",
               help="Run the simulations on a Ray cluster ('local' starts one here).")
@@ -382,6 +414,13 @@ def uniformity(trace_path, config_path, backend, model, gpu, profile_path, accep
     pols = tuple(p.strip() for p in policies.split(",") if p.strip())
     if gpu_check and gpu_batches < 1:
         raise SpecschedError("--gpu-batches: must be >= 1 with --backend aiter")
+    from specsched.setup import input_files
+
+    inputs = input_files(config, trace, config_path)
+    if out_dir is not None:  # refuse a bad --out before the runs; checked again when written
+        from traces.atomic import check_output_dir
+
+        check_output_dir(out_dir, inputs=inputs)
     show = _show_progress(progress)
     err = click.get_text_stream("stderr")
     say = (lambda m: click.echo(f"  {m}", file=err)) if show else None
@@ -389,11 +428,13 @@ def uniformity(trace_path, config_path, backend, model, gpu, profile_path, accep
                          ray=ray_address, keep_files=out_dir is not None,
                          gpu_batches=gpu_batches if gpu_check else 0, progress=say)
     files = rep.pop("files", None)
-    if out_dir is not None:
+    if out_dir is not None:  # one folder, written as a whole: a results folder per policy
         from analysis.sweep import write_folder
+        from traces.atomic import atomic_output_dir
 
-        for p, fs in files.items():
-            write_folder(Path(out_dir) / p, fs)
+        with atomic_output_dir(out_dir, inputs=inputs) as tmp:
+            for p, fs in files.items():
+                write_folder(tmp / p, fs)
         rep["results"] = {p: str(Path(out_dir) / p) for p in files}
     if as_json:
         _echo_json(rep)
@@ -455,7 +496,8 @@ def _print_uniformity(rep) -> None:
 @click.command("sweep")
 @click.argument("grid_path", metavar="GRID.toml", type=click.Path(dir_okay=False))
 @click.option("-o", "--out", "out_dir", type=click.Path(file_okay=False),
-              help="Output folder (default: the grid's sweep.out, else runs/<grid name>).")
+              help="Output folder (default: the grid's sweep.out, else runs/<grid name>): new, "
+                   "empty, or a sweep folder specsched wrote.")
 @click.option("--jobs", type=int, help="Worker processes (default: one per CPU; 1 = inline).")
 @click.option("--ray", "ray_address", metavar="ADDRESS",
               help="Run on a Ray cluster at ADDRESS, or 'local' to start one on this machine.")

@@ -45,9 +45,9 @@ import pyarrow.compute as pc
 
 from analysis.results import RunResults
 
-__all__ = ["Dist", "quantile", "dist", "col", "kind_mask", "duration_s", "request_latencies", "inter_token_gaps",
-           "goodput", "verify_stats", "iteration_stats", "breakdown", "summarize",
-           "LATENCY_METRICS"]
+__all__ = ["Dist", "quantile", "dist", "col", "kind_mask", "kind_names", "duration_s",
+           "request_latencies", "inter_token_gaps", "goodput", "verify_stats", "iteration_stats",
+           "breakdown", "summarize", "LATENCY_METRICS"]
 
 #: Per-request latency metrics (name -> description), the ones an SLO can name.
 LATENCY_METRICS = {
@@ -221,6 +221,15 @@ def kind_mask(steps: pa.Table, kind: str) -> np.ndarray:
     return np.asarray(pc.equal(c, kind).to_numpy(zero_copy_only=False), dtype=bool)
 
 
+def kind_names(steps: pa.Table) -> list[str]:
+    """The distinct values of steps.parquet's ``kind`` column, sorted (kinds added to the engine
+    later, such as ``draft_extend``, included)."""
+    c = steps["kind"]
+    if pa.types.is_dictionary(c.type):
+        c = c.cast(pa.string())
+    return sorted(str(k) for k in pc.unique(c).to_pylist() if k is not None)
+
+
 def verify_stats(run: RunResults) -> dict[str, Any]:
     """Slots, padding, efficiency, acceptance, launches and graph use of the verify phase."""
     s = run.steps
@@ -249,7 +258,8 @@ def verify_stats(run: RunResults) -> dict[str, Any]:
     }
     out["violation_row_frac"] = (out["violations"] / out["real_rows"]) if out["real_rows"] else 0.0
     launches = {}
-    for kind in ("prefill", "draft", "verify"):
+    for kind in ("prefill", "draft", "verify") + tuple(k for k in kind_names(s)
+                                                     if k not in ("prefill", "draft", "verify")):
         m = kind_mask(s, kind)
         launches[kind] = {"graph": int(np.sum(graph & m)), "eager": int(np.sum(~graph & m))}
     out["launches_by_kind"] = launches

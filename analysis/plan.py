@@ -82,7 +82,6 @@ class ConfigPlan:
     config: Any
     search: ScaleSearch
     base_rate: float
-    error: str | None = None
 
     @property
     def rate(self) -> float | None:
@@ -100,8 +99,7 @@ class ConfigPlan:
         a = s.answer
         return {
             "params": self.params,
-            "status": "error" if self.error else s.status,
-            "error": self.error,
+            "status": s.status,
             "max_rate_req_s": self.rate,
             "rate_scale": a,
             "checked": None if a is None else {
@@ -221,7 +219,7 @@ def plan(trace: str, slo: Slo, *, config=None, acceptance: str | None = None,
         if owned:
             backend.close()
     for p in plans:
-        if p.error is None and p.search.status != "ok":
+        if p.search.status != "ok":
             for n in p.search.notes:
                 note = f"{_label(p.params)}{n}"
                 if note not in result.notes:
@@ -248,7 +246,7 @@ def _new_search(start, tolerance, margin) -> ScaleSearch:
 def _drive(plans: list[ConfigPlan], backend, trace, acceptance, digest, slo, progress) -> None:
     """Advance every search together, filling the backend's workers each round."""
     while True:
-        active = [i for i, p in enumerate(plans) if not p.search.done and p.error is None]
+        active = [i for i, p in enumerate(plans) if not p.search.done]
         if not active:
             return
         jobs = []
@@ -261,16 +259,21 @@ def _drive(plans: list[ConfigPlan], backend, trace, acceptance, digest, slo, pro
         done = dict(backend.run(jobs, fn=probe, extra=(slo,)))
         for key, _ in jobs:  # record in proposal order: the same answer whatever finished first
             (i, scale), res = key, done[key]
-            if isinstance(res, SpecschedError):
-                plans[i].error = str(res)
-                plans[i].search.record(scale, False, {"error": str(res)})
-                continue
-            if isinstance(res, BaseException):
-                raise res
+            _raise_failed(res, f"{_label(plans[i].params)}the simulation at "
+                               f"{scale * plans[i].base_rate:.4g} req/s (x{scale:.4g})")
             plans[i].search.record(scale, res["ok"], {k: v for k, v in res.items() if k != "ok"})
             if progress:
                 progress(f"{_label(plans[i].params)}{scale * plans[i].base_rate:.3f} req/s "
                          f"(x{scale:.4g}): {'meets' if res['ok'] else 'misses'} the SLO")
+
+
+def _raise_failed(res, what: str) -> None:
+    """A probe that failed ends the search with the simulation's own message: a failed
+    simulation is not a missed SLO (a bug keeps its traceback)."""
+    if isinstance(res, SpecschedError):
+        raise SpecschedError(f"{what} failed: {res}") from None
+    if isinstance(res, BaseException):
+        raise res
 
 
 def _label(params: dict) -> str:
@@ -291,8 +294,7 @@ def _size_cluster(result: PlanResult, target: float, backend, trace, acceptance,
         cfg = best.config.replace({"cluster.replicas": n, "rate_scale": target / result.base_rate})
         [(key, res)] = list(backend.run([(n, RunSpec(trace, cfg, acceptance, digest))],
                                         fn=probe, extra=(slo,)))
-        if isinstance(res, BaseException):
-            raise res
+        _raise_failed(res, f"the simulation of {n} replicas at {target:g} req/s")
         tried.append({"replicas": n, "meets_slo": res["ok"], "check": res["check"]})
         if progress:
             progress(f"{n} replicas at {target:g} req/s: "

@@ -10,16 +10,19 @@ from __future__ import annotations
 
 import html
 import json
-import math
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
 from analysis.metrics import summarize
+from analysis.report_tables import (CLASS_HEAD, SUMMARY_ROWS, VIOLATIONS_ROW, baseline_differences,
+                                    class_rows, fmt_difference, fmt_value, misattributed, rows_for,
+                                    summary_table)
 from analysis.results import RunResults
 from analysis.slo import Slo, SloCheck
-from traces.atomic import atomic_output_file
+from traces.atomic import HTML_GENERATOR, atomic_output_file
 
-__all__ = ["readable", "SUMMARY_ROWS", "summary_table", "build_html", "write_report", "print_summary"]
+__all__ = ["readable", "SUMMARY_ROWS", "summary_table", "build_html", "write_report",
+           "print_summary", "slo_verdict"]
 
 
 def readable(path: str | Path) -> None:
@@ -29,80 +32,6 @@ def readable(path: str | Path) -> None:
     mask = os.umask(0)
     os.umask(mask)
     os.chmod(path, (0o777 if os.path.isdir(path) else 0o666) & ~mask)
-
-
-def _ms(x):
-    if x is None:
-        return "n/a"
-    if not math.isfinite(x):
-        return "inf"
-    return f"{x * 1000:.1f} ms" if abs(x) < 1 else f"{x:.3f} s"
-
-
-def _num(fmt: str) -> Callable[[Any], str]:
-    def f(x):
-        if x is None:
-            return "n/a"
-        return format(x, fmt)
-    return f
-
-
-def _pct(x):
-    return "n/a" if x is None else f"{100 * x:.2f}%"
-
-
-def _get(*path: str) -> Callable[[dict], Any]:
-    def g(s: dict):
-        for p in path:
-            if s is None:
-                return None
-            s = s.get(p) if isinstance(s, dict) else None
-        return s
-    return g
-
-
-#: (label, getter over a summarize() dict, formatter), in display order.
-SUMMARY_ROWS: list[tuple[str, Callable[[dict], Any], Callable[[Any], str]]] = [
-    ("requests finished", lambda s: f"{s['finished']}/{s['requests']}", str),
-    ("duration", _get("duration_s"), _ms),
-    ("throughput (output tok/s)", _get("throughput_tok_s"), _num(".1f")),
-    ("throughput (req/s)", _get("throughput_req_s"), _num(".3f")),
-    ("goodput (req/s)", _get("goodput", "req_s"), _num(".3f")),
-    ("goodput (fraction)", _get("goodput", "fraction"), _pct),
-    ("TTFT p50", _get("ttft_s", "p50"), _ms),
-    ("TTFT p90", _get("ttft_s", "p90"), _ms),
-    ("TTFT p99", _get("ttft_s", "p99"), _ms),
-    ("TPOT p50", _get("tpot_s", "p50"), _ms),
-    ("TPOT p90", _get("tpot_s", "p90"), _ms),
-    ("TPOT p99", _get("tpot_s", "p99"), _ms),
-    ("inter-token gap p50 (per token)", _get("itl_s", "p50"), _ms),
-    ("inter-token gap p99 (per token)", _get("itl_s", "p99"), _ms),
-    ("inter-token gap p50 (per step)", _get("step_gap_s", "p50"), _ms),
-    ("inter-token gap p99 (per step)", _get("step_gap_s", "p99"), _ms),
-    ("longest gap per request, p99", _get("max_gap_s", "p99"), _ms),
-    ("E2E p50", _get("e2e_s", "p50"), _ms),
-    ("E2E p99", _get("e2e_s", "p99"), _ms),
-    ("queueing delay p50", _get("queue_s", "p50"), _ms),
-    ("queueing delay p99", _get("queue_s", "p99"), _ms),
-    ("acceptance length (tokens/step)", _get("verify", "accept_len_mean"), _num(".3f")),
-    ("draft acceptance rate", _get("acceptance_rate"), _pct),
-    ("verify efficiency (committed/slots)", _get("verify", "verify_efficiency"), _pct),
-    ("padding waste", _get("verify", "padding_waste"), _pct),
-    ("  width padding", _get("verify", "width_pad_frac"), _pct),
-    ("  graph padding", _get("verify", "graph_pad_frac"), _pct),
-    ("verify launches / iteration", _get("iterations", "verify_launches_per_iter"), _num(".3f")),
-    ("all launches / iteration", _get("iterations", "launches_per_iter"), _num(".3f")),
-    ("iterations mixing widths", _get("iterations", "mixed_iter_frac"), _pct),
-    ("verify graph replays / eager", lambda s: "{}/{}".format(
-        s["verify"]["launches_by_kind"]["verify"]["graph"],
-        s["verify"]["launches_by_kind"]["verify"]["eager"]), str),
-    ("draft graph replays / eager", lambda s: "{}/{}".format(
-        s["verify"]["launches_by_kind"]["draft"]["graph"],
-        s["verify"]["launches_by_kind"]["draft"]["eager"]), str),
-    ("retractions (requests)", lambda s: f"{s['retractions']} ({s['retracted_requests']})", str),
-    ("truncated drafts", _get("truncated_drafts"), str),
-    ("uniformity violations (rows)", _get("verify", "violations"), str),
-]
 
 
 #: Columns of the one-row-per-run terminal table (many runs): summary row label -> header.
@@ -116,22 +45,8 @@ _COMPACT = {
     "padding waste": "padding",
     "verify launches / iteration": "launch/it",
     "iterations mixing widths": "mixed",
+    VIOLATIONS_ROW: "misattr.",
 }
-
-
-def summary_table(summaries: list[dict]) -> list[tuple[str, list[str]]]:
-    """[(label, [formatted value per run])] -- the one table both the terminal and HTML show."""
-    rows = []
-    for label, get, fmt in SUMMARY_ROWS:
-        vals = []
-        for s in summaries:
-            try:
-                v = get(s)
-            except (KeyError, TypeError):
-                v = None
-            vals.append(fmt(v) if v is not None else "n/a")
-        rows.append((label, vals))
-    return rows
 
 
 def _meta(run: RunResults) -> dict[str, str]:
@@ -151,9 +66,6 @@ def _meta(run: RunResults) -> dict[str, str]:
         "warnings": "; ".join(map(str, s.get("warnings") or [])) or "none",
     }
 
-
-_CLASS_HEAD = ("requests", "TTFT p50", "TTFT p99", "TPOT p50", "TPOT p99", "E2E p99", "goodput",
-               "acceptance length")
 
 _CSS = """
 body{font-family:-apple-system,Segoe UI,Helvetica,Arial,sans-serif;margin:24px auto;max-width:1240px;
@@ -178,84 +90,156 @@ document.body.setAttribute('data-figures-rendered',ok+'/'+figs.length);})();
 """
 
 
-def build_html(runs: list[RunResults], *, slo: Slo | None = None,
-               title: str = "specsched report") -> tuple[str, list[dict]]:
-    """The report as one HTML string, and the per-run summaries it shows."""
+def slo_verdict(check: SloCheck, summary: dict) -> tuple[bool, str]:
+    """(met, words) for a run's SLO check: a run that misattributed query rows (unsafe-derived
+    launches mixing widths) never "meets" an SLO, since its outputs would be wrong."""
+    bad = misattributed(summary)
+    if bad:
+        return False, f"invalid: {bad} rows misattributed"
+    return check.ok, "met" if check.ok else "missed: " + ", ".join(check.failed())
+
+
+def _e(x: Any) -> str:
+    return html.escape(str(x))
+
+
+def _run_header(runs: list[RunResults], summaries: list[dict], first: str = "metric") -> str:
+    cells = []
+    for r, s in zip(runs, summaries):
+        bad = misattributed(s)
+        flag = (f"<br><span class='fail'>unsafe: {bad} rows misattributed</span>" if bad else "")
+        cells.append(f"<th>{_e(r.name)}{flag}</th>")
+    return f"<tr><th>{_e(first)}</th>{''.join(cells)}</tr>"
+
+
+def _summary_html(runs, summaries) -> list[str]:
+    out = ["<h2>Summary</h2><table>", _run_header(runs, summaries)]
+    for label, vals in summary_table(summaries):
+        cls = ["v"] * len(vals)
+        if label == VIOLATIONS_ROW:
+            cls = ["v fail" if misattributed(s) else "v" for s in summaries]
+        out.append(f"<tr><th>{_e(label)}</th>"
+                   + "".join(f"<td class='{c}'>{_e(v)}</td>" for c, v in zip(cls, vals)) + "</tr>")
+    out.append("</table>")
+    return out
+
+
+def _slo_html(slo: Slo, runs, summaries, checks) -> list[str]:
+    out = [f"<h2>SLO <code>{_e(slo.text)}</code></h2><table>", _run_header(runs, summaries, "term")]
+    for j, term in enumerate(slo.constraints):
+        cells = []
+        for c, s in zip(checks, summaries):
+            tr = c.terms[j]
+            ok = tr.ok and not misattributed(s)
+            val = f"{tr.value:.4g}" if term.metric == "goodput" else fmt_value(
+                tr.value, "ms" if term.metric in ("tpot", "itl", "step_gap") else "s")
+            word = ("met" if tr.ok else "missed") if not misattributed(s) else "invalid run"
+            cells.append(f"<td class='v {'ok' if ok else 'fail'}'>{_e(val)} {word}</td>")
+        out.append(f"<tr><th>{_e(term.text)}</th>{''.join(cells)}</tr>")
+    verdicts = [slo_verdict(c, s) for c, s in zip(checks, summaries)]
+    out.append("<tr><th>all terms</th>" + "".join(
+        f"<td class='v {'ok' if ok else 'fail'}'>{_e(words)}</td>" for ok, words in verdicts)
+        + "</tr></table>")
+    return out
+
+
+def _baseline_html(summaries: list[dict], base: int) -> list[str]:
+    diffs = baseline_differences(summaries, base)
+    others = [s["name"] for i, s in enumerate(summaries) if i != base]
+    if not others:
+        return []
+    out = [f"<h2>Difference against the baseline <code>{_e(summaries[base]['name'])}</code></h2>",
+           "<p class='small'>Each run's value minus the baseline's (fractions in percentage "
+           "points, pp), and that difference as a percentage of the baseline's value.</p>",
+           "<table id='baseline'><tr><th rowspan='2'>metric</th><th rowspan='2'>baseline</th>"
+           + "".join(f"<th colspan='2'>{_e(n)}</th>" for n in others) + "</tr><tr>"
+           + "<th>&Delta;</th><th>&Delta;%</th>" * len(others) + "</tr>"]
+    for label, d in diffs.items():
+        cells = [f"<td class='v'>{_e(fmt_value(d['baseline'], d['unit']))}</td>"]
+        for n in others:
+            a, r = fmt_difference(d["runs"][n]["abs"], d["runs"][n]["pct"], d["unit"])
+            cells.append(f"<td class='v'>{_e(a)}</td><td class='v'>{_e(r)}</td>")
+        out.append(f"<tr><th>{_e(label)}</th>{''.join(cells)}</tr>")
+    out.append("</table>")
+    return out
+
+
+def _class_html(runs, summaries) -> list[str]:
+    out = []
+    names = [r.name for r in runs]
+    many = len(runs) > 1
+    for key, column in (("by_category", "category"), ("by_tenant", "tenant")):
+        rows = class_rows(names, summaries, key, column)
+        if not rows:
+            continue
+        out.append(f"<h2>Per {column}</h2><table><tr>" + ("<th>run</th>" if many else "")
+                   + f"<th>{column}</th>" + "".join(f"<th>{h}</th>" for h in CLASS_HEAD) + "</tr>")
+        for name, value, cells in rows:
+            out.append("<tr>" + (f"<td>{_e(name)}</td>" if many else "") + f"<th>{_e(value)}</th>"
+                       + "".join(f"<td class='v'>{_e(c)}</td>" for c in cells) + "</tr>")
+        out.append("</table>")
+    return out
+
+
+def build_html(runs: list[RunResults], *, slo: Slo | None = None, title: str = "specsched report",
+               baseline: int | None = None) -> tuple[str, list[dict]]:
+    """The report as one HTML string, and the per-run summaries it shows.
+
+    ``baseline``: index of the run the other runs are compared against (a table of differences).
+    """
     from analysis.plots import render_all
 
     summaries = [summarize(r, ttft_s=slo.ttft_s if slo else None,
                            tpot_s=slo.tpot_s if slo else None) for r in runs]
     checks: list[SloCheck] = [slo.check(r) for r in runs] if slo else []
-    e = html.escape
-    out = ["<!DOCTYPE html>", "<html lang='en'><head><meta charset='utf-8'>",
-           f"<title>{e(title)}</title>", f"<style>{_CSS}</style></head><body>",
-           f"<h1>{e(title)}</h1>",
-           f"<p class='small'>{len(runs)} run{'s' if len(runs) != 1 else ''}. Every figure is "
-           f"computed from the results tables (requests.parquet, steps.parquet, "
-           f"request_steps.parquet); definitions are in docs/analysis.md.</p>"]
-    out.append("<h2>Runs</h2><table><tr><th></th>"
-               + "".join(f"<th>{e(r.name)}</th>" for r in runs) + "</tr>")
+    figures = render_all(runs, summaries)
+    out = ["<!DOCTYPE html>", "<html lang='en'><head><meta charset='utf-8'>", HTML_GENERATOR,
+           f"<title>{_e(title)}</title>", f"<style>{_CSS}</style></head><body>",
+           f"<h1>{_e(title)}</h1>",
+           f"<p class='small'>{len(runs)} run{'s' if len(runs) != 1 else ''}, {len(figures)} "
+           f"figures. Every figure is computed from the results tables (requests.parquet, "
+           f"steps.parquet, request_steps.parquet); definitions are in docs/analysis.md.</p>"]
+    out.append("<h2>Runs</h2><table>" + _run_header(runs, summaries, ""))
     metas = [_meta(r) for r in runs]
     for key in ("folder", "trace", "backend", "policy", "warnings"):
-        out.append(f"<tr><th>{key}</th>" + "".join(f"<td>{e(m[key])}</td>" for m in metas)
+        out.append(f"<tr><th>{key}</th>" + "".join(f"<td>{_e(m[key])}</td>" for m in metas)
                    + "</tr>")
     out.append("</table>")
-    out.append("<h2>Summary</h2><table><tr><th>metric</th>"
-               + "".join(f"<th>{e(r.name)}</th>" for r in runs) + "</tr>")
-    for label, vals in summary_table(summaries):
-        out.append(f"<tr><th>{e(label)}</th>" + "".join(f"<td class='v'>{e(v)}</td>" for v in vals)
-                   + "</tr>")
-    out.append("</table>")
+    out += _summary_html(runs, summaries)
+    if baseline is not None:
+        out += _baseline_html(summaries, baseline)
     if slo is not None:
-        out.append(f"<h2>SLO <code>{e(slo.text)}</code></h2><table><tr><th>term</th>"
-                   + "".join(f"<th>{e(r.name)}</th>" for r in runs) + "</tr>")
-        for j, term in enumerate(slo.constraints):
-            cells = []
-            for c in checks:
-                tr = c.terms[j]
-                cls = "ok" if tr.ok else "fail"
-                val = f"{tr.value:.4g}" if term.metric == "goodput" else _ms(tr.value)
-                cells.append(f"<td class='v {cls}'>{e(val)} {'met' if tr.ok else 'missed'}</td>")
-            out.append(f"<tr><th>{e(term.text)}</th>{''.join(cells)}</tr>")
-        out.append("<tr><th>all terms</th>" + "".join(
-            f"<td class='v {'ok' if c.ok else 'fail'}'>{'met' if c.ok else 'missed'}</td>"
-            for c in checks) + "</tr></table>")
-    for key, title_ in (("by_category", "category"), ("by_tenant", "tenant")):
-        for r, s in zip(runs, summaries):
-            rows = s.get(key)
-            if not rows:
-                continue
-            out.append(f"<h2>Per {title_}: {e(r.name)}</h2><table><tr><th>{title_}</th>"
-                       + "".join(f"<th>{h}</th>" for h in _CLASS_HEAD) + "</tr>")
-            for row in rows:
-                cells = [str(row["requests"]), _ms(row["ttft_p50_s"]), _ms(row["ttft_p99_s"]),
-                         _ms(row["tpot_p50_s"]), _ms(row["tpot_p99_s"]), _ms(row["e2e_p99_s"]),
-                         _pct(row["goodput_frac"]),
-                         "n/a" if row["accept_len_mean"] is None else f"{row['accept_len_mean']:.3f}"]
-                out.append(f"<tr><th>{e(row[title_])}</th>"
-                           + "".join(f"<td class='v'>{e(c)}</td>" for c in cells) + "</tr>")
-            out.append("</table>")
+        out += _slo_html(slo, runs, summaries, checks)
+    out += _class_html(runs, summaries)
     out.append("<h2>Figures</h2>")
-    for fid, ftitle, caption, svg in render_all(runs, summaries):
-        out.append(f"<figure class='plot' id='{fid}'><figcaption><b>{e(ftitle)}.</b> "
-                   f"{e(caption)}</figcaption>{svg}</figure>")
+    for fid, ftitle, caption, svg in figures:
+        out.append(f"<figure class='plot' id='{fid}'><figcaption><b>{_e(ftitle)}.</b> "
+                   f"{_e(caption)}</figcaption>{svg}</figure>")
     out.append(f"<script>{_JS}</script></body></html>")
     return "\n".join(out) + "\n", summaries
 
 
 def write_report(runs: list[RunResults], out: str | Path, *, slo: Slo | None = None,
-                 title: str = "specsched report") -> list[dict]:
-    """Write the HTML report atomically; returns the per-run summaries."""
-    text, summaries = build_html(runs, slo=slo, title=title)
-    with atomic_output_file(out) as tmp:
+                 title: str = "specsched report", baseline: int | None = None,
+                 inputs=()) -> list[dict]:
+    """Write the HTML report atomically; returns the per-run summaries.  ``out`` may replace an
+    earlier specsched report, never one of ``inputs`` or another file."""
+    text, summaries = build_html(runs, slo=slo, title=title, baseline=baseline)
+    with atomic_output_file(out, inputs=inputs, kind="html") as tmp:
         Path(tmp).write_text(text, encoding="utf-8")
         readable(tmp)
     return summaries
 
 
+def _verdict_markup(check: SloCheck, summary: dict) -> str:
+    ok, words = slo_verdict(check, summary)
+    return f"[green]{words}[/]" if ok else f"[red]{words}[/]"
+
+
 def print_summary(runs: list[RunResults], summaries: list[dict], *, console=None,
-                  checks: list[SloCheck] | None = None) -> None:
-    """The summary table on the terminal (rich), one column per run."""
+                  checks: list[SloCheck] | None = None, baseline: int | None = None) -> None:
+    """The summary table on the terminal (rich), one column per run (and the differences
+    against the baseline run when one is given)."""
     from rich.console import Console
     from rich.table import Table
 
@@ -263,31 +247,56 @@ def print_summary(runs: list[RunResults], summaries: list[dict], *, console=None
     if len(runs) > 4:  # many runs: one row per run, the headline metrics only
         table = Table(title="specsched summary")
         table.add_column("run")
-        rows = [r for r in SUMMARY_ROWS if r[0] in _COMPACT]
+        rows = [r for r in rows_for(summaries) if r[0] in _COMPACT]
         for label, _, _ in rows:
             table.add_column(_COMPACT[label], justify="right")
         if checks:
             table.add_column("SLO")
         for i, (r, s) in enumerate(zip(runs, summaries)):
-            cells = []
-            for _, get, fmt in rows:
-                try:
-                    v = get(s)
-                except (KeyError, TypeError):
-                    v = None
-                cells.append(fmt(v) if v is not None else "n/a")
+            cells = [fmt_value(_safe(get, s), unit) for _, get, unit in rows]
+            if misattributed(s):
+                cells[-1] = f"[red]{cells[-1]}[/]"
             if checks:
-                cells.append("[green]met[/]" if checks[i].ok else "[red]missed[/]")
+                cells.append(_verdict_markup(checks[i], s))
             table.add_row(r.name, *cells)
         console.print(table)
-        return
-    table = Table(title="specsched summary", show_lines=False)
+    else:
+        table = Table(title="specsched summary", show_lines=False)
+        table.add_column("metric")
+        for r in runs:
+            table.add_column(r.name, justify="right")
+        for label, vals in summary_table(summaries):
+            if label == VIOLATIONS_ROW:
+                vals = [f"[red]{v}[/]" if misattributed(s) else v for v, s in zip(vals, summaries)]
+            table.add_row(label, *vals)
+        if checks:
+            table.add_row("SLO", *[_verdict_markup(c, s) for c, s in zip(checks, summaries)])
+        console.print(table)
+    if baseline is not None and len(runs) > 1:
+        _print_baseline(summaries, baseline, console)
+
+
+def _safe(get, s):
+    try:
+        return get(s)
+    except (KeyError, TypeError):
+        return None
+
+
+def _print_baseline(summaries: list[dict], base: int, console) -> None:
+    from rich.table import Table
+
+    diffs = baseline_differences(summaries, base)
+    others = [s["name"] for i, s in enumerate(summaries) if i != base]
+    table = Table(title=f"difference against {summaries[base]['name']}")
     table.add_column("metric")
-    for r in runs:
-        table.add_column(r.name, justify="right")
-    for label, vals in summary_table(summaries):
-        table.add_row(label, *vals)
-    if checks:
-        table.add_row("SLO", *[("[green]met[/]" if c.ok else "[red]missed: " + ", ".join(c.failed())
-                                + "[/]") for c in checks])
+    table.add_column("baseline", justify="right")
+    for n in others:
+        table.add_column(n, justify="right")
+    for label, d in diffs.items():
+        cells = []
+        for n in others:
+            a, r = fmt_difference(d["runs"][n]["abs"], d["runs"][n]["pct"], d["unit"])
+            cells.append(f"{a} ({r})")
+        table.add_row(label, fmt_value(d["baseline"], d["unit"]), *cells)
     console.print(table)

@@ -78,6 +78,7 @@ STEP_OPTIONAL: dict[str, str] = {
     "kv_mean": "float",
     "kv_max": "int",
     "out_of_grid": "bool",
+    "kv_pages_used": "int",
 }
 REQUEST_STEP_COLUMNS: dict[str, str] = {
     "request": "int",

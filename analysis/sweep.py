@@ -285,9 +285,7 @@ def run_sweep(grid: SweepGrid, out: str | Path, *, jobs: int | None = None,
     from analysis.parallel import make_backend
 
     out = Path(out)
-    if out.exists() and not out.is_dir():
-        raise SpecschedError("exists and is not a folder", path=str(out))
-    out.mkdir(parents=True, exist_ok=True)
+    _claim(out, grid)
     outcome = SweepOutcome(out, len(grid.points))
     status: dict[str, str] = {}
     errors: dict[str, str] = {}
@@ -339,8 +337,9 @@ def run_sweep(grid: SweepGrid, out: str | Path, *, jobs: int | None = None,
         for name, res in backend.run([(p.name, grid.spec(p.index)) for p in todo]):
             p = by_name[name]
             if isinstance(res, BaseException):
-                status[name] = "failed"
-                errors[name] = f"{type(res).__name__}: {res}"
+                status[name] = "failed"  # the simulation's own message (a bug: with its type)
+                errors[name] = (str(res) if isinstance(res, SpecschedError)
+                                else f"{type(res).__name__}: {res}")
                 outcome.failed[name] = errors[name]
             else:
                 _write_point(out / name, grid, p, res)
@@ -370,6 +369,30 @@ def run_sweep(grid: SweepGrid, out: str | Path, *, jobs: int | None = None,
         _write_manifest(out, grid, status, errors)
         _write_table(out, grid, metrics)
     return outcome
+
+
+def _claim(out: Path, grid: SweepGrid) -> None:
+    """Create (or reuse) the sweep's folder: empty, or a sweep folder specsched wrote; never the
+    current folder, a folder holding an input, or one holding anything else."""
+    from specsched.setup import input_files
+    from traces.atomic import MARKER, check_output_dir, claim_output_dir
+
+    inputs = {f for c in grid.configs for f in input_files(c, grid.path, grid.trace,
+                                                           grid.config_path)}
+    if out.is_dir() and any(out.iterdir()):
+        def read(name):
+            try:
+                doc = json.loads((out / name).read_text())
+            except (OSError, ValueError):
+                return {}
+            return doc if isinstance(doc, dict) else {}
+
+        if not ("specsched_sweep" in read("manifest.json")
+                or str(read(MARKER).get("command") or "").endswith("sweep")):
+            check_output_dir(out, inputs=sorted(inputs))  # names what is foreign, if anything
+            raise SpecschedError(f"{out} is a results folder of another command, not a sweep's: "
+                                 f"choose another --out")
+    claim_output_dir(out, inputs=sorted(inputs), command="specsched sweep")
 
 
 def write_folder(folder: Path, files: dict[str, bytes], extra: dict[str, str] | None = None) -> None:

@@ -133,7 +133,20 @@ def verify_metadata(widths, kv_lens, mla, num_draft_tokens, page_size, capture_b
 @click.option("--eager-kv-lens", default=None, metavar="LIST", help="Eager KV lengths.")
 @click.option("--prefill-tokens", default=None, metavar="LIST", help="Prefill chunk sizes.")
 @click.option("--prefill-prefix", default=None, metavar="LIST", help="Prefill cached prefixes.")
-@click.option("--no-draft", is_flag=True, help="Skip the draft model (the profile then lacks draft rows).")
+@click.option("--no-draft", is_flag=True, help="Skip the draft model (the profile then lacks draft "
+                                               "and draft-extend rows).")
+@click.option("--extend-widths", default="2-8", show_default=True, metavar="LIST",
+              help="Draft-extend graph widths (rows per request: SGLang's speculative_num_steps + 1).")
+@click.option("--extend-eager-widths", default="1,2,4,8", show_default=True, metavar="LIST",
+              help="Eager draft-extend widths (over the eager batch sizes and KV lengths).")
+@click.option("--no-extend", is_flag=True, help="Skip the draft-extend pass (the profile backend then "
+                                                "times it as one draft-decode pass, and says so).")
+@click.option("--draft-kind", type=click.Choice(["eagle", "eagle3"]), default="eagle",
+              show_default=True, help="The EAGLE draft model: SGLang's llama_eagle (fc over "
+                                      "embedding + hidden) or llama_eagle3 (fusion of 3 target layers).")
+@click.option("--extend-logits", type=click.Choice(["last", "all"]), default="last",
+              show_default=True, help="Draft-extend logits: each request's last row (SGLang's EAGLE "
+                                      "worker) or every row (its overlap worker, spec v2).")
 @click.option("--reps", type=int, default=5, show_default=True, help="Timed repetitions per graph point.")
 @click.option("--warmup", type=int, default=2, show_default=True, help="Untimed runs before them.")
 @click.option("--eager-reps", type=int, default=5, show_default=True, help="Timed repetitions per eager point.")
@@ -146,7 +159,8 @@ def verify_metadata(widths, kv_lens, mla, num_draft_tokens, page_size, capture_b
               help="GPU sheet for the modelled tensor-parallel all-reduce.")
 @click.option("--progress", is_flag=True, help="Show progress on stderr even when it is not a terminal.")
 def profile(model, tp, out, bs, widths, kv_lens, eager_bs, eager_widths, eager_kv_lens, prefill_tokens,
-            prefill_prefix, no_draft, reps, warmup, eager_reps, settle_s, page_size, max_context,
+            prefill_prefix, no_draft, extend_widths, extend_eager_widths, no_extend, draft_kind,
+            extend_logits, reps, warmup, eager_reps, settle_s, page_size, max_context,
             kv_pool_gib, gpu_sheet, progress):
     """Record a latency profile of MODEL on this machine's GPU (AITER executor).
 
@@ -156,16 +170,23 @@ def profile(model, tp, out, bs, widths, kv_lens, eager_bs, eager_widths, eager_k
       specsched profile --model llama-3.1-70b --tp 8 --bs 1,8,32,128 -o 70b.parquet
 
     Sweeps verify graph replays over batch sizes x widths x KV lengths (one graph per batch
-    size and width, KV varied through the metadata), eager verify launches, draft-model steps
-    and prefill passes, each repeated; writes the median and the 10th/90th percentiles per point
-    (schema: docs/aiter.md).  Needs a CUDA or ROCm GPU (exit 2 without one).
+    size and width, KV varied through the metadata), eager verify launches, draft-model steps,
+    draft-extend passes (graphs over batch sizes x --extend-widths x KV lengths, eager at a few
+    points) and prefill passes, each repeated; writes the median and the 10th/90th percentiles
+    per point (schema: docs/aiter.md).  Needs a CUDA or ROCm GPU (exit 2 without one).
     """
     from backends.aiter import bridge
     from backends.aiter.profiling import DEFAULT_BS, DEFAULT_KV, ProfileSpec, run_profile
     from backends.models import load_model
 
+    from pathlib import Path
+
+    from traces.atomic import check_output_file
+
+    inputs = (model,) if Path(model).is_file() else ()
+    check_output_file(out, inputs=inputs, kind="parquet")  # before the measurements, not after
     bridge.require_gpu()
-    shape = load_model(model, tp=tp)
+    shape = load_model(model, tp=tp, draft_kind=draft_kind)
 
     def lst(text, name, default, minimum=1):
         return default if text is None else parse_int_list(text, option=name, minimum=minimum)
@@ -178,9 +199,13 @@ def profile(model, tp, out, bs, widths, kv_lens, eager_bs, eager_widths, eager_k
         eager_kv=lst(eager_kv_lens, "--eager-kv-lens", ProfileSpec.eager_kv),
         prefill_tokens=lst(prefill_tokens, "--prefill-tokens", ProfileSpec.prefill_tokens),
         prefill_prefix=lst(prefill_prefix, "--prefill-prefix", ProfileSpec.prefill_prefix, 0),
-        draft=not no_draft, reps=reps, warmup=warmup, eager_reps=eager_reps, settle_s=settle_s)
+        draft=not no_draft, extend=not no_extend,
+        extend_widths=lst(extend_widths, "--extend-widths", ProfileSpec.extend_widths),
+        extend_eager_widths=lst(extend_eager_widths, "--extend-eager-widths",
+                                ProfileSpec.extend_eager_widths),
+        reps=reps, warmup=warmup, eager_reps=eager_reps, settle_s=settle_s)
     spec.check()
-    opts: dict[str, Any] = {"gpu": gpu_sheet, "page_size": page_size}
+    opts: dict[str, Any] = {"gpu": gpu_sheet, "page_size": page_size, "extend_logits": extend_logits}
     if max_context is not None:
         opts["max_context"] = max_context
     if kv_pool_gib is not None:

@@ -10,8 +10,18 @@ grid                      axes (in this order)                                  
 ``verify_eager``          batch size, width, KV length per request                seconds
 ``draft_graph``           padded batch size, KV length per request                seconds/pass
 ``draft_eager``           batch size, KV length per request                       seconds/pass
+``extend_graph``          padded batch size, width (query rows per request),      seconds
+                          KV length per request before the pass
+``extend_eager``          batch size, width, KV length per request                seconds
 ``prefill``               tokens in the pass, attention-equivalent prefix         seconds
 ========================  ======================================================  ============
+
+The draft-extend grids (the draft model over each request's accepted tokens after a verify,
+:class:`~backends.protocol.DraftExtendBatch`) are optional: a table built without them (a
+profile recorded before the pass was profiled, a hand-made table) times a draft-extend launch as
+one draft-decode pass at the same batch size and KV length -- an underestimate, since the pass
+computes ``width`` rows per request -- and says so in ``source["draft_extend"]`` and in
+:data:`EXTEND_FALLBACK_CAVEAT`, which :meth:`TableExecutor.describe` lists among its caveats.
 
 Evaluation is multilinear between grid points, exact on them, and beyond the grid it
 extrapolates linearly from the last segment of each axis, never downwards (below the first point
@@ -31,6 +41,8 @@ compiled fast path, which calls the same functions):
   the table carries the attention kernel's occupancy (``LatencyTable.attention``), the
   straggler-aware KV between that mean and the longest request (:func:`effective_kv`).
 - draft: KV likewise; the phase costs ``passes`` times the per-pass value.
+- draft-extend: the batch's ``width`` (uniform: every request, padded ones too, holds ``width``
+  rows); KV as for verify, with ``width`` query rows per request in the attention launch.
 - prefill: tokens T = the pass's total; prefix = the *attention-equivalent prefix*
   ``A / T - T / 2`` with ``A = sum_i t_i (p_i + t_i / 2)`` the query-key pairs the pass attends
   (request i computes t_i tokens after p_i cached ones).  A profile measures one request per
@@ -50,11 +62,20 @@ from typing import Any
 import numpy as np
 
 from backends.jit import njit
-from backends.protocol import DraftBatch, PrefillBatch, VerifyBatch, VerifyTiming
+from backends.protocol import DraftBatch, DraftExtendBatch, PrefillBatch, VerifyBatch, VerifyTiming
 
 __all__ = ["Grid", "LatencyTable", "TableExecutor", "interp2", "interp3", "interp_prefill",
-           "verify_axes", "draft_axes", "prefill_axes", "attention_params", "attention_rows",
-           "effective_kv"]
+           "verify_axes", "draft_axes", "extend_axes", "prefill_axes", "attention_params",
+           "attention_rows", "effective_kv", "extend_arrays", "EXTEND_FALLBACK_CAVEAT",
+           "EXTEND_FALLBACK_WIDTHS"]
+
+#: What a table without measured draft-extend latencies says about the pass (``source`` and caveats).
+EXTEND_FALLBACK_CAVEAT = ("draft-extend not measured: each draft-extend pass is timed as one "
+                          "draft-decode pass at the same batch size and KV length (an "
+                          "underestimate: the pass computes `width` rows per request)")
+#: The width axis of a fallback draft-extend grid: both points hold the draft-decode value, so
+#: every width up to the last maps to it without being flagged as outside the grid.
+EXTEND_FALLBACK_WIDTHS = (1.0, 1024.0)
 
 
 @dataclass(frozen=True)
@@ -306,6 +327,17 @@ def draft_axes(batch: DraftBatch, att: np.ndarray | None = None) -> tuple[float,
     return float(bs), _batch_kv(batch.kv_lens, bs, rows, True, att)
 
 
+def extend_axes(batch: DraftExtendBatch, att: np.ndarray | None = None
+                ) -> tuple[float, float, float]:
+    """(batch size, width, KV length) at which a draft-extend launch is looked up: the padded
+    batch for a graph, ``batch.width`` rows per request, and the KV rule of :func:`verify_axes`
+    (the attention launch has ``width`` query rows per request; ``att`` as there)."""
+    bs = batch.bs_padded if batch.graph else batch.bs_real
+    width = float(batch.width)
+    rows = attention_rows(False, batch.graph, float(bs), width, float(batch.bs_real) * width)
+    return float(bs), width, _batch_kv(batch.kv_lens, bs, rows, False, att)
+
+
 def prefill_axes(batch: PrefillBatch) -> tuple[float, float]:
     """(tokens, attention-equivalent prefix) at which a prefill pass is looked up."""
     t = np.asarray(batch.tokens, dtype=np.float64)
@@ -343,10 +375,21 @@ class LatencyTable:
     #: the attention kernel's grid and residency as profiled (``backends.aiter.occupancy``):
     #: lets lookups use a batch's straggler-aware KV (:func:`effective_kv`)
     attention: dict[str, Any] | None = None
+    #: draft-extend passes (both or neither); without them, fallback grids are built from the
+    #: draft-decode grids (see the module docstring) and ``extend_measured`` is false
+    extend_graph: Grid | None = None
+    extend_eager: Grid | None = None
 
     def __post_init__(self) -> None:
+        if (self.extend_graph is None) != (self.extend_eager is None):
+            raise ValueError("LatencyTable: give both extend_graph and extend_eager, or neither")
+        if self.extend_graph is None:
+            for name, draft in (("extend_graph", self.draft_graph), ("extend_eager", self.draft_eager)):
+                object.__setattr__(self, name, _fallback_extend(draft, name))
+            object.__setattr__(self, "source", {**self.source, "draft_extend": EXTEND_FALLBACK_CAVEAT})
         for name, ndim in (("verify_graph", 3), ("verify_eager", 3), ("draft_graph", 2),
-                           ("draft_eager", 2), ("prefill", 2)):
+                           ("draft_eager", 2), ("prefill", 2), ("extend_graph", 3),
+                           ("extend_eager", 3)):
             g = getattr(self, name)
             if len(g.axes) != ndim:
                 raise ValueError(f"LatencyTable.{name} needs {ndim} axes, got {len(g.axes)}")
@@ -361,10 +404,43 @@ class LatencyTable:
         value, outside = interp2(g.axes[0], g.axes[1], g.values, bs, kv)
         return float(value), bool(outside)
 
+    @property
+    def extend_measured(self) -> bool:
+        """False when the draft-extend grids are the draft-decode fallback (``source`` says so)."""
+        return self.source.get("draft_extend") != EXTEND_FALLBACK_CAVEAT
+
+    def extend_s(self, bs: float, width: float, kv: float, graph: bool) -> tuple[float, bool]:
+        """Seconds of one draft-extend launch at (batch size, width, KV), and whether the lookup
+        left the grid."""
+        g = self.extend_graph if graph else self.extend_eager
+        value, outside = interp3(g.axes[0], g.axes[1], g.axes[2], g.values, bs, width, kv)
+        return float(value), bool(outside)
+
     def prefill_s(self, tokens: float, prefix: float) -> tuple[float, bool]:
         g = self.prefill
         value, outside = interp_prefill(g.axes[0], g.axes[1], g.values, tokens, prefix)
         return float(value), bool(outside)
+
+
+def _fallback_extend(draft: Grid, name: str) -> Grid:
+    """A draft-extend grid that is the draft-decode grid at every width (the fallback)."""
+    if len(draft.axes) != 2:
+        raise ValueError(f"LatencyTable.draft grids need 2 axes to derive {name}")
+    widths = np.asarray(EXTEND_FALLBACK_WIDTHS, dtype=np.float64)
+    values = np.repeat(draft.values[:, None, :], len(widths), axis=1)
+    return Grid((draft.axes[0], widths, draft.axes[1]), np.ascontiguousarray(values))
+
+
+def extend_arrays(table: LatencyTable) -> tuple[np.ndarray, ...]:
+    """The draft-extend grids as the compiled engine reads them: ``(graph bs, graph width,
+    graph KV, graph values, eager bs, eager width, eager KV, eager values)``, contiguous float64
+    (the fallback grids when the table has no measured draft-extend latencies), for
+    :func:`interp3`."""
+    out = []
+    for g in (table.extend_graph, table.extend_eager):
+        out.extend(np.ascontiguousarray(a, dtype=np.float64) for a in g.axes)
+        out.append(np.ascontiguousarray(g.values, dtype=np.float64))
+    return tuple(out)
 
 
 class TableExecutor:
@@ -391,5 +467,11 @@ class TableExecutor:
         value, outside = self._table.verify_s(*verify_axes(batch, self._att), batch.graph)
         return VerifyTiming(latency_s=value, out_of_grid=outside)
 
+    def draft_extend(self, batch: DraftExtendBatch) -> float:
+        return self._table.extend_s(*extend_axes(batch, self._att), batch.graph)[0]
+
     def describe(self) -> dict[str, Any]:
-        return {"backend": self.name, **self._description, "table": dict(self._table.source)}
+        out = {"backend": self.name, **self._description, "table": dict(self._table.source)}
+        if not self._table.extend_measured:
+            out["caveats"] = list(out.get("caveats", [])) + [EXTEND_FALLBACK_CAVEAT]
+        return out

@@ -24,9 +24,12 @@ from typing import Any, Mapping
 from traces.errors import SpecschedError
 
 __all__ = ["ModelShape", "load_model", "PRESETS", "sglang_mem_fraction_static",
-           "CONTEXT_RESERVE_BYTES"]
+           "CONTEXT_RESERVE_BYTES", "DRAFT_KINDS"]
 
 _PRESET_DIR = Path(__file__).resolve().parent / "presets"
+
+#: EAGLE draft models an MHA/GQA target can be served with (``ModelShape.draft_kind``).
+DRAFT_KINDS = ("eagle", "eagle3")
 
 #: Preset name -> its JSON file (a Hugging Face config.json plus a ``specsched`` block).
 PRESETS: Mapping[str, Path] = MappingProxyType(
@@ -51,9 +54,13 @@ class ModelShape:
     active) plus ``shared_experts`` always active; the first ``dense_layers`` layers keep a
     dense MLP of width ``intermediate``.  ``dtype_bytes`` is the linear layers' weight width
     (1 = FP8), ``kv_dtype_bytes`` the KV cache's.  Draft shapes (``layers == 1``) may fuse
-    target features first: ``fusion_in`` is the input width of that fusion GEMM (EAGLE-3:
-    3*hidden, DeepSeek MTP: 2*hidden) and ``attn_in`` the width the QKV projection reads
-    (EAGLE-3: 2*hidden); 0 means none / ``hidden``.
+    target features first: ``fusion_in`` is the input width of that fusion GEMM (EAGLE:
+    2*hidden over the embedding and the hidden state, every pass; EAGLE-3: 3*hidden over the
+    target's three captured hidden states, in the draft-extend pass only; DeepSeek MTP: 2*hidden)
+    and ``attn_in`` the width the QKV projection reads (EAGLE-3: 2*hidden); 0 means none /
+    ``hidden``.  ``draft_kind`` names the EAGLE draft served with an MHA/GQA target:
+    ``"eagle"`` (SGLang's ``LlamaForCausalLMEagle``, EAGLE-1/2 checkpoints) or ``"eagle3"``
+    (``LlamaForCausalLMEagle3``); MLA/MoE targets get DeepSeek's MTP layer whichever it says.
     """
 
     name: str
@@ -81,6 +88,9 @@ class ModelShape:
     tie_embeddings: bool = False
     fusion_in: int = 0
     attn_in: int = 0
+    #: the model's context length (``max_position_embeddings``); 0 = unknown
+    context_len: int = 0
+    draft_kind: str = "eagle"
     source: str = ""
 
     def __post_init__(self) -> None:
@@ -226,15 +236,21 @@ class ModelShape:
         and attention type, and an LM head (the target's vocabulary unless ``vocab`` is given;
         EAGLE-3 checkpoints often ship a reduced draft vocabulary, e.g. 32000 for Llama-3.1).
 
-        MHA/GQA targets get an EAGLE-3 layer: the fusion GEMM (3*hidden -> hidden) over the
-        target's captured features and a QKV projection that reads 2*hidden (embedding and
-        hidden state concatenated).  MLA/MoE targets get DeepSeek's MTP (NextN) layer: an
-        ``eh_proj`` fusion (2*hidden -> hidden) and one MoE decoder layer.
+        MHA/GQA targets, ``draft_kind == "eagle"``: the ``fc`` GEMM (2*hidden -> hidden) over the
+        token embedding and the hidden state side by side, in every pass, then the layer
+        (SGLang's ``llama_eagle.py``).  ``"eagle3"``: a QKV projection that reads 2*hidden (the
+        normed embedding and hidden state side by side) and the fusion GEMM (3*hidden -> hidden)
+        over the target's three captured hidden states, which runs only when the hidden state
+        comes from the target -- the draft-extend pass -- not in draft decode steps
+        (``llama_eagle3.py``).  MLA/MoE targets get DeepSeek's MTP (NextN) layer: an ``eh_proj``
+        fusion (2*hidden -> hidden) and one MoE decoder layer.
         """
         if self.is_mla or self.is_moe:
             fusion, attn_in, dense = 2 * self.hidden, 0, 0 if self.is_moe else 1
-        else:
+        elif self.draft_kind == "eagle3":
             fusion, attn_in, dense = 3 * self.hidden, 2 * self.hidden, 1
+        else:
+            fusion, attn_in, dense = 2 * self.hidden, 0, 1
         return replace(self, name=f"{self.name}-draft", layers=1, dense_layers=dense,
                        vocab=vocab or self.vocab, fusion_in=fusion, attn_in=attn_in,
                        source=f"EAGLE draft of {self.name} (derived)")
@@ -243,6 +259,12 @@ class ModelShape:
     def draft(self) -> "ModelShape":
         """:meth:`eagle_draft` with the target's vocabulary."""
         return self.eagle_draft()
+
+    @property
+    def fusion_on_decode(self) -> bool:
+        """Whether a draft decode step runs the fusion GEMM: every draft's does except EAGLE-3's,
+        whose fusion reads the target's hidden states (the draft-extend pass only)."""
+        return bool(self.fusion_in) and not (self.draft_kind == "eagle3" and self.attn_in)
 
     # ---- memory ----------------------------------------------------------------------------
     def kv_capacity_tokens(self, gpu: Any = "H200", mem_fraction: float | None = None, *,
@@ -303,6 +325,8 @@ def _check_shape(m: ModelShape) -> None:
         v = getattr(m, f)
         if not isinstance(v, int) or isinstance(v, bool) or v < 0:
             raise bad(f"{f} must be a non-negative integer, got {v!r}")
+    if m.draft_kind not in DRAFT_KINDS:
+        raise bad(f"draft_kind must be one of {', '.join(DRAFT_KINDS)}, got {m.draft_kind!r}")
     if m.attention not in ("mha", "mla"):
         raise bad(f"attention must be 'mha' or 'mla', got {m.attention!r}")
     if m.heads % m.tp:
@@ -365,21 +389,33 @@ def sglang_mem_fraction_static(gpu_memory_bytes: int, *, tp: int = 1, pp: int = 
 
 
 # ---- loading -------------------------------------------------------------------------------
-def load_model(name_or_path: "str | Path | ModelShape", *, tp: int | None = None) -> ModelShape:
+def load_model(name_or_path: "str | Path | ModelShape", *, tp: int | None = None,
+               draft_kind: str | None = None) -> ModelShape:
     """A model shape from a preset name (see :data:`PRESETS`), a ``config.json`` path, or a folder
-    holding one.  ``tp`` overrides the preset's tensor-parallel degree (default 1 for files)."""
+    holding one.  ``tp`` overrides the preset's tensor-parallel degree (default 1 for files);
+    ``draft_kind`` the EAGLE draft served with it (:data:`DRAFT_KINDS`; default ``"eagle"``)."""
+    if draft_kind is not None and draft_kind not in DRAFT_KINDS:
+        raise SpecschedError(f"draft kind must be one of {', '.join(DRAFT_KINDS)}, got {draft_kind!r}")
     if isinstance(name_or_path, ModelShape):
-        return name_or_path if tp is None or tp == name_or_path.tp else replace(name_or_path, tp=tp)
-    key = str(name_or_path).strip()
-    if key.lower() in PRESETS:
-        return _from_config_file(PRESETS[key.lower()], tp=tp, preset=True)
-    path = Path(key)
-    if path.is_dir():
-        path = path / "config.json"
-    if not path.is_file():
-        raise SpecschedError(
-            f"unknown model {key!r}: not a preset ({', '.join(PRESETS)}) and no config.json there")
-    return _from_config_file(path, tp=tp, preset=False)
+        m = name_or_path
+    else:
+        key = str(name_or_path).strip()
+        if key.lower() in PRESETS:
+            m = _from_config_file(PRESETS[key.lower()], tp=tp, preset=True)
+        else:
+            path = Path(key)
+            if path.is_dir():
+                path = path / "config.json"
+            if not path.is_file():
+                raise SpecschedError(f"unknown model {key!r}: not a preset ({', '.join(PRESETS)}) "
+                                     "and no config.json there")
+            m = _from_config_file(path, tp=tp, preset=False)
+    changes: dict[str, Any] = {}
+    if tp is not None and tp != m.tp:
+        changes["tp"] = tp
+    if draft_kind is not None and draft_kind != m.draft_kind:
+        changes["draft_kind"] = draft_kind
+    return replace(m, **changes) if changes else m
 
 
 def _from_config_file(path: Path, *, tp: int | None, preset: bool) -> ModelShape:
@@ -497,5 +533,5 @@ def shape_from_config(cfg: Mapping[str, Any], *, name: str, tp: int = 1, source:
         name=name, layers=layers, hidden=hidden, heads=heads, kv_heads=kv_heads,
         head_dim=head_dim, intermediate=intermediate, vocab=vocab, tp=int(tp),
         dtype_bytes=dtype_bytes, tie_embeddings=bool(cfg.get("tie_word_embeddings", False)),
-        source=source, **kw)
+        context_len=get_int("max_position_embeddings", 0, positive=False), source=source, **kw)
 

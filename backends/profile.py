@@ -8,8 +8,8 @@ turns it into a :class:`~backends.latency_table.LatencyTable`; :class:`ProfileEx
 
 Building the grids (each documented in ``LatencyTable.source``):
 
-- **Axes** are the measured values: verify (padded batch size, width, KV length), draft (batch
-  size, KV length), prefill (tokens, prefix).  Measured points are reproduced exactly (unless the
+- **Axes** are the measured values: verify and draft-extend (padded batch size, width, KV
+  length), draft (batch size, KV length), prefill (tokens, prefix).  Measured points are reproduced exactly (unless the
   monotone pass below had to move a noisy one; counted).
 - **Holes** (points a sweep skipped, typically large batch x long KV that did not fit) are filled,
   in this order: (1) along KV within the same batch size and width, linearly between measured
@@ -19,8 +19,13 @@ Building the grids (each documented in ``LatencyTable.source``):
 - **Eager** grids cover the union of the eager and graph axes.  Measured eager points are used as
   they are; the others are the graph value plus the *measured eager overhead*, the median of
   ``eager - graph`` over the eager points inside the graph grid.  A kind with no eager point at
-  all borrows the other kind's overhead scaled by the ratio of kernel counts (draft: 1 layer), or,
-  with no eager point anywhere, takes the graph value and says so in ``source["warnings"]``.
+  all borrows the other kind's overhead scaled by the ratio of kernel counts (draft: 1 layer;
+  draft-extend borrows the draft's), or, with no eager point anywhere, takes the graph value and
+  says so in ``source["warnings"]``.
+- **Draft-extend** rows (``kind == "draft_extend"``) are optional: a profile without them (one
+  recorded before the pass was profiled) still loads, and its table times a draft-extend launch
+  as one draft-decode pass (``LatencyTable``'s fallback), which ``source["draft_extend"]`` and
+  ``source["warnings"]`` say.
 - **Prefill** rows with the same (tokens, prefix) and different request counts are averaged (the
   table has no request-count axis); the largest spread is reported.
 - Values are then made non-decreasing along KV length (verify, draft) and along tokens and
@@ -30,6 +35,11 @@ Building the grids (each documented in ``LatencyTable.source``):
   each axis (holds
   the first value below it) and flags the lookup ``out_of_grid``; the simulator counts those and
   warns in its summary.
+
+**Held-out points.**  A file may carry an optional ``split`` column (:data:`SPLIT_FIELD`):
+``"grid"`` rows build the tables, ``"heldout"`` rows are measured shapes kept out of them, so
+``specsched fidelity`` can score the tables on points they never saw.  A file without the column
+is all grid.  Held-out rows are validated like the others; only grid rows must cover the kinds.
 """
 
 from __future__ import annotations
@@ -45,13 +55,14 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
-from backends.latency_table import Grid, LatencyTable, TableExecutor, interp2, interp3
+from backends.latency_table import (EXTEND_FALLBACK_CAVEAT, Grid, LatencyTable, TableExecutor,
+                                    interp2, interp3)
 from traces.atomic import atomic_output_file
 from traces.errors import ProblemLog, SpecschedError
 
-__all__ = ["PROFILE_SCHEMA", "PROFILE_VERSION", "PROFILES_DIR", "write_profile", "read_profile",
-           "load_profile", "ProfileExecutor", "default_profile", "shipped_profiles",
-           "profile_metadata"]
+__all__ = ["PROFILE_SCHEMA", "PROFILE_VERSION", "PROFILES_DIR", "SPLIT_FIELD", "SPLITS",
+           "write_profile", "read_profile", "grid_rows", "heldout_rows", "load_profile",
+           "ProfileExecutor", "default_profile", "shipped_profiles", "profile_metadata"]
 
 PROFILE_VERSION = "1"
 PROFILES_DIR = Path(__file__).resolve().parent / "profiles"
@@ -68,7 +79,10 @@ PROFILE_SCHEMA = pa.schema([
     pa.field("p90_s", pa.float64(), nullable=False),
     pa.field("reps", pa.int32(), nullable=False),
 ])
-_KINDS = ("verify", "draft", "prefill")
+#: optional column: "grid" (builds the tables) or "heldout" (kept out, scored by fidelity)
+SPLIT_FIELD = pa.field("split", pa.string(), nullable=False)
+SPLITS = ("grid", "heldout")
+_KINDS = ("verify", "draft", "prefill", "draft_extend")
 _META_KEYS = ("model", "gpu", "versions", "command", "kernels", "notes", "attention")
 _MAX_PROBLEMS = 200
 
@@ -87,8 +101,11 @@ def _as_table(rows: Any, where: str) -> pa.Table:
     if missing:
         raise SpecschedError(f"missing column(s) {missing}", path=where,
                              column=missing[0])
+    fields = list(PROFILE_SCHEMA)
+    if SPLIT_FIELD.name in table.column_names:
+        fields.append(SPLIT_FIELD)
     cols = []
-    for f in PROFILE_SCHEMA:
+    for f in fields:
         col = table.column(f.name)
         if col.null_count:
             row = int(np.nonzero(col.is_null().to_numpy(zero_copy_only=False))[0][0])
@@ -98,7 +115,7 @@ def _as_table(rows: Any, where: str) -> pa.Table:
         except (pa.ArrowInvalid, pa.ArrowNotImplementedError) as exc:
             raise SpecschedError(f"cannot be read as {f.type}: {exc}", path=where,
                                  column=f.name) from None
-    return pa.Table.from_arrays(cols, schema=PROFILE_SCHEMA)
+    return pa.Table.from_arrays(cols, schema=pa.schema(fields))
 
 
 def _columns(table: pa.Table) -> dict[str, np.ndarray]:
@@ -107,6 +124,8 @@ def _columns(table: pa.Table) -> dict[str, np.ndarray]:
         col = table.column(f.name)
         out[f.name] = (np.asarray(col.to_pylist(), dtype=object) if f.name == "kind"
                        else col.to_numpy())
+    out["split"] = (np.asarray(table.column("split").to_pylist(), dtype=object)
+                    if "split" in table.column_names else np.full(table.num_rows, "grid", object))
     return out
 
 
@@ -123,8 +142,11 @@ def _validate(table: pa.Table, where: str) -> None:
     kind, graph, bs, width = c["kind"], c["graph"], c["bs"].astype(np.int64), c["width"].astype(np.int64)
     kv, tokens = c["kv_len"].astype(np.int64), c["tokens"].astype(np.int64)
     lat, p10, p90, reps = c["latency_s"], c["p10_s"], c["p90_s"], c["reps"]
+    split = c["split"]
     seen: dict[tuple, int] = {}
     for i in range(n):
+        if split[i] not in SPLITS:
+            bad(i, "split", f"{split[i]!r} is not one of {', '.join(SPLITS)}")
         k = kind[i]
         if k not in _KINDS:
             bad(i, "kind", f"{k!r} is not one of {', '.join(_KINDS)}")
@@ -133,11 +155,11 @@ def _validate(table: pa.Table, where: str) -> None:
             bad(i, "bs", f"must be >= 1, got {bs[i]}")
         if kv[i] < 0:
             bad(i, "kv_len", f"must be >= 0, got {kv[i]}")
-        if k == "verify":
+        if k in ("verify", "draft_extend"):
             if width[i] < 1:
-                bad(i, "width", f"verify width must be >= 1, got {width[i]}")
+                bad(i, "width", f"{k} width must be >= 1, got {width[i]}")
             elif tokens[i] != bs[i] * width[i]:
-                bad(i, "tokens", f"verify tokens must be bs*width = {bs[i] * width[i]}, got {tokens[i]}")
+                bad(i, "tokens", f"{k} tokens must be bs*width = {bs[i] * width[i]}, got {tokens[i]}")
         elif k == "draft":
             if width[i] != 1:
                 bad(i, "width", f"draft width must be 1, got {width[i]}")
@@ -169,10 +191,16 @@ def _validate(table: pa.Table, where: str) -> None:
             seen[key] = i
     log.raise_if_any()
     for k, g in (("verify", True), ("draft", True), ("prefill", False)):
-        if not np.any((kind == k) & (graph == g)):
+        if not np.any((kind == k) & (graph == g) & (split == "grid")):
             what = "graph-replayed " if g else ""
             raise SpecschedError(f"has no {what}{k} rows: a profile needs verify and draft graph "
                                  "replays and prefill passes", path=where)
+    ext = kind == "draft_extend"
+    if np.any(ext) and not np.any(ext & graph):
+        row = int(np.nonzero(ext)[0][0])
+        raise SpecschedError("eager draft_extend rows without graph-replayed ones: the eager grid "
+                             "is built on the graph grid; record draft_extend graph rows too",
+                             path=where, row=row, column="graph")
 
 
 def profile_metadata(model: Any, gpu: Any, *, versions: Any = None, command: str = "",
@@ -204,12 +232,15 @@ def _encode_metadata(metadata: Mapping[str, Any], where: str) -> dict[bytes, byt
 
 
 # ---- writing and reading -------------------------------------------------------------------
-def write_profile(rows: Any, path: "str | Path", metadata: Mapping[str, Any]) -> Path:
+def write_profile(rows: Any, path: "str | Path", metadata: Mapping[str, Any], *,
+                  inputs: tuple = ()) -> Path:
     """Validate profile rows and write them to ``path`` atomically (sorted, zstd, deterministic).
 
     ``rows``: a pyarrow Table, a list of row dicts or a dict of columns with the columns of
-    :data:`PROFILE_SCHEMA`.  ``metadata``: ``model`` (a ModelShape or its dict) and ``gpu``
-    (required), ``versions``, ``command``, ``kernels``, ``notes`` (see :func:`profile_metadata`).
+    :data:`PROFILE_SCHEMA`, and optionally ``split`` (:data:`SPLIT_FIELD`: ``"grid"`` or
+    ``"heldout"``; written only when given).  ``metadata``: ``model`` (a ModelShape or its dict)
+    and ``gpu`` (required), ``versions``, ``command``, ``kernels``, ``notes`` (see
+    :func:`profile_metadata`).
     Problems raise a SpecschedError naming ``path``, the row (0-based, in ``rows``) and the column.
     """
     path = Path(path)
@@ -221,13 +252,15 @@ def write_profile(rows: Any, path: "str | Path", metadata: Mapping[str, Any]) ->
         ("kind", "ascending"), ("graph", "ascending"), ("bs", "ascending"),
         ("width", "ascending"), ("kv_len", "ascending"), ("tokens", "ascending")])
     table = table.take(order).replace_schema_metadata(meta)
-    with atomic_output_file(path) as tmp:
+    # may replace a parquet specsched wrote (an earlier profile), never an input or other file
+    with atomic_output_file(path, inputs=inputs, kind="parquet") as tmp:
         pq.write_table(table, tmp, compression="zstd")
     return path
 
 
 def read_profile(path: "str | Path") -> tuple[pa.Table, dict[str, Any]]:
-    """Read and validate a profile file: (rows as PROFILE_SCHEMA, decoded metadata)."""
+    """Read and validate a profile file: (rows as PROFILE_SCHEMA, plus ``split`` when the file
+    has it; decoded metadata).  :func:`grid_rows` and :func:`heldout_rows` pick the two sets."""
     where = str(path)
     if not Path(path).is_file():
         raise SpecschedError("no such profile file", path=where)
@@ -254,6 +287,23 @@ def read_profile(path: "str | Path") -> tuple[pa.Table, dict[str, Any]]:
     table = _as_table(raw, where)
     _validate(table, where)
     return table, meta
+
+
+def _split_rows(table: pa.Table, which: str) -> pa.Table:
+    if "split" not in table.column_names:
+        return table if which == "grid" else table.slice(0, 0)
+    keep = pc.equal(table.column("split"), which)
+    return table.filter(keep)
+
+
+def grid_rows(table: pa.Table) -> pa.Table:
+    """The rows of a profile table that build its grids (all of them without a ``split``)."""
+    return _split_rows(table, "grid")
+
+
+def heldout_rows(table: pa.Table) -> pa.Table:
+    """The held-out rows of a profile table (``split == "heldout"``; none without the column)."""
+    return _split_rows(table, "heldout")
 
 
 # ---- grids ---------------------------------------------------------------------------------
@@ -326,7 +376,8 @@ def _inside(grid: Grid, pt) -> bool:
 
 def load_profile(path: "str | Path") -> LatencyTable:
     """A profile file as a LatencyTable (validated; grids built as the module docstring says)."""
-    table, meta = read_profile(path)
+    rows, meta = read_profile(path)
+    table = grid_rows(rows)
     where = str(path)
     c = _columns(table)
     kind, graph = c["kind"], c["graph"]
@@ -343,7 +394,10 @@ def load_profile(path: "str | Path") -> LatencyTable:
 
     grids: dict[str, Grid] = {}
     graph_pts = {}
-    for k, cols, fill in (("verify", (bs, width, kv), (2, 0, 1)), ("draft", (bs, kv), (1, 0))):
+    passes = [("verify", (bs, width, kv), (2, 0, 1)), ("draft", (bs, kv), (1, 0))]
+    if np.any(kind == "draft_extend"):
+        passes.append(("draft_extend", (bs, width, kv), (2, 0, 1)))
+    for k, cols, fill in passes:
         p = pts(k, True, cols)
         graph_pts[k] = p
         axes = axes_of(p, len(cols))
@@ -355,7 +409,7 @@ def load_profile(path: "str | Path") -> LatencyTable:
     # eager overheads measured against the graph grids
     overhead: dict[str, float | None] = {}
     eager_pts = {}
-    for k, cols in (("verify", (bs, width, kv)), ("draft", (bs, kv))):
+    for k, cols, _ in passes:
         p = pts(k, False, cols)
         eager_pts[k] = p
         g = grids[f"{k}_graph"]
@@ -363,7 +417,9 @@ def load_profile(path: "str | Path") -> LatencyTable:
         overhead[k] = float(np.median(diffs)) if diffs else None
         stats["eager_derived"][k] = {"measured_points": len(p), "matched_for_overhead": len(diffs),
                                      "overhead_s": overhead[k]}
-    for k, other in (("verify", "draft"), ("draft", "verify")):
+    for k, other in (("verify", "draft"), ("draft", "verify"), ("draft_extend", "draft")):
+        if k not in overhead:
+            continue
         if overhead[k] is None and overhead[other] is not None:
             ratio = _kernel_ratio(meta.get("model"), k, other)
             if ratio is not None:
@@ -382,7 +438,7 @@ def load_profile(path: "str | Path") -> LatencyTable:
                                      "clipped to 0")
             overhead[k] = 0.0
 
-    for k, cols, fill in (("verify", (bs, width, kv), (2, 0, 1)), ("draft", (bs, kv), (1, 0))):
+    for k, cols, fill in passes:
         g = grids[f"{k}_graph"]
         p = eager_pts[k]
         n_axes = len(cols)
@@ -415,8 +471,17 @@ def load_profile(path: "str | Path") -> LatencyTable:
     stats["holes_filled"]["prefill"] = n
     grids["prefill"] = _build(axes, vals, "prefill", ~np.isnan(_grid_from_points_mask(p, axes)), stats)
 
+    if "draft_extend_graph" in grids:
+        grids["extend_graph"] = grids.pop("draft_extend_graph")
+        grids["extend_eager"] = grids.pop("draft_extend_eager")
+        stats["draft_extend"] = (f"measured: {int(np.sum((kind == 'draft_extend') & graph))} graph "
+                                 f"and {int(np.sum((kind == 'draft_extend') & ~graph))} eager rows")
+    else:
+        stats["warnings"].append(EXTEND_FALLBACK_CAVEAT + " (the profile has no draft_extend rows)")
     if not stats["warnings"]:
         del stats["warnings"]
+    if rows.num_rows > table.num_rows:
+        stats["heldout_rows"] = rows.num_rows - table.num_rows  # not in the grids
     source = {"backend": "profile", "file": str(path), "sha256": _sha256(path),
               "rows": table.num_rows, "model": meta.get("model"), "gpu": meta.get("gpu"),
               "versions": meta.get("versions"), "kernels": meta.get("kernels"),
@@ -448,7 +513,8 @@ def _kernel_ratio(model_meta: Any, k: str, other: str) -> float | None:
         model = ModelShape.from_dict(model_meta)
     except (SpecschedError, TypeError, ValueError):
         return None
-    count = {"verify": kernel_count(model), "draft": kernel_count(model.draft)}
+    count = {"verify": kernel_count(model), "draft": kernel_count(model.draft),
+             "draft_extend": kernel_count(model.draft, extend=True)}
     return count[k] / count[other]
 
 
@@ -488,7 +554,8 @@ class ProfileExecutor(TableExecutor):
 
 
 _MODEL_KEYS = ("layers", "hidden", "heads", "kv_heads", "head_dim", "intermediate", "vocab", "tp",
-               "attention", "kv_lora_rank", "experts", "experts_per_token", "moe_intermediate")
+               "attention", "kv_lora_rank", "experts", "experts_per_token", "moe_intermediate",
+               "draft_kind")
 
 
 def _check_model(model: Any, recorded: Any, where: str) -> None:

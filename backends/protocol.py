@@ -19,8 +19,8 @@ import numpy as np
 if TYPE_CHECKING:
     from backends.latency_table import LatencyTable
 
-__all__ = ["PrefillBatch", "DraftBatch", "VerifyBatch", "VerifyTiming", "Executor",
-           "VERIFY_MODES"]
+__all__ = ["PrefillBatch", "DraftBatch", "VerifyBatch", "DraftExtendBatch", "VerifyTiming",
+           "Executor", "VERIFY_MODES"]
 
 #: How the verify kernel sees a launch: every request at ``launch_width`` ("uniform"), each
 #: request at its own width with exact metadata ("ragged", a what-if), or each request at its
@@ -61,6 +61,21 @@ class DraftBatch:
 
 
 @dataclass(frozen=True, slots=True)
+class DraftExtendBatch:
+    """The draft-extend pass after a verify: the draft model over each request's accepted + 1 tokens.
+
+    ``width``: query rows per request in the launch (a graph pads every request to it);
+    ``kv_lens[i]``: request i's tokens in the KV cache before the extended tokens.
+    """
+
+    bs_real: int
+    bs_padded: int
+    width: int
+    kv_lens: np.ndarray
+    graph: bool
+
+
+@dataclass(frozen=True, slots=True)
 class VerifyBatch:
     """One verify launch of the target model.
 
@@ -91,6 +106,33 @@ class VerifyBatch:
 
 
 @dataclass(frozen=True, slots=True)
+class DraftExtendBatch:
+    """The draft-extend pass after a verify: the draft model over each request's accepted tokens.
+
+    SGLang's EAGLE worker runs it after every verify (``forward_draft_extend_after_decode``): the
+    draft model reads the tokens the verify accepted plus the bonus token, writes their KV into
+    the draft's cache and proposes the next round's first draft token.  ``width``: query rows per
+    request the launch holds -- a graph replay pads every request to SGLang's
+    ``num_tokens_per_bs`` (``speculative_num_steps + 1``, the round's verify width at top-k 1);
+    the engine gives eager launches the round's verify width too (an approximation: SGLang's
+    eager pass has each request's accepted count + 1 rows).  ``kv_lens[i]``: request i's tokens
+    in the KV cache before the extended tokens (its KV before the verify).  ``bs_padded``: the
+    captured batch size replayed (``== bs_real`` when eager); padded rows carry no request.
+    """
+
+    bs_real: int
+    bs_padded: int
+    width: int
+    kv_lens: np.ndarray
+    graph: bool
+
+    @property
+    def tokens(self) -> int:
+        """Query rows of real requests (``bs_real * width``)."""
+        return int(self.bs_real) * int(self.width)
+
+
+@dataclass(frozen=True, slots=True)
 class VerifyTiming:
     """What a verify launch cost, and (for a real executor) what went wrong numerically.
 
@@ -117,6 +159,8 @@ class Executor(Protocol):
     def draft(self, batch: DraftBatch) -> float: ...
 
     def verify(self, batch: VerifyBatch) -> VerifyTiming: ...
+
+    def draft_extend(self, batch: DraftExtendBatch) -> float: ...
 
     def latency_table(self) -> "LatencyTable | None":
         """The table this executor's latencies come from (fast path), or ``None`` (live executors)."""

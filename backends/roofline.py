@@ -32,9 +32,17 @@ The model, per forward pass on one GPU (one tensor-parallel shard):
 - **Launch**: a graph replay costs ``graph_launch_s`` (5 us, measured); an eager pass costs
   ``kernel_launch_s`` (4 us, estimated) per kernel: ``kernels per layer * layers + 6`` (see
   :func:`kernel_count`).
+- **Draft passes** use the EAGLE draft's shape (``ModelShape.draft``: one layer, the LM head and
+  the draft's fusion GEMM -- in every pass for EAGLE's ``fc`` and MTP's ``eh_proj``, in the
+  draft-extend pass only for EAGLE-3's 3*hidden fusion).  A draft decode step computes one row
+  per request.  The **draft-extend** pass after a verify computes ``width`` rows per request
+  (``bs_padded * width`` for a graph replay) and attends like a verify of that width; its LM head
+  covers one row per request (``extend_logits="last"``: SGLang's EAGLE worker, whose
+  ``DRAFT_EXTEND`` logits keep each request's last accepted token) or every row
+  (``"all"``: the overlap worker's ``DRAFT_EXTEND_V2``).
 
 The executor evaluates these formulas on grids (batch sizes 1..256 at every integer, hence every
-captured size, then every 8 to 1024 and 1280, 1536, 2048; widths 1..16; KV lengths 0 and a
+captured size, then every 8 to 1024 and 1280, 1536, 2048; widths 1..16 (verify, draft-extend); KV lengths 0 and a
 geometric grid from 1 to 2**21 at 2**(1/4) spacing; prefill tokens 1..65536 and prefixes to
 2**20) and returns a ``TableExecutor`` named ``"roofline"``.  Every operator's ridge point (where
 it turns from bandwidth- to compute-bound) is added to the grid, so multilinear interpolation
@@ -55,10 +63,15 @@ from backends.latency_table import Grid, LatencyTable, TableExecutor
 from backends.models import ModelShape, load_model
 from traces.errors import SpecschedError
 
-__all__ = ["verify_time", "draft_pass_time", "prefill_time", "breakdown", "kernel_count",
-           "build_table", "make_roofline_executor", "ROOFLINE_OPTIONS", "CAVEATS"]
+__all__ = ["verify_time", "draft_pass_time", "draft_extend_time", "prefill_time", "breakdown",
+           "kernel_count", "build_table", "make_roofline_executor", "ROOFLINE_OPTIONS", "CAVEATS",
+           "EXTEND_LOGITS"]
 
 _A = 2.0  # activation / bf16 bytes
+
+#: Which rows of a draft-extend pass the LM head computes: each request's last ("last", SGLang's
+#: EAGLE worker) or every row ("all", its overlap worker).
+EXTEND_LOGITS = ("last", "all")
 
 #: Options ``make_roofline_executor`` accepts (they override the GPU sheet).
 ROOFLINE_OPTIONS = ("achievable_bw_frac", "achievable_flops_frac", "achievable_link_frac",
@@ -207,25 +220,31 @@ def _allreduce_time(m: ModelShape, r: _Rates, nbytes):
     return r.ar_latency + 2.0 * (m.tp - 1) / m.tp * nbytes / r.link
 
 
-def kernel_count(m: ModelShape) -> int:
+def kernel_count(m: ModelShape, *, extend: bool = False) -> int:
     """Kernels one eager forward pass launches (for the launch overhead).
 
     Per layer: MHA attention block 6 (norm, QKV GEMM, RoPE, KV store, attention, O GEMM); MLA 11
     (norm, q_a, q_a norm, q_b, kv_a, kv_a norm, W_UK, RoPE + KV store, attention, W_UV, O GEMM);
     dense MLP 4 (fused add+norm, gate_up GEMM, SiLU*mul, down GEMM); MoE MLP 9 (norm, router,
     top-k, align/sort, two grouped GEMMs, activation, combine, shared expert); 2 all-reduces when
-    tp > 1.  Per pass: 6 more (embedding, final norm, LM head, logits gather, sampling, copy).
+    tp > 1.  Per pass: 6 more (embedding, final norm, LM head, logits gather, sampling, copy),
+    and a draft's fusion GEMM when the pass runs it (``extend``: the draft-extend pass).
     """
     attn = 11 if m.is_mla else 6
     ar = 2 if m.tp > 1 else 0
     per_dense = attn + 4 + ar
     per_moe = attn + 9 + (3 if m.shared_experts else 0) + ar
-    fusion = 1 if m.fusion_in else 0
+    fusion = 1 if _runs_fusion(m, extend) else 0
     return m.dense_mlp_layers * per_dense + m.moe_layers * per_moe + 6 + fusion
 
 
+def _runs_fusion(m: ModelShape, extend: bool) -> bool:
+    """Whether a pass of ``m`` runs its fusion GEMM (a draft's: see ``ModelShape.fusion_on_decode``)."""
+    return bool(m.fusion_in) and (extend or m.fusion_on_decode)
+
+
 def _forward(m: ModelShape, r: _Rates, *, T, n_req, width, kv, lm_tokens, graph: bool,
-             prefill: bool = False, parts: dict | None = None):
+             prefill: bool = False, extend: bool = False, parts: dict | None = None):
     """Seconds of one forward pass (broadcasting over arrays)."""
     T = np.asarray(T, dtype=np.float64)
     total = 0.0
@@ -247,13 +266,13 @@ def _forward(m: ModelShape, r: _Rates, *, T, n_req, width, kv, lm_tokens, graph:
         ew = T * _A * (6 * m.hidden + 3 * _mlp_width(m, moe_layer=moe_layer)) / r.bw
         add("elementwise", nl * ew)
         add("allreduce", nl * 2 * _allreduce_time(m, r, T * m.hidden * _A))
-    if m.fusion_in:
+    if _runs_fusion(m, extend):
         add("gemm", _gemm_time(T, m.fusion_in, m.hidden, _A, r, r.attn_flops))
     lm = np.asarray(lm_tokens, dtype=np.float64)
     add("lm_head", _gemm_time(lm, m.hidden, m.vocab_per_gpu, _A, r, r.attn_flops))
     add("allreduce", _allreduce_time(m, r, lm * m.vocab_per_gpu * _A))
     add("elementwise", (T * m.hidden * _A + lm * m.vocab_per_gpu * 4.0) / r.bw)
-    add("launch", r.graph_launch if graph else kernel_count(m) * r.kernel_launch)
+    add("launch", r.graph_launch if graph else kernel_count(m, extend=extend) * r.kernel_launch)
     if parts is not None:
         parts.update(pieces)
     return total
@@ -292,6 +311,33 @@ def draft_pass_time(model, gpu, bs, kv, *, graph: bool = True, **opts):
     return _forward(d, _rates(d, g), T=bs, n_req=bs, width=1.0, kv=kv, lm_tokens=bs, graph=graph)
 
 
+def _extend_lm_rows(bs, width, extend_logits: str):
+    if extend_logits not in EXTEND_LOGITS:
+        raise SpecschedError(f"extend_logits must be one of {', '.join(EXTEND_LOGITS)}, "
+                             f"got {extend_logits!r}")
+    return bs * width if extend_logits == "all" else bs
+
+
+def _extend(d: ModelShape, r: _Rates, bs, width, kv, graph: bool, extend_logits: str,
+            parts: dict | None = None):
+    bs = np.asarray(bs, dtype=np.float64)
+    width = np.asarray(width, dtype=np.float64)
+    return _forward(d, r, T=bs * width, n_req=bs, width=width, kv=kv,
+                    lm_tokens=_extend_lm_rows(bs, width, extend_logits), graph=graph,
+                    extend=True, parts=parts)
+
+
+def draft_extend_time(model, gpu, bs, width, kv, *, graph: bool = True,
+                      extend_logits: str = "last", **opts):
+    """Seconds of one draft-extend pass (``model`` is the *target*; its EAGLE draft is timed):
+    ``bs`` requests (the padded size for graphs) of ``width`` rows each after ``kv`` cached
+    tokens; logits for one row per request (``extend_logits="last"``) or every row (``"all"``).
+    Broadcasts over arrays."""
+    m, g = _resolve(model, gpu, opts)
+    d = m.draft
+    return _extend(d, _rates(d, g), bs, width, kv, graph, extend_logits)
+
+
 def prefill_time(model, gpu, tokens, prefix, **opts):
     """Seconds of one (eager) prefill pass of ``tokens`` new tokens after ``prefix`` cached ones."""
     m, g = _resolve(model, gpu, opts)
@@ -314,11 +360,13 @@ def breakdown(model, gpu, *, kind: str = "verify", bs: float = 1, width: float =
         d = m.draft
         _forward(d, _rates(d, g), T=bs, n_req=bs, width=1.0, kv=kv, lm_tokens=bs, graph=graph,
                  parts=parts)
+    elif kind == "draft_extend":
+        _extend(m.draft, _rates(m.draft, g), bs, width, kv, graph, "last", parts)
     elif kind == "prefill":
         _forward(m, _rates(m, g), T=tokens, n_req=1.0, width=tokens, kv=prefix, lm_tokens=1.0,
                  graph=False, prefill=True, parts=parts)
     else:
-        raise SpecschedError(f"unknown pass kind {kind!r}; use verify, draft or prefill")
+        raise SpecschedError(f"unknown pass kind {kind!r}; use verify, draft, draft_extend or prefill")
     return {k: float(v) for k, v in parts.items()}
 
 
@@ -378,9 +426,10 @@ def _moe_ridges(m: ModelShape, r: _Rates) -> list[float]:
     return out
 
 
-def build_table(model, gpu="H200", **opts) -> LatencyTable:
+def build_table(model, gpu="H200", *, extend_logits: str = "last", **opts) -> LatencyTable:
     """Evaluate the roofline on the grids (module docstring) as a :class:`LatencyTable`."""
     m, g = _resolve(model, gpu, opts)
+    _extend_lm_rows(1, 1, extend_logits)  # validates
     r = _rates(m, g)
     d = m.draft
     rd = _rates(d, g)
@@ -397,6 +446,13 @@ def build_table(model, gpu="H200", **opts) -> LatencyTable:
     dg = _forward(d, rd, T=Bd, n_req=Bd, width=1.0, kv=Kd, lm_tokens=Bd, graph=True)
     de = _forward(d, rd, T=Bd, n_req=Bd, width=1.0, kv=Kd, lm_tokens=Bd, graph=False)
 
+    d_ridges = _token_ridges(d, rd)
+    bs_x = _with_points(BS_AXIS, d_ridges + [t / w for t in d_ridges for w in WIDTH_AXIS])
+    kv_x = _with_points(KV_AXIS, [_attn_ridge_kv(d, rd, int(w)) for w in WIDTH_AXIS])
+    Bx, Wx, Kx = np.meshgrid(bs_x, WIDTH_AXIS, kv_x, indexing="ij")
+    xg = _extend(d, rd, Bx, Wx, Kx, True, extend_logits)
+    xe = _extend(d, rd, Bx, Wx, Kx, False, extend_logits)
+
     tok = _with_points(TOKENS_AXIS, ridges)
     Tp, Pp = np.meshgrid(tok, PREFIX_AXIS, indexing="ij")
     pf = _forward(m, r, T=Tp, n_req=1.0, width=Tp, kv=Pp, lm_tokens=1.0, graph=False, prefill=True)
@@ -407,9 +463,16 @@ def build_table(model, gpu="H200", **opts) -> LatencyTable:
                        "attention_flops": r.attn_flops, "link_bw": g.achievable_link_bw},
         "achievable_basis": g.achievable_basis,
         "launch": {"graph_s": g.graph_launch_s, "kernel_s": g.kernel_launch_s,
-                   "eager_kernels_verify": kernel_count(m), "eager_kernels_draft": kernel_count(d)},
+                   "eager_kernels_verify": kernel_count(m), "eager_kernels_draft": kernel_count(d),
+                   "eager_kernels_draft_extend": kernel_count(d, extend=True)},
         "grid_points": {"verify": [len(bs_v), len(WIDTH_AXIS), len(kv_v)],
-                        "draft": [len(bs_d), len(kv_d)], "prefill": [len(tok), len(PREFIX_AXIS)]},
+                        "draft": [len(bs_d), len(kv_d)],
+                        "draft_extend": [len(bs_x), len(WIDTH_AXIS), len(kv_x)],
+                        "prefill": [len(tok), len(PREFIX_AXIS)]},
+        "draft_kind": m.draft_kind if not (m.is_mla or m.is_moe) else "mtp",
+        "draft_extend": f"roofline of the draft model over bs x width rows; logits for "
+                        f"{'one row per request' if extend_logits == 'last' else 'every row'} "
+                        f"(extend_logits={extend_logits!r})",
         "beyond_grid": "linear extrapolation from the last grid segment (batch > 2048, width > 16, "
                        "KV > 2**21, prefill tokens > 65536 or prefix > 2**20); flagged out_of_grid",
         "caveats": caveats(m),
@@ -420,19 +483,24 @@ def build_table(model, gpu="H200", **opts) -> LatencyTable:
         draft_graph=Grid.build((bs_d, kv_d), dg, name="roofline draft_graph"),
         draft_eager=Grid.build((bs_d, kv_d), de, name="roofline draft_eager"),
         prefill=Grid.build((tok, PREFIX_AXIS), pf, name="roofline prefill"),
+        extend_graph=Grid.build((bs_x, WIDTH_AXIS, kv_x), xg, name="roofline extend_graph"),
+        extend_eager=Grid.build((bs_x, WIDTH_AXIS, kv_x), xe, name="roofline extend_eager"),
         source=source)
 
 
 _CACHE: dict[tuple, LatencyTable] = {}
 
 
-def make_roofline_executor(model, gpu="H200", **opts) -> TableExecutor:
-    """A ``TableExecutor`` named ``"roofline"`` for this model shape on this GPU sheet."""
+def make_roofline_executor(model, gpu="H200", *, extend_logits: str = "last",
+                           **opts) -> TableExecutor:
+    """A ``TableExecutor`` named ``"roofline"`` for this model shape on this GPU sheet
+    (``extend_logits``: see :func:`draft_extend_time`)."""
     m, g = _resolve(model, gpu, opts)
-    key = (m, g.name, tuple(sorted(opts.items())))
+    _extend_lm_rows(1, 1, extend_logits)
+    key = (m, g.name, tuple(sorted(opts.items())), extend_logits)
     table = _CACHE.get(key)
     if table is None:
-        table = build_table(m, g)
+        table = build_table(m, g, extend_logits=extend_logits)
         if len(_CACHE) > 16:
             _CACHE.clear()
         _CACHE[key] = table

@@ -21,6 +21,7 @@
 #                default eager and prefill grids              -> llama-3.1-8b__H200.parquet
 #   profile70b   the same for the Llama-3.1-70B tp-8 shard    -> llama-3.1-70b__H200.parquet
 #   live-conv:N  live `simulate --backend aiter` of the first N requests of the conversation sample
+#   live-split:N the same with --policy split (a what-if: widths other than 4 run eagerly)
 #   live-code    live `simulate --backend aiter` of the whole code sample
 #   fidelity-conv:N, fidelity-code
 #                `specsched fidelity` (live run and shipped profile) on the same traces
@@ -53,10 +54,10 @@ job() {  # job NAME SECONDS COMMAND...
   timeout "$secs" "$@" >>"$log" 2>&1
   echo "=== $name rc=$? in $((SECONDS - t0))s ===" | tee -a "$log"
 }
-live() {  # live NAME TRACE [LIMIT]
-  local name=$1 trace=$2 lim=${3:-}
+live() {  # live NAME TRACE [LIMIT [SIMULATE OPTIONS...]]
+  local name=$1 trace=$2 lim=${3:-}; shift 3 2>/dev/null || shift $#
   job "live-$name" 580 python3 -m specsched simulate --trace "$trace" --backend aiter \
-    --model llama-3.1-8b ${lim:+--limit $lim} --no-report --progress --out "/tmp/live_$name"
+    --model llama-3.1-8b ${lim:+--limit $lim} --no-report --progress --out "/tmp/live_$name" "$@"
   [ -d "/tmp/live_$name" ] && tar -czf "$out/live_$name.tar.gz" -C /tmp "live_$name"
 }
 fid() {  # fid NAME TRACE [LIMIT]
@@ -104,6 +105,7 @@ PY
     profile70b) job profile70b 560 python3 -m specsched profile --model llama-3.1-70b --tp 8 --progress \
         --bs "$BS" --kv-lens "$KV" -o "$out/llama-3.1-70b__H200.parquet" ;;
     live-conv:*) live "conv${j#live-conv:}" "$CONV" "${j#live-conv:}" ;;
+    live-split:*) live "split${j#live-split:}" "$CONV" "${j#live-split:}" --policy split ;;
     live-code) live code "$CODE" ;;
     fidelity-conv:*) fid "conv${j#fidelity-conv:}" "$CONV" "${j#fidelity-conv:}" ;;
     fidelity-code) fid code "$CODE" ;;

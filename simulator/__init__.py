@@ -16,6 +16,7 @@ from typing import Callable
 
 from backends.jit import jit_status
 from backends.protocol import Executor
+from simulator import core as C
 from simulator.config import SimConfig
 from simulator.engine import Simulation
 from simulator.results import (SimResult, StepSink, requests_table, summarize, write_into,
@@ -27,11 +28,12 @@ __all__ = ["run", "run_to", "write_results", "SimResult", "SimConfig"]
 
 def run(trace, config: SimConfig, executor: Executor, *, kv_capacity_tokens: int | None = None,
         progress: Callable[[int, int], None] | None = None,
-        stream_dir: str | Path | None = None) -> SimResult:
+        stream_dir: str | Path | None = None, context_len: int = 0) -> SimResult:
     """Simulate ``trace`` (a :class:`traces.TraceArrays`) under ``config``, timing passes with
     ``executor``.
 
-    ``kv_capacity_tokens`` defaults to ``config.engine.kv_capacity_tokens``.  ``progress(finished,
+    ``kv_capacity_tokens`` defaults to ``config.engine.kv_capacity_tokens``; ``context_len`` (the
+    model's, 0 = unknown) bounds the max_new_tokens of requests whose trace row gives none.  ``progress(finished,
     total)`` is called now and then.  With ``stream_dir``, steps.parquet and
     request_steps.parquet are written into that (existing) folder as the run goes, and the
     result holds no step tables (memory stays flat however long the run).  Deterministic: the
@@ -47,7 +49,7 @@ def run(trace, config: SimConfig, executor: Executor, *, kv_capacity_tokens: int
     sink = StepSink(None if stream_dir is None else Path(stream_dir),
                     request_steps=config.engine.record_request_steps)
     sim = Simulation(trace, config, executor, kv_capacity_tokens=int(capacity), progress=progress,
-                     sink=sink)
+                     sink=sink, context_len=context_len)
     compile_s = sim.compile()  # the engine's speed is the run's, not numba's
     sim.run()
     requests = requests_table(sim.request_arrays(), trace)
@@ -67,7 +69,10 @@ def run(trace, config: SimConfig, executor: Executor, *, kv_capacity_tokens: int
         "config": config.to_dict(),
         "engine_core": jit_status(),
         "kv_lookup": ("straggler" if sim.straggler_kv else "mean") if sim.table is not None else None,
+        "what_if": config.engine.what_ifs,
+        "speculative": bool(sim.CI[C.C_SPEC]),
     })
+    _engine_warnings(summary, config, sim)
     measured = sim.table is not None and sim.table.source.get("backend") == "profile"
     if measured and config.backend.kv_lookup == "straggler" and not sim.straggler_kv:
         # true of a measured profile only: a roofline prices attention by the summed KV, so
@@ -83,18 +88,39 @@ def run(trace, config: SimConfig, executor: Executor, *, kv_capacity_tokens: int
     return SimResult(requests=requests, steps=steps, request_steps=request_steps, summary=summary)
 
 
+def _engine_warnings(summary: dict, config: SimConfig, sim: Simulation) -> None:
+    """What the summary must say about how far this run is SGLang's."""
+    e = config.engine
+    w = summary["warnings"]
+    for what in e.what_ifs:
+        w.append(f"what-if (not something SGLang can run): {what}")
+    if e.scheduler_overhead_s == 0:
+        w.append("the scheduler's host time is not modelled (engine.scheduler_overhead_s = 0: "
+                 "not measured for SGLang here)" + (
+                     "; with overlap scheduling SGLang hides most of it" if e.overlap else ""))
+    extra = int(sim.E[:, C.E_XRETRACT].sum())
+    if extra:
+        w.append(f"{extra} retractions went beyond SGLang's rule to fit a verify in the KV pool "
+                 "(SGLang would have run out of KV slots there)")
+    if not sim.CI[C.C_SPEC] and not e.max_running:
+        w.append("without speculative decoding SGLang sizes max_running_requests from its token "
+                 f"pool, which is not modelled: engine.max_running = {e.running_cap} was used")
+
+
 def run_to(out_dir: str | Path, trace, config: SimConfig, executor: Executor, *,
-           kv_capacity_tokens: int | None = None,
+           kv_capacity_tokens: int | None = None, context_len: int = 0,
            progress: Callable[[int, int], None] | None = None, overwrite: bool = True,
            extra: Callable[[Path], None] | None = None,
-           summary_extra: dict | None = None) -> SimResult:
+           summary_extra: dict | None = None, inputs=()) -> SimResult:
     """:func:`run`, streaming the results into ``out_dir``; the folder appears (or is replaced)
-    only when the whole run and ``extra(folder)`` succeeded."""
-    with atomic_output_dir(out_dir, overwrite=overwrite) as tmp:
+    only when the whole run and ``extra(folder)`` succeeded.  ``out_dir`` must be a folder
+    :func:`traces.atomic.check_output_dir` accepts (``inputs``: the run's input files)."""
+    with atomic_output_dir(out_dir, overwrite=overwrite, inputs=inputs) as tmp:
         result = run(trace, config, executor, kv_capacity_tokens=kv_capacity_tokens,
-                     progress=progress, stream_dir=tmp)
-        if summary_extra:
-            result.summary.update(summary_extra)
+                     progress=progress, stream_dir=tmp, context_len=context_len)
+        if summary_extra:  # its "warnings" are added to the run's own
+            result.summary.update({k: v for k, v in summary_extra.items() if k != "warnings"})
+            result.summary["warnings"].extend(summary_extra.get("warnings", []))
         t0 = time.perf_counter()
         write_into(result, tmp)
         result.summary["write_s"] = time.perf_counter() - t0

@@ -22,7 +22,8 @@ __all__ = ["simulate"]
 @click.option("--backend", type=click.Choice(["profile", "roofline", "aiter"]),
               help="Executor: profile (default; CPU, calibrated on an H200), roofline (CPU), "
                    "aiter (live on this machine's GPU).")
-@click.option("--policy", type=click.Choice(POLICIES), help="Verify policy (default pad).")
+@click.option("--policy", type=click.Choice(POLICIES),
+              help="Verify policy (default fixed: every request at num_draft_tokens, as SGLang).")
 @click.option("--model", help="Model preset or config.json path (default llama-3.1-8b).")
 @click.option("--tp", type=int, help="Tensor-parallel degree (default: the preset's).")
 @click.option("--gpu", help="GPU of the profile / hardware sheet (default H200).")
@@ -37,17 +38,22 @@ __all__ = ["simulate"]
 @click.option("--set", "sets", multiple=True, metavar="KEY=VALUE",
               help="Any configuration key, e.g. --set engine.max_running=64 (repeatable).")
 @click.option("--limit", type=int, help="Simulate only the first N requests of the trace.")
+@click.option("--context-overflow", type=click.Choice(["refuse", "drop", "truncate"]),
+              help="Requests longer than the model's context: refuse the trace (default, as "
+                   "SGLang refuses them), drop them, or truncate them (SGLang's "
+                   "--allow-auto-truncate).")
 @click.option("--out", "out_dir", type=click.Path(file_okay=False),
-              help="Results folder (default runs/<trace>__<policy>__<backend>); replaced "
-                   "atomically if it exists.")
+              help="Results folder (default runs/<trace>__<policy>__<backend>). An existing "
+                   "folder is replaced, atomically, only if it is empty or a results folder "
+                   "specsched wrote.")
 @click.option("--report/--no-report", default=True, show_default=True,
               help="Write report.html with plots into the results folder.")
 @click.option("--progress/--no-progress", default=None,
               help="Progress bar on stderr (default: when stderr is a terminal).")
 @click.option("--json", "as_json", is_flag=True, help="Print the summary as JSON instead of a table.")
 def simulate(trace_path, config_path, backend, policy, model, tp, gpu, profile_path, replicas,
-             router, rate_scale, seed, acceptance, sets, limit, out_dir, report, progress,
-             as_json):
+             router, rate_scale, seed, acceptance, sets, limit, context_overflow, out_dir, report,
+             progress, as_json):
     """Replay a trace through the engine and write a results folder.
 
     \b
@@ -59,23 +65,27 @@ def simulate(trace_path, config_path, backend, policy, model, tp, gpu, profile_p
     """
     import json
 
-    from specsched.setup import load_trace, simulate_to
+    from specsched.setup import input_files, load_trace, simulate_to
+    from traces.atomic import check_output_dir
 
     overrides = {"backend.name": backend, "engine.policy": policy, "model.name": model,
                  "model.tp": tp, "backend.gpu": gpu, "backend.profile": profile_path,
                  "cluster.replicas": replicas, "cluster.router": router,
-                 "rate_scale": rate_scale, "seed": seed}
+                 "rate_scale": rate_scale, "seed": seed,
+                 "engine.context_overflow": context_overflow}
     overrides.update(parse_overrides(sets))
     config = SimConfig.load(config_path, overrides)
-    trace = load_trace(trace_path, acceptance=acceptance, seed=config.seed, limit=limit)
     if out_dir is None:
         out_dir = (Path("runs") / f"{Path(trace_path).stem}__{config.engine.policy}__"
                    f"{config.backend.name}")
+    # refuse a bad --out before the (possibly long) run; checked again when the folder is written
+    check_output_dir(out_dir, inputs=input_files(config, trace_path, config_path))
+    trace = load_trace(trace_path, acceptance=acceptance, seed=config.seed, limit=limit)
     show = sys.stderr.isatty() if progress is None else progress
     bar = _ProgressBar(len(trace)) if show else None
     try:
         result = simulate_to(trace, config, out_dir, progress=bar.update if bar else None,
-                             report=report)
+                             report=report, inputs=[config_path])
     finally:
         if bar:
             bar.close()

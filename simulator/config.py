@@ -37,23 +37,25 @@ from dataclasses import dataclass, field, fields
 from pathlib import Path
 from typing import Any
 
+from simulator import sglang
 from traces.errors import SpecschedError
 
 __all__ = ["EngineConfig", "ClusterConfig", "ModelConfig", "BackendConfig", "SimConfig",
-           "POLICIES", "ROUTERS", "sglang_spec_ladder", "parse_overrides"]
+           "POLICIES", "ROUTERS", "RENAMED", "parse_overrides"]
 
+#: engine.max_running without speculative decoding (SGLang sizes it from the token pool: a
+#: rule specsched does not model; summaries warn when it applies)
+NOSPEC_MAX_RUNNING = 256
 POLICIES = ("pad", "split", "bucket", "truncate", "fixed", "ragged", "unsafe-derived")
 ROUTERS = ("round-robin", "least-outstanding-tokens")
 #: query lengths per request that AITER's MLA decode kernels support (3 is padded to 4)
 MLA_WIDTHS = (1, 2, 3, 4)
-
-
-def sglang_spec_ladder(max_bs: int) -> tuple[int, ...]:
-    """SGLang's CUDA-graph batch sizes with speculative decoding: 1-8, 10-32 step 2, 40-64
-    step 4, 72-256 step 8 (and on in steps of 8 past 256 if asked), capped at ``max_bs``."""
-    sizes = list(range(1, 9)) + list(range(10, 33, 2)) + list(range(40, 65, 4))
-    sizes += list(range(72, max(max_bs, 256) + 1, 8))
-    return tuple(b for b in sizes if b <= max_bs)
+#: configuration keys of earlier versions: the key that replaced each, or None (removed; the
+#: value says why).  Recorded runs' configurations are read through this table.
+RENAMED = {"engine.fixed_width": "engine.num_draft_tokens",
+           "engine.admission_reserve_tokens": None}
+REMOVED_WHY = {"engine.admission_reserve_tokens": "SGLang's new_token_ratio reservation "
+                                                  "(engine.schedule_conservativeness) replaced it"}
 
 
 def _f(default, help: str, **kw):
@@ -62,38 +64,104 @@ def _f(default, help: str, **kw):
 
 @dataclass(frozen=True)
 class EngineConfig:
-    """One replica: an SGLang-like engine with speculative decoding (chain drafting, top-k 1)."""
+    """One replica: an SGLang engine with EAGLE speculative decoding (chain drafting, top-k 1).
 
-    policy: str = _f("pad", "verify policy: " + ", ".join(POLICIES))
-    page_size: int = _f(16, "KV cache page size in tokens")
+    Every default is SGLang's for the same server arguments (docs/sglang.md cites each rule); a
+    value of 0 (or an empty list) means "as SGLang derives it".  Settings SGLang cannot run are
+    what-ifs, listed in the summary's ``what_if``.
+    """
+
+    policy: str = _f("fixed", "verify policy: " + ", ".join(POLICIES) + "; SGLang verifies every "
+                              "request at num_draft_tokens (fixed); the others are what-ifs")
+    num_draft_tokens: int = _f(4, "tokens per request in a verify (SGLang "
+                                  "speculative_num_draft_tokens; top-k 1: num_steps + 1); 1 = "
+                                  "no speculation")
+    page_size: int = _f(1, "KV cache page size in tokens (SGLang's default page_size on CUDA "
+                           "and ROCm is 1)")
     kv_capacity_tokens: int = _f(0, "KV cache capacity in tokens; 0 = from the model's KV bytes "
                                     "per token and the GPU's memory")
     mem_fraction: float = _f(0.0, "fraction of GPU memory for weights + KV (SGLang's "
                                   "mem_fraction_static); 0 = SGLang's default for the GPU")
-    max_running: int = _f(256, "cap on running requests (SGLang max_running_requests)")
-    chunked_prefill_size: int = _f(8192, "tokens per prefill pass (SGLang chunked_prefill_size)")
+    max_running: int = _f(0, "cap on running requests (SGLang max_running_requests); 0 = "
+                             "SGLang's: 48 with speculative decoding")
+    chunked_prefill_size: int = _f(0, "tokens per prefill pass (SGLang chunked_prefill_size); "
+                                      "0 = SGLang's default for the GPU's memory")
     max_prefill_tokens: int = _f(16384, "upper bound on a prefill pass (SGLang max_prefill_tokens)")
-    admission_reserve_tokens: int = _f(
-        128, "KV tokens kept free per running request when admitting a new one (a simple "
-             "stand-in for SGLang's new_token_ratio reservation); retraction handles the rest")
-    scheduler_overhead_s: float = _f(0.0, "host time per iteration before its first pass, seconds")
-    cuda_graph_max_bs: int = _f(256, "largest captured batch size; larger batches run eagerly")
+    schedule_conservativeness: float = _f(1.0, "SGLang's schedule_conservativeness: scales the "
+                                               "new_token_ratio reservation at admission")
+    max_new_tokens: int = _f(0, "max_new_tokens of requests whose trace row has none; 0 = "
+                                "what SGLang uses when a client sets none (the context length "
+                                "minus the prompt, minus 1)")
+    overlap: bool = _f(True, "the scheduler's host time overlaps the GPU (SGLang's overlap "
+                             "schedule, on by default with spec v2); false = "
+                             "--disable-overlap-schedule, host time between passes")
+    scheduler_overhead_s: float = _f(0.0, "host time per iteration (between passes unless "
+                                          "overlap), seconds; 0 = not modelled (not measured)")
+    cuda_graph_max_bs: int = _f(0, "largest captured batch size; larger batches run eagerly; "
+                                   "0 = SGLang's default for the GPU")
     capture_bs: tuple[int, ...] = _f((), "captured batch sizes; empty = SGLang's speculative "
                                          "ladder up to cuda_graph_max_bs")
-    capture_widths: tuple[int, ...] = _f((1, 2, 3, 4, 5, 6, 7, 8),
-                                         "verify widths with captured graphs; others run eagerly")
-    fixed_width: int = _f(4, "the start-up width of the fixed policy (num_draft_tokens)")
+    capture_widths: tuple[int, ...] = _f((), "verify widths with captured graphs; empty = "
+                                             "[num_draft_tokens] as SGLang captures; more is a "
+                                             "what-if")
     buckets: tuple[int, ...] = _f((2, 4, 8), "widths the bucket policy rounds up to")
     max_draft: int = _f(0, "cap on drafts a request proposes per step; 0 = no cap")
     widen: str = _f("auto", "when a policy raises a width, the extra slots hold real drafts "
                             "('draft') or padding ('pad'); 'auto' = draft for fixed, pad otherwise")
     mla: bool = _f(False, "the model uses MLA attention (set from the model; restricts fixed widths)")
     record_request_steps: bool = _f(True, "write request_steps.parquet (one row per request step)")
+    context_overflow: str = _f("refuse", "requests longer than the model's context: refuse (as "
+                                         "SGLang does), drop, or truncate (SGLang's "
+                                         "--allow-auto-truncate)")
 
     @property
     def ladder(self) -> tuple[int, ...]:
-        return tuple(sorted(set(self.capture_bs))) if self.capture_bs else sglang_spec_ladder(
-            self.cuda_graph_max_bs)
+        """Captured batch sizes: the configured ones, else SGLang's ladder cut at max_running."""
+        if self.capture_bs:
+            return tuple(sorted(set(self.capture_bs)))
+        max_bs = self.cuda_graph_max_bs or sglang.gpu_memory_defaults(
+            sglang.FALLBACK_GPU_MEMORY_BYTES)[1]
+        return sglang.capture_ladder(max_bs, self.running_cap)
+
+    @property
+    def widths_captured(self) -> tuple[int, ...]:
+        """Verify widths with captured graphs: the configured ones, else num_draft_tokens."""
+        return tuple(sorted(set(self.capture_widths))) if self.capture_widths else (
+            self.num_draft_tokens,)
+
+    @property
+    def speculative(self) -> bool:
+        return self.num_draft_tokens > 1
+
+    @property
+    def running_cap(self) -> int:
+        """max_running as SGLang resolves it (48 with speculative decoding)."""
+        if self.max_running:
+            return self.max_running
+        return sglang.SPEC_MAX_RUNNING if self.speculative else NOSPEC_MAX_RUNNING
+
+    @property
+    def chunk_size(self) -> int:
+        return self.chunked_prefill_size or sglang.gpu_memory_defaults(
+            sglang.FALLBACK_GPU_MEMORY_BYTES)[0]
+
+    @property
+    def what_ifs(self) -> list[str]:
+        """Settings SGLang cannot run (each a labelled what-if in summaries and reports)."""
+        out = []
+        if self.policy != "fixed":
+            out.append(f"policy '{self.policy}': SGLang verifies every request at "
+                       f"num_draft_tokens ({self.num_draft_tokens})")
+        if self.capture_widths and tuple(sorted(set(self.capture_widths))) != (
+                self.num_draft_tokens,):
+            out.append(f"capture_widths {list(self.capture_widths)}: SGLang captures one verify "
+                       f"width, num_draft_tokens ({self.num_draft_tokens})")
+        if self.widen == "pad" and self.policy == "fixed":
+            out.append("widen 'pad' with the fixed policy: SGLang drafts num_draft_tokens - 1 "
+                       "tokens for every request")
+        if self.max_draft:
+            out.append(f"max_draft {self.max_draft}: a per-request draft cap")
+        return out
 
     @property
     def widen_drafts(self) -> bool:
@@ -174,6 +242,10 @@ class SimConfig:
                     raise SpecschedError(f"unknown configuration key '{key}'{_did_you_mean(key)}")
                 node = node[p]
             if parts[-1] not in node:
+                if key in RENAMED:
+                    new = RENAMED[key]
+                    why = f"renamed to '{new}'" if new else f"removed: {REMOVED_WHY[key]}"
+                    raise SpecschedError(f"configuration key '{key}' was {why}")
                 raise SpecschedError(f"unknown configuration key '{key}'{_did_you_mean(key)}")
             node[parts[-1]] = value
         cfg = _build(SimConfig, tree, "configuration", "")
@@ -196,19 +268,24 @@ class SimConfig:
         if e.policy not in POLICIES:
             raise SpecschedError(f"engine.policy: unknown policy '{e.policy}' "
                                  f"(choose from {', '.join(POLICIES)})")
+        if e.context_overflow not in ("refuse", "drop", "truncate"):
+            raise SpecschedError(f"engine.context_overflow: must be refuse, drop or truncate "
+                                 f"(got '{e.context_overflow}')")
         if e.widen not in ("auto", "draft", "pad"):
             raise SpecschedError(f"engine.widen: must be auto, draft or pad (got '{e.widen}')")
-        positive = {"engine.page_size": e.page_size, "engine.max_running": e.max_running,
-                    "engine.chunked_prefill_size": e.chunked_prefill_size,
+        positive = {"engine.page_size": e.page_size,
                     "engine.max_prefill_tokens": e.max_prefill_tokens,
-                    "engine.fixed_width": e.fixed_width, "cluster.replicas": self.cluster.replicas}
+                    "engine.num_draft_tokens": e.num_draft_tokens,
+                    "cluster.replicas": self.cluster.replicas}
         for key, v in positive.items():
             if v < 1:
                 raise SpecschedError(f"{key}: must be >= 1 (got {v})")
         for key, v in {"engine.kv_capacity_tokens": e.kv_capacity_tokens,
                        "engine.max_draft": e.max_draft,
                        "engine.cuda_graph_max_bs": e.cuda_graph_max_bs,
-                       "engine.admission_reserve_tokens": e.admission_reserve_tokens,
+                       "engine.max_running": e.max_running,
+                       "engine.chunked_prefill_size": e.chunked_prefill_size,
+                       "engine.max_new_tokens": e.max_new_tokens,
                        "model.tp": self.model.tp}.items():
             if v < 0:
                 raise SpecschedError(f"{key}: must be >= 0 (got {v})")
@@ -224,13 +301,20 @@ class SimConfig:
                              ("engine.capture_bs", e.capture_bs, 4096)):
             if any(v < 1 or v > hi for v in seq):
                 raise SpecschedError(f"{key}: values must be in 1..{hi} (got {list(seq)})")
+        if e.chunked_prefill_size and e.chunked_prefill_size < e.page_size:
+            raise SpecschedError(f"engine.chunked_prefill_size ({e.chunked_prefill_size}) is "
+                                 f"smaller than a page ({e.page_size} tokens): SGLang cuts "
+                                 "chunks at page boundaries, so nothing could be prefilled")
         if not e.buckets:
             raise SpecschedError("engine.buckets: needs at least one width")
-        if e.fixed_width > 64:
-            raise SpecschedError(f"engine.fixed_width: at most 64 (got {e.fixed_width})")
-        if e.mla and e.policy == "fixed" and e.fixed_width not in MLA_WIDTHS:
+        if e.num_draft_tokens > 64:
+            raise SpecschedError(f"engine.num_draft_tokens: at most 64 (got {e.num_draft_tokens})")
+        if not (0 < e.schedule_conservativeness <= 10):
+            raise SpecschedError(f"engine.schedule_conservativeness: must be in (0, 10] (got "
+                                 f"{e.schedule_conservativeness})")
+        if e.mla and e.policy == "fixed" and e.num_draft_tokens not in MLA_WIDTHS:
             raise SpecschedError(
-                f"engine.fixed_width: {e.fixed_width} is not a width the AITER MLA decode kernels "
+                f"engine.num_draft_tokens: {e.num_draft_tokens} is not a width the AITER MLA decode kernels "
                 f"support (query lengths 1, 2 and 4 per request; 3 is padded to 4)")
         if self.cluster.router not in ROUTERS:
             raise SpecschedError(f"cluster.router: unknown router '{self.cluster.router}' "
@@ -287,8 +371,13 @@ def _build(cls, data: dict[str, Any], where: str, prefix: str):
     kwargs = {}
     for key, value in data.items():
         if key not in known:
-            hint = _did_you_mean(f"{prefix}{key}") or f" (known: {', '.join(known)})"
-            raise SpecschedError(f"unknown key '{prefix}{key}'{hint}", path=where)
+            full = f"{prefix}{key}"
+            if full in RENAMED:
+                new = RENAMED[full]
+                why = f"renamed to '{new}'" if new else f"removed: {REMOVED_WHY[full]}"
+                raise SpecschedError(f"key '{full}' was {why}", path=where)
+            hint = _did_you_mean(full) or f" (known: {', '.join(known)})"
+            raise SpecschedError(f"unknown key '{full}'{hint}", path=where)
         f = known[key]
         default = f.default if f.default is not dataclasses.MISSING else f.default_factory()
         if dataclasses.is_dataclass(default):

@@ -86,12 +86,14 @@ E_FINISHED = 12   # requests finished on this replica
 E_CAP = 13        # KV pages in the pool
 E_WHEAD = 14      # retracted queue: ring buffer W[r, :] (entry times WT[r, :]), head index
 E_WLEN = 15       # retracted queue length
-NE = 16
+E_XRETRACT = 16   # retractions beyond SGLang's rule, to fit a verify (SGLang would run out of KV)
+NE = 17
 
 EF_CLOCK = 0      # the replica's clock: the start of its next decision
 EF_PEND_END = 1   # end time of the pending iteration
 EF_BUSY = 2       # seconds spent in forward passes
-NEF = 3
+EF_RATIO = 3      # SGLang's new_token_ratio (admission reservation of running requests' growth)
+NEF = 4
 
 # ---------------------------------------------------------------- pending passes PI[r, p, NPI], PF[r, p, NPF]
 P_KIND = 0        # KIND_* below
@@ -125,6 +127,7 @@ NPF = 6
 KIND_PREFILL = 0
 KIND_DRAFT = 1
 KIND_VERIFY = 2
+KIND_EXTEND = 3   # the draft-extend pass after the verify (SGLang forward_draft_extend_after_decode)
 MODE_UNIFORM = 0
 MODE_RAGGED = 1
 MODE_UNSAFE = 2
@@ -148,14 +151,23 @@ C_FIXED = 4
 C_WIDEN = 5       # 1: widths raised by a policy hold real drafts; 0: padding
 C_MAXDRAFT = 6    # cap on proposals, 0 = none
 C_SEED = 7
-C_RESERVE = 8     # tokens reserved per running request at admission
+C_CLIP = 8        # SGLang CLIP_MAX_NEW_TOKENS: cap on the max_new_tokens a request reserves
 C_MAXCAPBS = 9    # largest captured batch size (0: no graphs)
 C_FAST = 10       # 1: time passes from the latency table here
 C_MAXPREFILL = 11  # max tokens of one prefill pass (SGLang max_prefill_tokens)
 C_RECORD_RS = 12  # record request steps
-NCI = 13
+C_SPEC = 13       # 1: speculative decoding (draft and draft-extend passes); 0: plain decode
+C_DECODE_RESERVE = 14  # tokens per request check_decode_mem wants free (spec: 2 x draft tokens)
+C_RETRACT_STEPS = 15  # SGLang SGLANG_RETRACT_DECODE_STEPS (the ratio estimate after a retraction)
+C_OVERLAP = 16    # 1: the scheduler's host time overlaps the GPU (SGLang's overlap schedule)
+C_YIELD = 17      # return ADV_YIELD after this many iterations in one advance() call (0: never),
+                  # so a compiled call is short in wall time and the caller can see Ctrl-C
+NCI = 18
 CF_OVERHEAD = 0   # scheduler overhead per iteration, seconds
-CF_ATT = 1        # CF[CF_ATT:]: backends.latency_table.attention_params (all 0: mean KV lookups)
+CF_RATIO_INIT = 1  # SGLang init_new_token_ratio
+CF_RATIO_MIN = 2   # SGLang min_new_token_ratio
+CF_RATIO_DECAY = 3  # SGLang new_token_ratio_decay (per decode iteration)
+CF_ATT = 4        # CF[CF_ATT:]: backends.latency_table.attention_params (all 0: mean KV lookups)
 NCF = CF_ATT + NATT
 
 POL_PAD = 0
@@ -213,8 +225,9 @@ ADV_PENDING = 2     # the pending iteration ends after the horizon: wait for its
 ADV_FULL = 3        # the step buffers are full: flush them
 ADV_TIMING = 4      # passes need latencies from a live executor
 ADV_STUCK = 5       # the queue head can never be admitted (a configuration the checks missed)
+ADV_YIELD = 6       # CI[C_YIELD] iterations applied in this call: call again (nothing else to do)
 
-MAXPASS = 2 + 64    # a draft row + at most 64 verify launches (or one prefill)
+MAXPASS = 3 + 64    # a draft row, at most 64 verify launches, a draft-extend row (or one prefill)
 
 MASK32 = 0xFFFFFFFF
 
@@ -341,13 +354,13 @@ def _waiting_pop(r, from_retracted, Q, W, E):
 # M_LAUNCH (launch index), and returns the number of launches; lw[L] is launch L's width.
 
 @njit
-def _policy_pad(mb, n, lw):
+def _policy_pad(mb, n, lw, widen):
     w = 0
     for j in range(n):
         w = max(w, mb[j, M_D] + 1)
     for j in range(n):
         mb[j, M_V] = w
-        mb[j, M_R] = mb[j, M_D]
+        mb[j, M_R] = w - 1 if widen == 1 else mb[j, M_D]
         mb[j, M_LAUNCH] = 0
     lw[0] = w
     return 1
@@ -452,7 +465,7 @@ def _policy_exact(mb, n, lw):
 def apply_policy(policy, mb, n, lw, tmp, buckets, fixed, widen):
     """Turn the members' proposals into verify widths and launches; returns the launch count."""
     if policy == POL_PAD:
-        return _policy_pad(mb, n, lw)
+        return _policy_pad(mb, n, lw, widen)
     if policy == POL_SPLIT:
         return _policy_split(mb, n, lw, tmp)
     if policy == POL_BUCKET:
@@ -526,10 +539,63 @@ def _fill_members(r, R, E, RUN, MB, off, draft, CI):
 
 
 @njit
-def _decide_decode(r, clock, R, E, W, WT, RUN, MB, PI, PF, off, draft, prompt, CI, padmap,
-                   capw, buckets, lw, tmp):
+def _decode_mem_ok(r, n, R, E, RUN, CI):
+    """SGLang's ``check_decode_mem``: the pool has the pages that the next decode may need, each
+    running request growing by ``C_DECODE_RESERVE`` tokens past its KV (with speculative decoding
+    ``2 * max(num_steps * topk, num_draft_tokens)``; one token without)."""
+    page = CI[C_PAGE]
+    need = 0
+    for j in range(n):
+        i = RUN[r, j]
+        need += pages_for(R[i, R_KV] + CI[C_DECODE_RESERVE], page) - R[i, R_PAGES]
+    return E[r, E_FREE] >= need
+
+
+@njit
+def _retract_victim(r, n, R, RUN, prompt):
+    """The request SGLang's ``retract_decode`` retracts next: the fewest output tokens, the longest
+    prompt among those, and the latest in the batch on a full tie."""
+    best = RUN[r, n - 1]
+    for j in range(n - 1, -1, -1):
+        i = RUN[r, j]
+        if R[i, R_GEN] < R[best, R_GEN] or (R[i, R_GEN] == R[best, R_GEN]
+                                            and prompt[i] > prompt[best]):
+            best = i
+    return best
+
+
+@njit
+def _update_running(r, clock, R, E, EF, W, WT, RUN, prompt, mnt, CI, CF):
+    """SGLang's ``update_running_batch`` before a decode: when ``check_decode_mem`` fails, retract
+    (at least one request, until it passes or one is left) and re-estimate ``new_token_ratio``
+    as ``min(1, (decoded + RETRACT_DECODE_STEPS x running) / (sum of max_new_tokens + 1))``; else
+    decay the ratio towards its minimum."""
+    n = E[r, E_NRUN]
+    if _decode_mem_ok(r, n, R, E, RUN, CI):
+        EF[r, EF_RATIO] = max(EF[r, EF_RATIO] - CF[CF_RATIO_DECAY], CF[CF_RATIO_MIN])
+        return
+    first = True
+    while first or not _decode_mem_ok(r, E[r, E_NRUN], R, E, RUN, CI):
+        n = E[r, E_NRUN]
+        if n <= 1:
+            break
+        first = False
+        _retract(r, _retract_victim(r, n, R, RUN, prompt), clock, R, E, W, WT, RUN)
+    decoded = 0
+    maxnew = 0
+    for j in range(E[r, E_NRUN]):
+        i = RUN[r, j]
+        decoded += R[i, R_GEN]
+        maxnew += mnt[i]
+    EF[r, EF_RATIO] = min(1.0, (decoded + CI[C_RETRACT_STEPS] * E[r, E_NRUN]) / (maxnew + 1))
+
+
+@njit
+def _decide_decode(r, clock, R, E, EF, W, WT, RUN, MB, PI, PF, off, draft, prompt, mnt, CI, CF,
+                   padmap, capw, buckets, lw, tmp):
     page = CI[C_PAGE]
     policy = CI[C_POLICY]
+    _update_running(r, clock, R, E, EF, W, WT, RUN, prompt, mnt, CI, CF)
     while True:
         n = _fill_members(r, R, E, RUN, MB, off, draft, CI)
         nl = apply_policy(policy, MB[r], n, lw, tmp, buckets, CI[C_FIXED], CI[C_WIDEN])
@@ -545,9 +611,9 @@ def _decide_decode(r, clock, R, E, W, WT, RUN, MB, PI, PF, off, draft, prompt, C
             E[r, E_CHUNKED] = -1
             _retract(r, c, clock, R, E, W, WT, RUN)
             continue
-        # SGLang with speculative decoding retracts from the back of the batch (its
-        # filter_batch can only drop the last requests): the most recently admitted one
-        _retract(r, RUN[r, n - 1], clock, R, E, W, WT, RUN)
+        # beyond SGLang's rule (which would run out of KV slots here): retract its next victim
+        E[r, E_XRETRACT] += 1
+        _retract(r, _retract_victim(r, n, R, RUN, prompt), clock, R, E, W, WT, RUN)
     # allocate the verify slots
     for j in range(n):
         i = MB[r, j, M_REQ]
@@ -570,18 +636,30 @@ def _decide_decode(r, clock, R, E, W, WT, RUN, MB, PI, PF, off, draft, prompt, C
     maxcap = CI[C_MAXCAPBS]
     fixed_draft = policy == POL_FIXED and CI[C_WIDEN] == 1
     # the draft phase
+    # (SGLang's EAGLE worker: the first draft token of a round comes from the previous round's
+    # draft-extend, so d drafts take d - 1 draft-model decode passes)
     passes = 0
     kvsum = 0
     kvmax = 0
+    extw = 0
     for j in range(n):
         dr = MB[r, j, M_R] if fixed_draft else max(MB[r, j, M_D], MB[r, j, M_R])
-        passes = max(passes, dr)
+        passes = max(passes, dr - 1)
         kvsum += MB[r, j, M_KV]
         kvmax = max(kvmax, MB[r, j, M_KV])
+        extw = max(extw, MB[r, j, M_V])
+    ext_kvsum = kvsum
+    ext_kvmax = kvmax
     np_ = 0
     if passes > 0:
         graph = 1 if (n <= maxcap) else 0
         PI[r, 0, P_KIND] = KIND_DRAFT
+        PI[r, 0, P_MINW] = 0
+        PI[r, 0, P_MAXW] = 0
+        PI[r, 0, P_DISTINCT] = 0
+        PI[r, 0, P_PADSLOTS] = 0
+        PI[r, 0, P_VIOL] = 0
+        PI[r, 0, P_MAXVW] = 1
         PI[r, 0, P_BS] = n
         PI[r, 0, P_BSPAD] = padmap[n] if graph == 1 else n
         PI[r, 0, P_WIDTH] = 1
@@ -656,6 +734,32 @@ def _decide_decode(r, clock, R, E, W, WT, RUN, MB, PI, PF, off, draft, prompt, C
         PF[r, p, PF_KVSUM] = kvsum
         PF[r, p, PF_KVMEAN] = kvsum / bs
         j0 = j1
+    # the draft-extend pass: the draft model over each request's accepted tokens + 1, every
+    # request padded to the round's verify width (SGLang's draft-extend graph pads to
+    # num_steps + 1 tokens per request); none without speculation
+    if extw > 1 and CI[C_SPEC] == 1:
+        p = np_
+        np_ += 1
+        graph = 1 if (n <= maxcap and extw < capw.shape[0] and capw[extw]) else 0
+        PI[r, p, P_KIND] = KIND_EXTEND
+        PI[r, p, P_BS] = n
+        PI[r, p, P_BSPAD] = padmap[n] if graph == 1 else n
+        PI[r, p, P_WIDTH] = extw
+        PI[r, p, P_MINW] = 0
+        PI[r, p, P_MAXW] = 0
+        PI[r, p, P_DISTINCT] = 0
+        PI[r, p, P_TOKENS] = n * extw
+        PI[r, p, P_PADSLOTS] = 0
+        PI[r, p, P_GRAPH] = graph
+        PI[r, p, P_PASSES] = 1
+        PI[r, p, P_MODE] = MODE_UNIFORM
+        PI[r, p, P_VIOL] = 0
+        PI[r, p, P_KVMAX] = ext_kvmax
+        PI[r, p, P_MSTART] = 0
+        PI[r, p, P_MCOUNT] = n
+        PI[r, p, P_MAXVW] = extw
+        PF[r, p, PF_KVSUM] = ext_kvsum
+        PF[r, p, PF_KVMEAN] = ext_kvsum / n
     E[r, E_NPASS] = np_
     E[r, E_NMEM] = n
     E[r, E_PENDING] = 2
@@ -663,42 +767,82 @@ def _decide_decode(r, clock, R, E, W, WT, RUN, MB, PI, PF, off, draft, prompt, C
 
 
 @njit
-def _decide_prefill(r, clock, R, RF, E, Q, W, WT, RUN, MB, PI, PF, arrival, prompt, CI):
-    """Build a prefill pass if anything can be prefilled now; returns whether one was built."""
+def _decide_prefill(r, clock, R, RF, E, EF, Q, W, WT, RUN, MB, PI, PF, arrival, prompt, mnt, CI):
+    """Build a prefill pass if anything can be prefilled now; returns whether one was built.
+
+    Admission follows SGLang's ``PrefillAdder``: the pool's free tokens, less every running
+    request's remaining ``min(max_new_tokens - output, CLIP) * new_token_ratio``, must exceed a
+    new request's prompt plus its remaining ``min(max_new_tokens, CLIP)``; each admitted request
+    then counts its paged prompt and ``min(max_new_tokens, CLIP)``; a pass holds at most
+    ``chunked_prefill_size`` (and ``max_prefill_tokens``) tokens, the last request chunked at a
+    page boundary.  The queue is strictly FCFS: the first request that does not fit stops it.
+    KV pages are allocated for the tokens each pass computes.
+    """
     page = CI[C_PAGE]
-    budget = min(CI[C_CHUNK], CI[C_MAXPREFILL])
+    clip = CI[C_CLIP]
+    ratio = EF[r, EF_RATIO]
+    rem_chunk = CI[C_CHUNK]
+    rem_input = CI[C_MAXPREFILL]
     nmem = 0
     tokens = 0
     wprefix = 0.0
     pairs = 0.0
     kvmax = 0
     nrun = E[r, E_NRUN]
-    # continue a chunked prefill first
+    offset = 0.0
+    for j in range(nrun):
+        i = RUN[r, j]
+        offset += min(mnt[i] - R[i, R_GEN], clip) * ratio
+    avail = float(E[r, E_FREE] * page)
+    # continue a chunked prefill first (SGLang add_chunked_req)
     c = E[r, E_CHUNKED]
     if c >= 0:
-        take = min(R[c, R_PTARGET] - R[c, R_PDONE], budget)
-        MB[r, 0, M_REQ] = c
-        MB[r, 0, M_TOK] = take
-        MB[r, 0, M_KV] = R[c, R_PDONE]
-        nmem = 1
-        tokens += take
-        wprefix += take * R[c, R_PDONE]
-        pairs += take * (R[c, R_PDONE] + take / 2.0)
-        kvmax = R[c, R_PDONE]
-        budget -= take
-        if R[c, R_PDONE] + take < R[c, R_PTARGET]:
-            budget = 0
-    reserve = pages_for(CI[C_RESERVE], page) if CI[C_RESERVE] > 0 else 0
-    while budget > 0 and nrun + nmem < CI[C_MAXRUN]:
+        left = R[c, R_PTARGET] - R[c, R_PDONE]
+        take = min(left, rem_chunk, int(avail - offset))
+        if take > 0:
+            truncated = take < left
+            if truncated:
+                take = take // page * page
+            grow = pages_for(R[c, R_PDONE] + take, page) - R[c, R_PAGES]
+            if take > 0 and grow <= E[r, E_FREE]:
+                E[r, E_FREE] -= grow
+                R[c, R_PAGES] += grow
+                MB[r, 0, M_REQ] = c
+                MB[r, 0, M_TOK] = take
+                MB[r, 0, M_KV] = R[c, R_PDONE]
+                nmem = 1
+                tokens += take
+                wprefix += take * R[c, R_PDONE]
+                pairs += take * (R[c, R_PDONE] + take / 2.0)
+                kvmax = R[c, R_PDONE]
+                ptake = pages_for(take, page) * page
+                offset += ptake + page + (0 if truncated else min(mnt[c], clip))
+                rem_chunk -= ptake
+                rem_input -= ptake
+                if truncated:
+                    rem_chunk = 0
+        if nmem == 0:
+            rem_chunk = 0  # the chunked request waits for room; nothing overtakes it
+    while (rem_chunk > 0 and rem_input > 0 and avail - offset > 0
+           and nrun + nmem < CI[C_MAXRUN]):
         i, from_retracted = _waiting_head(r, clock, arrival, Q, W, WT, E)
         if i < 0:
             break
         target = prompt[i] + R[i, R_GEN]
-        need = pages_for(target, page)
-        held = nrun + nmem  # requests that will keep growing
-        if held > 0 and need + (held + 1) * reserve > E[r, E_FREE]:
-            break  # strict FCFS: the head waits for room
-        if need > E[r, E_FREE]:
+        total = target + min(max(mnt[i] - R[i, R_GEN], 0), clip) + page
+        if total >= avail - offset:
+            break  # NO_TOKEN: strict FCFS, the head waits for room
+        ptarget = pages_for(target, page) * page
+        if ptarget >= rem_input and nmem != 0:
+            break
+        if ptarget <= rem_chunk:
+            take = target
+        else:
+            take = rem_chunk // page * page
+            if take <= 0:
+                break
+        grow = pages_for(take, page)
+        if grow > E[r, E_FREE]:
             break
         _waiting_pop(r, from_retracted, Q, W, E)
         if R[i, R_ADMITTED] == 0:
@@ -707,19 +851,22 @@ def _decide_prefill(r, clock, R, RF, E, Q, W, WT, RUN, MB, PI, PF, arrival, prom
         R[i, R_STATUS] = ST_PREFILL
         R[i, R_PTARGET] = target
         R[i, R_PDONE] = 0
-        R[i, R_PAGES] = need
-        E[r, E_FREE] -= need
-        take = min(target, budget)
+        R[i, R_PAGES] = grow
+        E[r, E_FREE] -= grow
         MB[r, nmem, M_REQ] = i
         MB[r, nmem, M_TOK] = take
         MB[r, nmem, M_KV] = 0
         nmem += 1
         tokens += take
         pairs += take * (take / 2.0)
-        budget -= take
         if take < target:
             E[r, E_CHUNKED] = i
+            offset += take + page
+            rem_chunk = 0
             break
+        offset += ptarget + page + min(mnt[i], clip)
+        rem_chunk -= ptarget
+        rem_input -= ptarget
     if nmem == 0:
         return False
     PI[r, 0, P_KIND] = KIND_PREFILL
@@ -763,7 +910,7 @@ def pass_kv(r, p, PI, PF, CF):
     if kind == KIND_PREFILL:
         return PF[r, p, PF_PREFIX]
     nseq = float(PI[r, p, P_BSPAD])
-    draft = kind == KIND_DRAFT
+    draft = kind == KIND_DRAFT  # a draft-extend pass has `width` query rows, like a verify
     rows = attention_rows(draft, PI[r, p, P_GRAPH] == 1, nseq, float(PI[r, p, P_WIDTH]),
                           float(PI[r, p, P_TOKENS]))
     return effective_kv(PF[r, p, PF_KVSUM], float(PI[r, p, P_KVMAX]), nseq,
@@ -780,7 +927,8 @@ def _set_lookups(r, PI, PF, E, CF):
 @njit
 def _time_passes(r, PI, PF, E, tab):
     """Latency of every pending pass from the latency table (the fast path)."""
-    (vg0, vg1, vg2, vgv, ve0, ve1, ve2, vev, dg0, dg1, dgv, de0, de1, dev, pf0, pf1, pfv) = tab
+    (vg0, vg1, vg2, vgv, ve0, ve1, ve2, vev, dg0, dg1, dgv, de0, de1, dev, pf0, pf1, pfv,
+     xg0, xg1, xg2, xgv, xe0, xe1, xe2, xev) = tab
     for p in range(E[r, E_NPASS]):
         kind = PI[r, p, P_KIND]
         oog = False
@@ -795,6 +943,14 @@ def _time_passes(r, PI, PF, E, tab):
             else:
                 lat, oog = interp2(de0, de1, dev, bs, kv)
             lat = lat * PI[r, p, P_PASSES]
+        elif kind == KIND_EXTEND:
+            bs = float(PI[r, p, P_BSPAD])
+            w = float(PI[r, p, P_WIDTH])
+            kv = PF[r, p, PF_LOOKUP]
+            if PI[r, p, P_GRAPH] == 1:
+                lat, oog = interp3(xg0, xg1, xg2, xgv, bs, w, kv)
+            else:
+                lat, oog = interp3(xe0, xe1, xe2, xev, bs, w, kv)
         else:
             bs = float(PI[r, p, P_BSPAD])
             kv = PF[r, p, PF_LOOKUP]
@@ -954,6 +1110,11 @@ def _record_steps(r, t0, PI, PF, E, SI, SF, G, committed):
             SI[S_ITERDISTINCT, k] = E[r, E_ITERDISTINCT]
             SI[S_GPADSLOTS, k] = PI[r, p, P_BSPAD] - PI[r, p, P_BS]
             SI[S_COMMITTED, k] = 0
+        elif PI[r, p, P_KIND] == KIND_EXTEND:
+            SI[S_LAUNCH, k] = 0
+            SI[S_ITERDISTINCT, k] = E[r, E_ITERDISTINCT]
+            SI[S_GPADSLOTS, k] = (PI[r, p, P_BSPAD] - PI[r, p, P_BS]) * PI[r, p, P_WIDTH]
+            SI[S_COMMITTED, k] = 0
         else:
             SI[S_LAUNCH, k] = 0
             SI[S_ITERDISTINCT, k] = 0
@@ -968,10 +1129,23 @@ def _record_steps(r, t0, PI, PF, E, SI, SF, G, committed):
 
 
 @njit
+def iteration_time(r, E, PF, CI, CF):
+    """Wall time of the pending iteration: its passes back to back, plus the scheduler's host
+    time between iterations, or, with overlap scheduling, the longer of the two (the host
+    prepares the next batch while the GPU runs this one)."""
+    gpu = 0.0
+    for p in range(E[r, E_NPASS]):
+        gpu += PF[r, p, PF_LAT]
+    if CI[C_OVERLAP] == 1:
+        return max(gpu, CF[CF_OVERHEAD])
+    return gpu + CF[CF_OVERHEAD]
+
+
+@njit
 def _apply_pending(r, R, RF, E, EF, RUN, MB, PI, PF, prompt, output, off, draft, acc, pacc,
                    SI, SF, RSI, RSF, G, CI, CF, committed):
     t_end = EF[r, EF_PEND_END]
-    t0 = EF[r, EF_CLOCK] + CF[CF_OVERHEAD]
+    t0 = EF[r, EF_CLOCK] + (0.0 if CI[C_OVERLAP] == 1 else CF[CF_OVERHEAD])
     for L in range(committed.shape[0]):
         committed[L] = 0
     if E[r, E_PENDING] == 1:
@@ -989,8 +1163,8 @@ def _apply_pending(r, R, RF, E, EF, RUN, MB, PI, PF, prompt, output, off, draft,
 
 
 @njit
-def advance(r, horizon, arrival, prompt, output, off, draft, acc, pacc, R, RF, E, EF, Q, W, WT,
-            RUN, MB, PI, PF, SI, SF, RSI, RSF, G, CI, CF, padmap, capw, buckets, tab):
+def advance(r, horizon, arrival, prompt, output, mnt, off, draft, acc, pacc, R, RF, E, EF, Q, W,
+            WT, RUN, MB, PI, PF, SI, SF, RSI, RSF, G, CI, CF, padmap, capw, buckets, tab):
     """Run replica r's iterations until something outside it must happen.
 
     Iterations are decided at the replica's clock, strictly before ``horizon`` (the next
@@ -1003,6 +1177,7 @@ def advance(r, horizon, arrival, prompt, output, off, draft, acc, pacc, R, RF, E
     tmp = np.zeros(2 * RUN.shape[1] + 2, np.int64)
     committed = np.zeros(MAXPASS, np.int64)
     maxrun = RUN.shape[1]
+    applied = 0
     while True:
         if E[r, E_PENDING] != 0:
             if E[r, E_TIMED] == 0:
@@ -1011,26 +1186,29 @@ def advance(r, horizon, arrival, prompt, output, off, draft, acc, pacc, R, RF, E
                     _time_passes(r, PI, PF, E, tab)
                 else:
                     return ADV_TIMING
-                total = CF[CF_OVERHEAD]
-                for p in range(E[r, E_NPASS]):
-                    total += PF[r, p, PF_LAT]
-                EF[r, EF_PEND_END] = EF[r, EF_CLOCK] + total
+                EF[r, EF_PEND_END] = EF[r, EF_CLOCK] + iteration_time(r, E, PF, CI, CF)
             if EF[r, EF_PEND_END] > horizon:
                 return ADV_PENDING
             if G[G_SFILL] + MAXPASS > SI.shape[1] or G[G_RSFILL] + maxrun > RSI.shape[1]:
                 return ADV_FULL
             _apply_pending(r, R, RF, E, EF, RUN, MB, PI, PF, prompt, output, off, draft, acc,
                            pacc, SI, SF, RSI, RSF, G, CI, CF, committed)
+            applied += 1
+            if applied == CI[C_YIELD]:  # state is all in the arrays: the next call resumes here
+                return ADV_YIELD
             continue
         clock = EF[r, EF_CLOCK]
         if clock >= horizon:
             return ADV_HORIZON
-        if _decide_prefill(r, clock, R, RF, E, Q, W, WT, RUN, MB, PI, PF, arrival, prompt, CI):
+        if _decide_prefill(r, clock, R, RF, E, EF, Q, W, WT, RUN, MB, PI, PF, arrival, prompt,
+                           mnt, CI):
             continue
         if E[r, E_NRUN] > 0:
-            _decide_decode(r, clock, R, E, W, WT, RUN, MB, PI, PF, off, draft, prompt, CI,
-                           padmap, capw, buckets, lw, tmp)
+            _decide_decode(r, clock, R, E, EF, W, WT, RUN, MB, PI, PF, off, draft, prompt, mnt,
+                           CI, CF, padmap, capw, buckets, lw, tmp)
             continue
+        # idle (SGLang's self_check_during_idle): new_token_ratio back to its initial value
+        EF[r, EF_RATIO] = CF[CF_RATIO_INIT]
         # idle: jump to the next queued arrival, if it comes before the horizon
         if E[r, E_WLEN] > 0:
             return ADV_STUCK  # a retracted request waits with nothing running: cannot be

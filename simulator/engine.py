@@ -25,9 +25,11 @@ from typing import Any, Callable
 import numpy as np
 import simpy
 
-from backends.latency_table import LatencyTable
-from backends.protocol import VERIFY_MODES, DraftBatch, Executor, PrefillBatch, VerifyBatch
+from backends.latency_table import LatencyTable, extend_arrays
+from backends.protocol import (VERIFY_MODES, DraftBatch, DraftExtendBatch, Executor, PrefillBatch,
+                               VerifyBatch)
 from simulator import core as C
+from simulator import sglang
 from simulator.config import SimConfig
 from simulator.results import StepSink
 from traces.errors import SpecschedError
@@ -35,20 +37,27 @@ from traces.errors import SpecschedError
 __all__ = ["Simulation", "StepBuffers"]
 
 _INF = math.inf
+#: Work one compiled ``advance`` call may do before it returns to Python, so that Ctrl-C or
+#: SIGTERM, which Python acts on only between calls, stops a run of any size at once.  Measured
+#: on the 2-core development machine: an iteration costs about 5 us plus 0.025 us per running
+#: request, i.e. (max_running + ITER_SLOTS) x 0.025 us; CHUNK_WORK such units are ~0.1 s.
+CHUNK_WORK = 1 << 22
+ITER_SLOTS = 200
 
 
 def _table_tuple(table: LatencyTable | None) -> tuple:
-    """The 17 arrays the compiled core evaluates (dummies when there is no table)."""
+    """The 25 arrays the compiled core evaluates (dummies when there is no table)."""
     if table is None:
         one = np.ones(1)
-        return (one, one, one, np.ones((1, 1, 1)), one, one, one, np.ones((1, 1, 1)),
-                one, one, np.ones((1, 1)), one, one, np.ones((1, 1)), one, one, np.ones((1, 1)))
+        g3 = (one, one, one, np.ones((1, 1, 1)))
+        g2 = (one, one, np.ones((1, 1)))
+        return g3 + g3 + g2 + g2 + g2 + g3 + g3
     out = []
     for g in (table.verify_graph, table.verify_eager, table.draft_graph, table.draft_eager,
               table.prefill):
         out.extend(g.axes)
         out.append(g.values)
-    return tuple(out)
+    return tuple(out) + tuple(extend_arrays(table))
 
 
 class StepBuffers:
@@ -76,6 +85,7 @@ class _Inputs:
     arrival: np.ndarray
     prompt: np.ndarray
     output: np.ndarray
+    mnt: np.ndarray       # max_new_tokens per request (the admission reservation's bound)
     off: np.ndarray
     draft: np.ndarray
     acc: np.ndarray
@@ -87,7 +97,7 @@ class Simulation:
 
     def __init__(self, trace, config: SimConfig, executor: Executor, *,
                  kv_capacity_tokens: int, progress: Callable[[int, int], None] | None = None,
-                 sink: StepSink | None = None):
+                 sink: StepSink | None = None, context_len: int = 0):
         self.trace = trace
         self.config = config
         self.executor = executor
@@ -104,6 +114,7 @@ class Simulation:
             arrival=arrival,
             prompt=np.ascontiguousarray(trace.prompt_tokens, dtype=np.int64),
             output=np.ascontiguousarray(trace.output_tokens, dtype=np.int64),
+            mnt=self._max_new_tokens(trace, e, context_len, kv_capacity_tokens),
             off=np.ascontiguousarray(trace.step_offsets, dtype=np.int64),
             draft=np.ascontiguousarray(trace.draft_tokens, dtype=np.int16),
             acc=np.ascontiguousarray(trace.accepted_tokens, dtype=np.int16),
@@ -122,29 +133,39 @@ class Simulation:
                 j += 1
             padmap[b] = ladder[j]
         capw = np.zeros(65, np.int64)
-        for w in e.capture_widths:
+        for w in e.widths_captured:
             capw[w] = 1
         self.padmap, self.capw = padmap, capw
         self.buckets = np.array(sorted(set(e.buckets)), np.int64)
-        fixed = e.fixed_width
+        fixed = e.num_draft_tokens
         if e.mla and e.policy == "fixed" and fixed == 3:
             fixed = 4  # AITER's MLA kernels pad a query length of 3 to 4
         self.CI = np.zeros(C.NCI, np.int64)
         self.CI[C.C_PAGE] = e.page_size
-        self.CI[C.C_MAXRUN] = e.max_running
-        self.CI[C.C_CHUNK] = e.chunked_prefill_size
+        self.CI[C.C_MAXRUN] = e.running_cap
+        self.CI[C.C_CHUNK] = e.chunk_size
         self.CI[C.C_POLICY] = C.POLICY_CODES[e.policy]
         self.CI[C.C_FIXED] = fixed
         self.CI[C.C_WIDEN] = 1 if e.widen_drafts else 0
         self.CI[C.C_MAXDRAFT] = e.max_draft
         self.CI[C.C_SEED] = config.seed & 0xFFFFFFFF
-        self.CI[C.C_RESERVE] = e.admission_reserve_tokens
         self.CI[C.C_MAXCAPBS] = max_cap
         self.CI[C.C_FAST] = 1 if self.table is not None else 0
         self.CI[C.C_MAXPREFILL] = e.max_prefill_tokens
         self.CI[C.C_RECORD_RS] = 1 if e.record_request_steps else 0
+        spec = e.speculative and trace.acceptance.get("speculation", True) is not False
+        self.CI[C.C_SPEC] = 1 if spec else 0
+        self.CI[C.C_CLIP] = sglang.CLIP_MAX_NEW_TOKENS
+        self.CI[C.C_DECODE_RESERVE] = sglang.decode_reserve_tokens(e.num_draft_tokens if spec else 1)
+        self.CI[C.C_RETRACT_STEPS] = sglang.RETRACT_DECODE_STEPS
+        self.CI[C.C_OVERLAP] = 1 if e.overlap else 0
+        self.CI[C.C_YIELD] = max(1, CHUNK_WORK // (e.running_cap + ITER_SLOTS))
         self.CF = np.zeros(C.NCF, np.float64)
         self.CF[C.CF_OVERHEAD] = e.scheduler_overhead_s
+        ratio0, ratio_min, decay = sglang.new_token_ratio_params(e.schedule_conservativeness)
+        self.CF[C.CF_RATIO_INIT] = ratio0
+        self.CF[C.CF_RATIO_MIN] = ratio_min
+        self.CF[C.CF_RATIO_DECAY] = decay
         self.straggler_kv = (config.backend.kv_lookup == "straggler" and
                              C.set_attention(self.CF, getattr(self.table, "attention", None)))
         self.tab = _table_tuple(self.table)
@@ -161,11 +182,12 @@ class Simulation:
         self.E[:, C.E_CAP] = self.capacity_pages
         self.E[:, C.E_CHUNKED] = -1
         self.EF = np.zeros((R, C.NEF), np.float64)
+        self.EF[:, C.EF_RATIO] = ratio0
         self.Q = np.zeros((R, n + 1), np.int64)
         self.W = np.zeros((R, n + 1), np.int64)
         self.WT = np.zeros((R, n + 1), np.float64)
-        self.RUN = np.zeros((R, e.max_running), np.int64)
-        self.MB = np.zeros((R, e.max_running + 1, C.NMB), np.int64)
+        self.RUN = np.zeros((R, e.running_cap), np.int64)
+        self.MB = np.zeros((R, e.running_cap + 1, C.NMB), np.int64)
         self.PI = np.zeros((R, C.MAXPASS, C.NPI), np.int64)
         self.PF = np.zeros((R, C.MAXPASS, C.NPF), np.float64)
         self.sink = sink if sink is not None else StepSink(
@@ -176,22 +198,41 @@ class Simulation:
         self.next_arrival = _INF
         self.arrivals_done = False
         self.wake: list[simpy.Event | None] = [None] * R
+        self._failed: BaseException | None = None   # the first error (or Ctrl-C) of any process
         self.state_dependent = config.cluster.router == "least-outstanding-tokens"
         self._rr = 0
 
     # ------------------------------------------------------------------ checks
+    @staticmethod
+    def _max_new_tokens(trace, e, context_len: int, capacity: int) -> np.ndarray:
+        """Each request's max_new_tokens: its trace column where given, else
+        ``engine.max_new_tokens``, else what SGLang gives a request whose client set none."""
+        n = len(trace.arrival_s)
+        page = e.page_size
+        capacity = capacity // page * page  # the pool's tokens (SGLang's token capacity)
+        # SGLang bounds every request's max_new_tokens by the context and the pool
+        bound = sglang.default_max_new_tokens(trace.prompt_tokens, context_len, capacity, page)
+        out = np.full(n, e.max_new_tokens, np.int64) if e.max_new_tokens else bound.copy()
+        col = getattr(trace, "max_new_tokens", None)
+        if col is not None:
+            given = np.asarray(col, dtype=np.float64)
+            have = np.isfinite(given)
+            out[have] = given[have].astype(np.int64)
+        out = np.minimum(out, bound)
+        # a request generated its recorded output, so its bound was at least that
+        return np.ascontiguousarray(np.maximum(out, np.asarray(trace.output_tokens, np.int64)))
+
     def _check_feasible(self, capacity_tokens: int) -> None:
         e = self.config.engine
         inp = self.inp
         if capacity_tokens < e.page_size:
             raise SpecschedError(f"the KV budget ({capacity_tokens} tokens) holds less than one "
                                  f"page of {e.page_size} tokens")
-        d = inp.draft.astype(np.int64)
+        widest = int(inp.draft.max()) + 1 if len(inp.draft) else 1  # no int64 copy: big traces
         if e.max_draft:
-            d = np.minimum(d, e.max_draft)
-        widest = int(d.max()) + 1 if len(d) else 1
+            widest = min(widest, e.max_draft + 1)
         if e.policy == "fixed":
-            widest = max(widest, e.fixed_width)
+            widest = max(widest, e.num_draft_tokens)
         if e.policy == "bucket":
             widest = max(widest, int(max(e.buckets)))
         if widest > 64:
@@ -226,7 +267,7 @@ class Simulation:
     def _advance(self, r: int, horizon: float) -> int:
         i = self.inp
         b = self.buf
-        return int(C.advance(r, horizon, i.arrival, i.prompt, i.output, i.off, i.draft, i.acc,
+        return int(C.advance(r, horizon, i.arrival, i.prompt, i.output, i.mnt, i.off, i.draft, i.acc,
                              i.pacc, self.R, self.RF, self.E, self.EF, self.Q, self.W, self.WT,
                              self.RUN, self.MB,
                              self.PI, self.PF, b.SI, b.SF, b.RSI, b.RSF, b.G, self.CI, self.CF,
@@ -251,12 +292,26 @@ class Simulation:
             self.progress(int(self.E[:, C.E_FINISHED].sum()), self.n)
 
     def _replica(self, r: int):
+        """Replica r's SimPy process.  An exception in any process (Ctrl-C included) stops every
+        process at once and :meth:`run` re-raises it: SimPy alone would let the other replicas
+        run to their end before the failure surfaced."""
+        try:
+            yield from self._replica_loop(r)
+        except GeneratorExit:
+            raise
+        except BaseException as exc:  # noqa: BLE001 - re-raised by run()
+            if self._failed is None:
+                self._failed = exc
+
+    def _replica_loop(self, r: int):
         env = self.env
-        while True:
+        while self._failed is None:
             horizon = self.next_arrival if self.state_dependent else _INF
             status = self._advance(r, horizon)
             if status == C.ADV_FULL:
                 self.buf.flush()
+                self._report()
+            elif status == C.ADV_YIELD:
                 self._report()
             elif status == C.ADV_TIMING:
                 self._time_live(r)
@@ -283,6 +338,8 @@ class Simulation:
         env = self.env
         arrival = self.inp.arrival
         for i in range(self.n):
+            if self._failed is not None:
+                return
             t = float(arrival[i])
             if t > env.now:
                 yield env.timeout(t - env.now)
@@ -312,6 +369,8 @@ class Simulation:
         for r in range(self.replicas):
             self.env.process(self._replica(r))
         self.env.run()
+        if self._failed is not None:
+            raise self._failed
         self.buf.flush()
         self._report()
         unfinished = int((self.R[:, C.R_STATUS] != C.ST_DONE).sum())
@@ -322,7 +381,6 @@ class Simulation:
     def _time_live(self, r: int) -> None:
         """Time the pending passes of replica r with a live executor (no latency table)."""
         PI, PF, MB = self.PI[r], self.PF[r], self.MB[r]
-        total = float(self.CF[C.CF_OVERHEAD])
         for p in range(int(self.E[r, C.E_NPASS])):
             m0 = int(PI[p, C.P_MSTART])
             m1 = m0 + int(PI[p, C.P_MCOUNT])
@@ -336,6 +394,11 @@ class Simulation:
                 lat = self.executor.draft(DraftBatch(
                     bs_real=int(PI[p, C.P_BS]), bs_padded=int(PI[p, C.P_BSPAD]),
                     kv_lens=MB[m0:m1, C.M_KV].copy(), passes=int(PI[p, C.P_PASSES]),
+                    graph=bool(PI[p, C.P_GRAPH])))
+            elif kind == C.KIND_EXTEND:
+                lat = self.executor.draft_extend(DraftExtendBatch(
+                    bs_real=int(PI[p, C.P_BS]), bs_padded=int(PI[p, C.P_BSPAD]),
+                    width=int(PI[p, C.P_WIDTH]), kv_lens=MB[m0:m1, C.M_KV].copy(),
                     graph=bool(PI[p, C.P_GRAPH])))
             else:
                 timing = self.executor.verify(VerifyBatch(
@@ -352,9 +415,9 @@ class Simulation:
             PF[p, C.PF_LAT] = lat
             PF[p, C.PF_ERR] = err
             PI[p, C.P_OOG] = 1 if oog else 0
-            total += lat
         self.E[r, C.E_TIMED] = 1
-        self.EF[r, C.EF_PEND_END] = self.EF[r, C.EF_CLOCK] + total
+        self.EF[r, C.EF_PEND_END] = self.EF[r, C.EF_CLOCK] + C.iteration_time(
+            r, self.E, self.PF, self.CI, self.CF)
 
     # ------------------------------------------------------------------ results
     def request_arrays(self) -> dict[str, Any]:

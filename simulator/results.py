@@ -23,7 +23,7 @@ from traces.atomic import atomic_output_dir
 __all__ = ["SimResult", "StepSink", "write_results", "write_into", "requests_table", "summarize",
            "latency_stats", "steps_batch", "request_steps_batch"]
 
-KINDS = ("prefill", "draft", "verify")
+KINDS = ("prefill", "draft", "verify", "draft_extend")  # indexed by simulator.core.KIND_*
 #: zstd, dictionary encoding only for the dictionary columns, no column statistics: about twice
 #: as fast to write as pyarrow's defaults for these tables, at the same size
 PARQUET_OPTIONS = dict(compression="zstd", use_dictionary=["kind", "mode", "category", "tenant"],
@@ -165,7 +165,8 @@ def _empty_batch(name: str) -> pa.RecordBatch:
     return request_steps_batch(np.zeros((2, 0), np.int64), np.zeros(0))
 
 
-_TOTALS = ("passes", "verify_launches", "draft_phases", "prefill_passes", "decode_iterations",
+_TOTALS = ("passes", "verify_launches", "draft_phases", "draft_passes", "draft_extend_passes",
+           "eager_verify_launches", "prefill_passes", "decode_iterations",
            "mixed_iterations", "verify_requests", "verify_slots", "committed_verify",
            "padded_slots", "graph_pad_slots", "graph_replays",
            "eager_launches", "violations", "violation_launches", "out_of_grid", "busy_s")
@@ -181,6 +182,9 @@ def _step_totals(si: np.ndarray, sf: np.ndarray) -> np.ndarray:
     t[_T["passes"]] = len(kind)
     t[_T["verify_launches"]] = verify.sum()
     t[_T["draft_phases"]] = (kind == C.KIND_DRAFT).sum()
+    t[_T["draft_passes"]] = si[C.S_PASSES][kind == C.KIND_DRAFT].sum()
+    t[_T["draft_extend_passes"]] = (kind == C.KIND_EXTEND).sum()
+    t[_T["eager_verify_launches"]] = (verify & ~graph).sum()
     t[_T["prefill_passes"]] = (kind == C.KIND_PREFILL).sum()
     t[_T["decode_iterations"]] = first.sum()
     t[_T["mixed_iterations"]] = (first & (si[C.S_ITERDISTINCT] > 1)).sum()
@@ -254,6 +258,9 @@ def summarize(requests: pa.Table, totals: np.ndarray) -> dict[str, Any]:
         "eager_launches": int(T["eager_launches"]),
         "prefill_passes": int(T["prefill_passes"]),
         "draft_phases": int(T["draft_phases"]),
+        "draft_passes": int(T["draft_passes"]),
+        "draft_extend_passes": int(T["draft_extend_passes"]),
+        "eager_verify_launches": int(T["eager_verify_launches"]),
         "forward_passes": int(T["passes"]),
         "violations": int(T["violations"]),
         "violation_launches": int(T["violation_launches"]),
@@ -292,13 +299,14 @@ def write_into(result: SimResult, folder: Path) -> None:
 
 
 def write_results(result: SimResult, out_dir: str | Path, *, overwrite: bool = True,
-                  extra: Callable[[Path], None] | None = None) -> Path:
+                  extra: Callable[[Path], None] | None = None, inputs=()) -> Path:
     """Write requests/steps/request_steps.parquet and summary.json into ``out_dir``, atomically.
 
     ``extra(folder)`` may add files (a report) to the folder before it is renamed into place.
-    (Runs that streamed their steps write through :func:`simulator.run_to` instead.)"""
+    (Runs that streamed their steps write through :func:`simulator.run_to` instead.)
+    ``inputs``: the run's input files, which ``out_dir`` may not hold."""
     out_dir = Path(out_dir)
-    with atomic_output_dir(out_dir, overwrite=overwrite) as tmp:
+    with atomic_output_dir(out_dir, overwrite=overwrite, inputs=inputs) as tmp:
         write_into(result, tmp)
         if extra is not None:
             extra(tmp)

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import importlib
 import os
+import signal
 import sys
 
 import click
@@ -66,10 +67,31 @@ def _stdout_is_devnull() -> bool:
         return False
 
 
+def _interrupt(signum, frame) -> None:
+    raise KeyboardInterrupt
+
+
+def _quick_exit(code: int) -> None:
+    """Exit after an interrupt without the interpreter's final garbage collection over every
+    object the run left (0.2-0.4 s after a large run; the outputs are already cleaned up)."""
+    import gc
+
+    gc.freeze()
+    sys.exit(code)
+
+
 def run_cli(command: click.Command, args: list[str] | None = None) -> None:
-    """Run a click command with specsched's error policy: user errors exit 2 without a traceback;
-    a reader that stops early (``simulate | head``) ends the command quietly with exit 0."""
+    """Run a click command with specsched's error policy: user errors exit 2 without a traceback.
+
+    SIGTERM is handled like Ctrl-C (SIGINT): the command stops where it is, its atomic outputs
+    remove their temporaries, and the process exits 130 without a traceback.  A reader that
+    stops early (``simulate | head``) ends the command quietly with exit 0.
+    """
     was_devnull = _stdout_is_devnull()
+    try:
+        previous = signal.signal(signal.SIGTERM, _interrupt)
+    except ValueError:  # not the main thread (an embedding): signals stay as they are
+        previous = None
     try:
         command.main(args=args, prog_name=None, standalone_mode=False)
     except BrokenPipeError:
@@ -86,15 +108,19 @@ def run_cli(command: click.Command, args: list[str] | None = None) -> None:
     except SpecschedError as err:
         click.echo(f"error: {err}", err=True)
         sys.exit(err.exit_code)
-    except click.exceptions.Abort:
-        click.echo("aborted", err=True)
-        sys.exit(130)
+    except click.exceptions.Abort as err:
+        interrupted = isinstance(err.__cause__, KeyboardInterrupt)
+        click.echo("interrupted; nothing was written" if interrupted else "aborted", err=True)
+        _quick_exit(130)
     except click.ClickException as err:
         err.show()
         sys.exit(2 if err.exit_code == 2 else err.exit_code)
     except KeyboardInterrupt:
         click.echo("interrupted; nothing was written", err=True)
-        sys.exit(130)
+        _quick_exit(130)
+    finally:
+        if previous is not None:
+            signal.signal(signal.SIGTERM, previous)
     sys.exit(0)
 
 

@@ -7,14 +7,14 @@ models (which restricts the fixed width), and build the executor.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any, Callable
 
 from simulator.config import SimConfig
 from traces.errors import SpecschedError
 
-__all__ = ["Prepared", "prepare", "load_trace", "simulate_to"]
+__all__ = ["Prepared", "prepare", "load_trace", "simulate_to", "input_files"]
 
 
 @dataclass(frozen=True)
@@ -30,22 +30,38 @@ def prepare(config: SimConfig, *, executor: Any = None) -> Prepared:
     from backends import make_executor
     from backends.models import load_model
 
+    from simulator.sglang import resolve_engine
+
     model = load_model(config.model.name, tp=config.model.tp or None)
     if model.is_mla != config.engine.mla:
         config = config.replace({"engine.mla": model.is_mla})  # re-checks fixed widths for MLA
+    # SGLang's defaults that depend on the GPU and the model, made concrete (summary.json shows them)
+    engine = resolve_engine(config.engine, gpu_memory_bytes=_gpu_memory(config.backend.gpu),
+                            tp=model.tp)
+    if engine != config.engine:
+        config = replace(config, engine=engine)
     capacity = config.engine.kv_capacity_tokens or model.kv_capacity_tokens(
         config.backend.gpu, config.engine.mem_fraction or None)
     if executor is None:
         opts: dict[str, Any] = {}
         if config.backend.name == "aiter":
             e = config.engine
-            opts = {"page_size": e.page_size, "capture_bs": e.ladder,
-                    "capture_widths": e.capture_widths,
+            # the live executor keeps its KV in AITER's 16-token blocks whatever the engine's
+            # page size (which only governs the pool's accounting)
+            opts = {"capture_bs": e.ladder,
+                    "capture_widths": e.widths_captured,
                     "check_unsafe": e.policy == "unsafe-derived"}
         executor = make_executor(config.backend.name, model=model, gpu=config.backend.gpu,
                                  profile=config.backend.profile or None, **opts)
     return Prepared(config=config, executor=executor, kv_capacity_tokens=int(capacity),
                     model=model)
+
+
+def _gpu_memory(name: str) -> int | None:
+    from backends.hardware import GPUS
+
+    sheet = GPUS.get(name)
+    return int(sheet.memory_bytes) if sheet is not None else None
 
 
 def load_trace(path: str | Path, *, acceptance: str | None = None, seed: int = 0,
@@ -58,24 +74,64 @@ def load_trace(path: str | Path, *, acceptance: str | None = None, seed: int = 0
     return trace if limit is None else trace.head(limit)
 
 
+def input_files(config: SimConfig, *paths) -> list[str]:
+    """The files a simulation reads: ``paths`` (the trace, a TOML file) and the files the
+    configuration names (a profile, a model's config.json).  An output may not replace them."""
+    out = [str(p) for p in paths if p]
+    if config.backend.profile:
+        out.append(str(config.backend.profile))
+    if Path(config.model.name).is_file():
+        out.append(str(config.model.name))
+    return out
+
+
 def simulate_to(trace, config: SimConfig, out_dir: str | Path | None, *, executor: Any = None,
-                progress: Callable[[int, int], None] | None = None, report: bool = False):
+                progress: Callable[[int, int], None] | None = None, report: bool = False,
+                inputs=()):
     """Run one simulation; with ``out_dir``, stream its results folder into place atomically
-    (``report.html`` included when ``report`` is true); without, keep the tables in memory."""
+    (``report.html`` included when ``report`` is true); without, keep the tables in memory.
+    ``out_dir`` may not hold the trace, ``inputs`` or the files the configuration names."""
     from simulator import run, run_to
 
+    if trace.acceptance.get("speculation") is False and config.engine.num_draft_tokens != 1:
+        # a trace recorded without speculative decoding: SGLang's no-speculation baseline
+        config = config.replace({"engine.num_draft_tokens": 1})
+    from traces.context import fit_context
+
     prep = prepare(config, executor=executor)
-    kw = dict(kv_capacity_tokens=prep.kv_capacity_tokens, progress=progress)
+    trace, context = fit_context(trace, prep.model.context_len, config.engine.context_overflow)
+    kw = dict(kv_capacity_tokens=prep.kv_capacity_tokens, progress=progress,
+              context_len=prep.model.context_len)
+    extra_summary = {"model": prep.model.name, "context": context}
     if out_dir is None:
         result = run(trace, prep.config, prep.executor, **kw)
-        result.summary["model"] = prep.model.name
+        result.summary.update(extra_summary)
+        _context_warning(result.summary, context)
         return result
     extra = None
     if report:
         def extra(folder: Path) -> None:
+            import dataclasses
+
             from analysis.report import write_report
             from analysis.results import load_run
 
-            write_report([load_run(folder, name=Path(out_dir).name)], folder / "report.html")
+            # read from the temporary folder, shown as the folder it becomes
+            run_ = dataclasses.replace(load_run(folder, name=Path(out_dir).name),
+                                       path=Path(out_dir))
+            write_report([run_], folder / "report.html")
+    extra_summary["warnings"] = []
+    _context_warning(extra_summary, context)
+    files = input_files(config, getattr(trace, "path", None), *inputs)
     return run_to(out_dir, trace, prep.config, prep.executor, extra=extra,
-                  summary_extra={"model": prep.model.name}, **kw)
+                  summary_extra=extra_summary, inputs=files, **kw)
+
+
+def _context_warning(summary: dict, context: dict) -> None:
+    """Say in the summary's warnings what was done to requests longer than the context."""
+    if context["dropped"]:
+        summary["warnings"].append(f"{context['dropped']} requests longer than the model's "
+                                   f"context ({context['context_len']} tokens) were dropped")
+    if context["truncated"]:
+        summary["warnings"].append(f"{context['truncated']} requests longer than the model's "
+                                   f"context ({context['context_len']} tokens) were truncated")

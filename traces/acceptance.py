@@ -710,6 +710,12 @@ class SpecBenchModel(AcceptanceModel):
 _SPECBENCH_KEYS = {"category", "start", "drafts", "k", "q"}
 
 
+def model_file(model: AcceptanceModel | None) -> str | None:
+    """The file an acceptance model was read from (Spec-Bench answers), or None."""
+    data = getattr(model, "data", None)
+    return getattr(data, "path", None)
+
+
 def parse_acceptance(spec: str) -> AcceptanceModel:
     """Build an acceptance model from its spec string (see the module docstring)."""
     if not isinstance(spec, str) or ":" not in spec:

@@ -109,11 +109,27 @@ def convert(fmt: str, input_path: str, output_path: str, acceptance: str | None,
               help="Seed of every draw.")
 @click.option("-o", "--output", "--out", "output_path", required=True,
               type=click.Path(dir_okay=False), help="The trace to write (parquet).")
+@click.option("--turns", default=None,
+              help="Multi-turn sessions: turns per session, lognormal:... or fixed:N. Each "
+                   "turn's prompt is the previous prompt + answer + a new user message "
+                   "(--prompt then draws the user message). Adds prefix_hashes.")
+@click.option("--turn-gap", default=None, type=float,
+              help="Sessions: mean think time in seconds between a turn's arrival and the "
+                   "next turn's (exponential). Default 215, measured on the Mooncake "
+                   "conversation trace.")
+@click.option("--system-prompts", default=0, show_default=True, type=click.IntRange(min=0),
+              help="Number of shared system prompts; each session starts with one, picked "
+                   "uniformly. Adds prefix_hashes.")
+@click.option("--system-prompt-len", default="fixed:1024", show_default=True,
+              help="Length of each system prompt: lognormal:... or fixed:N.")
+@click.option("--prefix-block", default=64, show_default=True, type=click.IntRange(min=1),
+              help="Tokens per prefix_hashes block (sessions and system prompts).")
 @click.option("--progress", is_flag=True, help="Show a progress bar on stderr.")
 def synth(n: int, rate: float, arrival: str, cv: float, prompt: str, output_len: str,
           lengths: str | None, acceptance: str | None, seed: int, output_path: str,
-          progress: bool) -> None:
-    """Synthesise a trace: Poisson/Gamma arrivals, lognormal or empirical lengths.
+          turns: str | None, turn_gap: float | None, system_prompts: int,
+          system_prompt_len: str, prefix_block: int, progress: bool) -> None:
+    """Synthesise a trace: Poisson/Gamma arrivals, lognormal or empirical lengths, sessions.
 
     \b
     Examples:
@@ -121,15 +137,22 @@ def synth(n: int, rate: float, arrival: str, cv: float, prompt: str, output_len:
           --acceptance dynamic:k=2-8,alpha=0.7 --seed 1 -o bursty.parquet
       specsched trace synth -n 5000 --rate 4 --lengths empirical:azure:azure2023_code.csv \\
           --acceptance geometric:k=4,alpha=0.6 -o code_like.parquet
+      specsched trace synth -n 5000 --rate 4 --turns lognormal:median=3,sigma=0.7,max=20 \\
+          --system-prompts 8 --system-prompt-len fixed:2048 --prompt lognormal:median=200,sigma=1 \\
+          --acceptance geometric:k=4,alpha=0.7 -o chat_sessions.parquet
     """
     from traces.synth import synth as do_synth
 
     with _progress(progress, n, "synthesising") as tick:
         res = do_synth(output_path, n=n, rate=rate, arrival=arrival, cv=cv, prompt=prompt,
                        output=output_len, lengths=lengths, acceptance=acceptance, seed=seed,
-                       progress=tick)
+                       progress=tick, turns=turns, turn_gap=turn_gap,
+                       system_prompts=system_prompts, system_prompt_len=system_prompt_len,
+                       prefix_block=prefix_block)
     steps = "no per-step lists" if res.steps is None else f"{res.steps:,} verify steps"
     click.echo(f"wrote {res.path}: {res.rows:,} requests, {steps}")
+    for note in res.notes:
+        click.echo(f"note: {note}")
     for warning in res.warnings:
         click.echo(f"warning: {warning}", err=True)
 
@@ -168,7 +191,10 @@ def validate(path: str) -> None:
 
     rep = validate_trace(path)
     steps = "no per-step lists" if rep.steps is None else f"{rep.steps:,} verify steps"
-    click.echo(f"ok: {rep.path}: {rep.rows:,} requests, {steps}, format version "
+    prefix = ("" if rep.prefix_ids is None else
+              f", {rep.prefix_ids:,} prefix block ids of "
+              f"{rep.metadata.get('specsched.prefix_block_tokens')} tokens")
+    click.echo(f"ok: {rep.path}: {rep.rows:,} requests, {steps}{prefix}, format version "
                f"{rep.format_version or '(none)'}")
     for note in rep.notes:
         click.echo(f"note: {note}")

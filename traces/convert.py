@@ -5,7 +5,8 @@ Formats (column layouts as published by each project; ``docs/traces.md`` has exa
 ``azure``     Azure LLM inference trace CSV: ``TIMESTAMP,ContextTokens,GeneratedTokens``
               (TIMESTAMP a date-time such as ``2023-11-16 18:15:46.6805900``).
 ``mooncake``  Mooncake JSONL: ``{"timestamp": ms, "input_length": n, "output_length": n,
-              "hash_ids": [...]}`` per line.
+              "hash_ids": [...]}`` per line.  ``hash_ids`` (one id per 512-token block of the
+              prompt, chained) become ``prefix_hashes`` with ``prefix_block_tokens`` 512.
 ``burstgpt``  BurstGPT CSV: ``Timestamp,Model,Request tokens,Response tokens,Total tokens,Log Type``
               (Timestamp in seconds).  Failed requests (``Response tokens`` = 0) are dropped and
               counted.  ``Model`` becomes ``tenant``, ``Log Type`` becomes ``category``.
@@ -32,7 +33,7 @@ import pyarrow.compute as pc
 import pyarrow.csv as pacsv
 
 from traces.errors import Problem, ProblemLog, SpecschedError, TraceValidationError
-from traces.schema import META_ACCEPTANCE, META_NOTES, META_SOURCE
+from traces.schema import META_ACCEPTANCE, META_NOTES, META_PREFIX_BLOCK, META_SOURCE
 from traces.sniff import expect_csv, expect_jsonl
 
 __all__ = ["FORMATS", "SourceRequests", "read_source", "convert", "ConvertResult"]
@@ -53,15 +54,26 @@ class SourceRequests:
     rows_in_file: int = 0
     dropped: dict[str, int] = field(default_factory=dict)
     info: dict[str, Any] = field(default_factory=dict)
+    # prefix block ids (Mooncake hash_ids): request i's are prefix_ids[off[i]:off[i+1]]
+    prefix_offsets: np.ndarray | None = None
+    prefix_ids: np.ndarray | None = None
+    prefix_block: int | None = None
 
     def __len__(self) -> int:
         return int(self.arrival_s.size)
 
     def select(self, idx: np.ndarray) -> "SourceRequests":
         pick = (lambda a: None if a is None else a[idx])
+        poff = pids = None
+        if self.prefix_offsets is not None:
+            from traces.acceptance import multi_range
+            lens = np.diff(self.prefix_offsets)[idx]
+            pids = self.prefix_ids[multi_range(self.prefix_offsets[:-1][idx], lens)]
+            poff = np.concatenate([[0], np.cumsum(lens)]).astype(np.int64)
         return SourceRequests(self.path, self.format, self.arrival_s[idx], self.prompt_tokens[idx],
                               self.output_tokens[idx], self.source_row[idx], pick(self.category),
-                              pick(self.tenant), self.rows_in_file, dict(self.dropped), dict(self.info))
+                              pick(self.tenant), self.rows_in_file, dict(self.dropped), dict(self.info),
+                              poff, pids, self.prefix_block)
 
 
 # --------------------------------------------------------------------------------------------
@@ -262,6 +274,31 @@ def read_burstgpt(path: str) -> SourceRequests:
         info={"time_origin_s": float(stamp[keep].min()) if keep.size else None})
 
 
+#: tokens per ``hash_ids`` block in the Mooncake traces (their README: "block size 512")
+MOONCAKE_BLOCK_TOKENS = 512
+
+
+def _mooncake_hash_ids(v, row: int, prompt, probs: ProblemLog) -> list[int] | None:
+    """The ``hash_ids`` of one line as ints, or None after recording the problem."""
+    if not isinstance(v, list):
+        probs.add(f"expected a list of integers, found {type(v).__name__}", row, "hash_ids")
+        return None
+    for j, x in enumerate(v):
+        if isinstance(x, bool) or not isinstance(x, int):
+            probs.add(f"entry {j} is not an integer: {x!r}", row, "hash_ids")
+            return None
+        if not -2**63 <= x < 2**63:
+            probs.add(f"entry {j} does not fit int64: {x}", row, "hash_ids")
+            return None
+    if isinstance(prompt, int) and prompt >= 1:
+        most = -(-prompt // MOONCAKE_BLOCK_TOKENS)
+        if len(v) > most:
+            probs.add(f"{len(v)} block ids for input_length {prompt}: at most "
+                      f"ceil({prompt} / {MOONCAKE_BLOCK_TOKENS}) = {most}", row, "hash_ids")
+            return None
+    return v
+
+
 def read_mooncake(path: str) -> SourceRequests:
     p = Path(path)
     if not p.is_file():
@@ -277,6 +314,8 @@ def read_mooncake(path: str) -> SourceRequests:
     inp: list[int] = []
     out: list[int] = []
     rows: list[int] = []
+    hashes: list[list[int]] = []
+    without_ids = 0
     for row, line in enumerate(raw.decode("utf-8", "replace").split("\n")):
         if not line.strip():
             continue
@@ -298,7 +337,13 @@ def read_mooncake(path: str) -> SourceRequests:
                 probs.add(f"not a {'whole ' if integer else ''}number: {v!r}", row, key)
                 v = None
             vals.append(v)
-        if any(v is None for v in vals):
+        ids = obj.get("hash_ids")
+        if ids is None:
+            without_ids += 1
+            ids = []
+        else:
+            ids = _mooncake_hash_ids(ids, row, None if vals[1] is None else int(vals[1]), probs)
+        if any(v is None for v in vals) or ids is None:
             continue
         t, i, o = vals
         if abs(i) > np.iinfo(np.int32).max or abs(o) > np.iinfo(np.int32).max:
@@ -316,13 +361,21 @@ def read_mooncake(path: str) -> SourceRequests:
         inp.append(int(i))
         out.append(int(o))
         rows.append(row)
+        hashes.append(ids)
     probs.raise_if_any()
     t_ms = np.asarray(ts, dtype=np.float64)
+    info: dict[str, Any] = {"time_origin_ms": float(t_ms.min()) if t_ms.size else None}
+    poff = pids = None
+    if without_ids < len(rows):      # some line has hash_ids: keep them
+        lens = np.asarray([len(h) for h in hashes], np.int64)
+        poff = np.concatenate([[0], np.cumsum(lens)]).astype(np.int64)
+        pids = np.fromiter((x for h in hashes for x in h), np.int64, count=int(poff[-1]))
+        if without_ids:
+            info["rows_without_hash_ids"] = without_ids
     return SourceRequests(path, "mooncake", _relative(t_ms) / 1000.0, np.asarray(inp, np.int64),
                           np.asarray(out, np.int64), np.asarray(rows, np.int64),
-                          rows_in_file=len(rows),
-                          info={"time_origin_ms": float(t_ms.min()) if t_ms.size else None,
-                                "dropped_fields": ["hash_ids (prefix-cache blocks; not modelled)"]})
+                          rows_in_file=len(rows), info=info, prefix_offsets=poff, prefix_ids=pids,
+                          prefix_block=None if poff is None else MOONCAKE_BLOCK_TOKENS)
 
 
 FORMATS: dict[str, Callable[[str], SourceRequests]] = {
@@ -384,6 +437,11 @@ def build_table(src: SourceRequests, lists=None) -> pa.Table:
         cols["category"] = pa.array(category.tolist(), pa.string())
     if src.tenant is not None:
         cols["tenant"] = pa.array(src.tenant.tolist(), pa.string())
+    if src.prefix_offsets is not None:
+        off = np.asarray(src.prefix_offsets, np.int64)
+        cols["prefix_hashes"] = pa.ListArray.from_arrays(
+            pa.array((off - off[0]).astype(np.int32)),
+            pa.array(np.asarray(src.prefix_ids[off[0]:off[-1]], np.int64), pa.int64()))
     return pa.table(cols)
 
 
@@ -423,11 +481,14 @@ def convert(fmt: str, input_path: str | os.PathLike, output_path: str | os.PathL
     With ``acceptance`` (a spec string), per-step lists are drawn with
     ``numpy.random.default_rng(seed)`` in arrival order; the model is recorded in the metadata.
     """
-    from traces.acceptance import parse_acceptance
+    from traces.acceptance import model_file, parse_acceptance
+    from traces.atomic import check_output_file
     from traces.io import check_seed, write_trace
 
     check_seed(seed)
     model = parse_acceptance(acceptance) if acceptance is not None else None
+    inputs = [input_path, model_file(model)]
+    check_output_file(output_path, inputs=inputs, kind="parquet")  # before reading the input
     src = read_source(fmt, input_path)
     src, notes = prepare(src, limit=limit, rate_scale=rate_scale)
     meta: dict[str, Any] = {}
@@ -446,6 +507,11 @@ def convert(fmt: str, input_path: str | os.PathLike, output_path: str | os.PathL
         **src.info,
     }
     meta[META_SOURCE] = source
+    if src.prefix_block is not None:
+        meta[META_PREFIX_BLOCK] = int(src.prefix_block)
+        if src.info.get("rows_without_hash_ids"):
+            notes.append(f"{src.info['rows_without_hash_ids']} input rows have no hash_ids: "
+                         "their prefix_hashes are empty (no block known)")
     if model is not None and model.kind == "specbench":
         model.bind(src.category)
         rule = getattr(model, "_bound", None) or getattr(model, "category", None)
@@ -466,7 +532,7 @@ def convert(fmt: str, input_path: str | os.PathLike, output_path: str | os.PathL
             totals["steps"] += int(lists.offsets[-1])
             yield build_table(src.select(np.arange(start, end)), lists)
 
-    write_trace(batches(), output_path, metadata=meta)
+    write_trace(batches(), output_path, metadata=meta, inputs=inputs)
     return ConvertResult(str(output_path), len(src),
                          None if model is None else totals["steps"],
                          src.dropped, tuple(notes), meta,

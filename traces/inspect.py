@@ -73,11 +73,17 @@ def inspect_trace(path: str | os.PathLike) -> dict[str, Any]:
     pairs = _Pairs()
     cats: dict[str, int] = {}
     tenants: dict[str, int] = {}
+    prefix_lens: list[np.ndarray] = []
+    prefix_ids: list[np.ndarray] = []
     for batch in read_batches(pf, str(path), batch_size=65536):
         b = checker.feed(batch)
         if checker.fatal:
             continue
         prompt.append(b.column("prompt_tokens").to_numpy().astype(np.int64))
+        if checker.has_prefix:
+            col = b.column("prefix_hashes")
+            prefix_lens.append(np.diff(np.asarray(col.offsets.to_numpy(), np.int64)))
+            prefix_ids.append(np.asarray(col.values.to_numpy(zero_copy_only=False), np.int64))
         output.append(b.column("output_tokens").to_numpy().astype(np.int64))
         for name, acc in (("category", cats), ("tenant", tenants)):
             if name in b.schema.names:
@@ -169,6 +175,7 @@ def inspect_trace(path: str | os.PathLike) -> dict[str, Any]:
                              if cats else None)
     out["tenant_share"] = ({k: round(v / total_t, 6) for k, v in sorted(tenants.items())}
                            if tenants else None)
+    out.update(_prefix_section(checker, prompt, prefix_lens, prefix_ids))
     out["acceptance"] = ({k: acc.get(k) for k in ("kind", "params", "seed")} if acc else None)
     if acc and acc.get("position_accept_prob"):
         out["position_accept_prob"] = acc["position_accept_prob"]
@@ -186,6 +193,25 @@ def inspect_trace(path: str | os.PathLike) -> dict[str, Any]:
     if moved:
         out["notes"].append(f"arrivals are not sorted: readers sort them stably ({moved} rows moved)")
     return out
+
+
+def _prefix_section(checker, prompt, lens, ids) -> dict[str, Any]:
+    """The ``prefix_*`` keys: the ideal (infinite-cache) hit rate, in arrival order."""
+    if not checker.has_prefix:
+        return {k: None for k in ("prefix_block_tokens", "prefix_ids", "prefix_distinct_ids",
+                                  "prefix_requests_without_ids", "prefix_ideal_hit_tokens",
+                                  "prefix_ideal_hit_rate", "prefix_requests_with_hit")}
+    from traces.acceptance import multi_range
+    from traces.prefix import prefix_stats
+
+    p = np.concatenate(prompt) if prompt else np.zeros(0, np.int64)
+    n_ids = np.concatenate(lens) if lens else np.zeros(0, np.int64)
+    flat = np.concatenate(ids) if ids else np.zeros(0, np.int64)
+    starts = np.concatenate([[0], np.cumsum(n_ids)[:-1]]).astype(np.int64)
+    order = np.argsort(checker.arrivals(), kind="stable")      # arrival order, ties in file order
+    flat = flat[multi_range(starts[order], n_ids[order])]
+    off = np.concatenate([[0], np.cumsum(n_ids[order])]).astype(np.int64)
+    return prefix_stats(p[order], off, flat, int(checker.prefix_block))
 
 
 def render_inspect(stats: dict[str, Any], console) -> None:
@@ -229,6 +255,13 @@ def render_inspect(stats: dict[str, Any], console) -> None:
     if stats.get("acceptance"):
         a = stats["acceptance"]
         head.add_row("acceptance", f"{a.get('kind')} (seed {a.get('seed')})")
+    if stats.get("prefix_block_tokens") is not None:
+        head.add_row("prefix blocks", f"{fmt(stats['prefix_ids'])} ids of "
+                                      f"{fmt(stats['prefix_block_tokens'])} tokens "
+                                      f"({fmt(stats['prefix_distinct_ids'])} distinct)")
+        head.add_row("ideal prefix hit rate",
+                     f"{fmt(stats['prefix_ideal_hit_rate'])} of prompt tokens "
+                     f"({fmt(stats['prefix_requests_with_hit'])} of requests hit; infinite cache)")
     src = stats.get("source")
     if isinstance(src, dict):
         head.add_row("source", ", ".join(f"{k}={src[k]}" for k in ("format", "file", "rows")

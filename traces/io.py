@@ -25,6 +25,7 @@ from traces.errors import SpecschedError
 from traces.schema import (
     LIST_COLUMNS,
     META_ACCEPTANCE,
+    META_PREFIX_BLOCK,
     TRACE_SCHEMA,
     encode_metadata,
     schema_for,
@@ -58,6 +59,11 @@ class TraceArrays:
     metadata: dict                  # all specsched.* metadata, decoded
     notes: tuple[str, ...]
     warnings: tuple[str, ...] = ()  # what the user must know (e.g. repeated Spec-Bench answers)
+    # prefix_hashes, flat like the step lists: request i's block ids are
+    # prefix_ids[prefix_offsets[i]:prefix_offsets[i+1]]; all three None without the column
+    prefix_offsets: np.ndarray | None = None   # int64 [n+1]
+    prefix_ids: np.ndarray | None = None       # int64 [total ids]
+    prefix_block_tokens: int | None = None     # tokens per block (specsched.prefix_block_tokens)
 
     def __len__(self) -> int:
         return int(self.arrival_s.size)
@@ -75,13 +81,17 @@ class TraceArrays:
             return self
         end = int(self.step_offsets[n])
         cut = lambda a: None if a is None else a[:n]  # noqa: E731
+        prefix = {}
+        if self.prefix_offsets is not None:
+            prefix = {"prefix_offsets": self.prefix_offsets[:n + 1],
+                      "prefix_ids": self.prefix_ids[:int(self.prefix_offsets[n])]}
         return dataclasses.replace(
             self, request_id=self.request_id[:n], arrival_s=self.arrival_s[:n],
             prompt_tokens=self.prompt_tokens[:n], output_tokens=self.output_tokens[:n],
             step_offsets=self.step_offsets[:n + 1], draft_tokens=self.draft_tokens[:end],
             accepted_tokens=self.accepted_tokens[:end], category=cut(self.category),
             tenant=cut(self.tenant), ttft_slo_s=cut(self.ttft_slo_s),
-            tpot_slo_s=cut(self.tpot_slo_s),
+            tpot_slo_s=cut(self.tpot_slo_s), **prefix,
             notes=self.notes + (f"the first {n} of {len(self)} requests",))
 
     def with_rate_scale(self, x: float) -> "TraceArrays":
@@ -120,25 +130,27 @@ def _as_batches(data: pa.Table | pa.RecordBatch | Iterable) -> Iterator[pa.Recor
 
 def write_trace(table_or_batches: pa.Table | pa.RecordBatch | Iterable, path: str | os.PathLike,
                 *, metadata: Mapping[str, Any], row_group_rows: int = ROW_GROUP_ROWS,
-                validate: bool = True) -> None:
+                validate: bool = True, inputs: Iterable = ()) -> None:
     """Write a trace atomically: zstd parquet, fixed row groups, ``specsched.*`` metadata.
 
     ``metadata`` maps keys (with or without the ``specsched.`` prefix) to JSON-serialisable
     values; the format version is added.  The rows are validated while written (unless
-    ``validate=False``); on any problem nothing is left at ``path``.
+    ``validate=False``); on any problem nothing is left at ``path``.  ``path`` may replace a
+    parquet file specsched wrote, never one of ``inputs`` (the files the trace is made from) or
+    any other file (:func:`traces.atomic.check_output_file`).
     """
     meta = encode_metadata(metadata)
     batches = _as_batches(table_or_batches)
     if os.path.isdir(path):
         raise SpecschedError("is a folder: give a file name for the trace", path=str(path))
     try:
-        _write(batches, path, meta, row_group_rows, validate)
+        _write(batches, path, meta, row_group_rows, validate, tuple(inputs))
     except OSError as exc:
         raise SpecschedError(f"cannot write ({exc.strerror or exc})", path=str(path)) from None
 
 
-def _write(batches, path, meta, row_group_rows: int, validate: bool) -> None:
-    with atomic_output_file(path) as tmp:
+def _write(batches, path, meta, row_group_rows: int, validate: bool, inputs: tuple) -> None:
+    with atomic_output_file(path, inputs=inputs, kind="parquet") as tmp:
         writer: pq.ParquetWriter | None = None
         checker: TraceChecker | None = None
         pending: list[pa.RecordBatch] = []
@@ -167,7 +179,7 @@ def _write(batches, path, meta, row_group_rows: int, validate: bool) -> None:
                     if unknown:
                         raise SpecschedError(f"cannot write unknown columns {unknown}", path=str(path))
                     schema = schema_for(names).with_metadata(meta)
-                    checker = TraceChecker(str(path), batch.schema, None, keep_ids=validate)
+                    checker = TraceChecker(str(path), batch.schema, meta, keep_ids=validate)
                     if validate:
                         checker.raise_if_problems()
                     writer = pq.ParquetWriter(tmp, schema, compression="zstd",
@@ -232,12 +244,13 @@ def iter_trace_batches(path: str | os.PathLike, *, columns: list[str] | None = N
         missing = [c for c in columns if c not in pf.schema_arrow.names]
         if missing:
             raise SpecschedError(f"the trace has no column(s) {missing}", path=str(path))
+        read_cols = list(columns)
         if any(c in LIST_COLUMNS for c in columns):
             # the list checks need both lists and output_tokens
-            read_cols = list(dict.fromkeys(list(columns) + [c for c in (*LIST_COLUMNS, "output_tokens")
-                                                              if c in pf.schema_arrow.names]))
-        else:
-            read_cols = list(columns)
+            read_cols += [c for c in (*LIST_COLUMNS, "output_tokens") if c in pf.schema_arrow.names]
+        if "prefix_hashes" in columns:
+            read_cols.append("prompt_tokens")     # the block count is checked against it
+        read_cols = list(dict.fromkeys(read_cols))
     else:
         read_cols = None
     for batch in read_batches(pf, str(path), batch_size=batch_size, columns=read_cols):
@@ -298,6 +311,8 @@ def read_trace_arrays(path: str | os.PathLike, *, acceptance: str | None = None,
     ten: list[pa.Array] = []
     slo: dict[str, list[np.ndarray]] = {"ttft_slo_s": [], "tpot_slo_s": []}
     lens: list[np.ndarray] = []
+    plens: list[np.ndarray] = []
+    pids: list[np.ndarray] = []
     # the lists' total length is in the parquet metadata: fill preallocated arrays, so the
     # peak memory is the result, not the result plus a list of pieces to concatenate
     cap = _list_capacity(pf) if checker.has_lists else 0
@@ -318,6 +333,11 @@ def read_trace_arrays(path: str | os.PathLike, *, acceptance: str | None = None,
         for k in slo:
             if k in names:
                 slo[k].append(np.asarray(b.column(k).to_numpy(zero_copy_only=False), np.float64))
+        if checker.has_prefix:
+            pcol = b.column("prefix_hashes")     # list<int64>, offsets from 0 (checker output)
+            poff = np.asarray(pcol.offsets.to_numpy(), np.int64)
+            plens.append(np.diff(poff))
+            pids.append(np.asarray(pcol.values.to_numpy(zero_copy_only=False), np.int64))
         if checker.has_lists:
             doff, dv = _list_numpy(b.column("draft_tokens"))
             _, av = _list_numpy(b.column("accepted_tokens"))
@@ -345,6 +365,11 @@ def read_trace_arrays(path: str | os.PathLike, *, acceptance: str | None = None,
         accepts = accepts_buf[:filled]
     else:
         steps_len = drafts = accepts = None
+    if checker.has_prefix:
+        prefix_len = np.concatenate(plens) if plens else np.zeros(0, np.int64)
+        prefix_ids = np.concatenate(pids) if pids else np.zeros(0, np.int64)
+    else:
+        prefix_len = prefix_ids = None
 
     if moved:
         order = np.argsort(arrival, kind="stable")
@@ -361,6 +386,11 @@ def read_trace_arrays(path: str | os.PathLike, *, acceptance: str | None = None,
             idx = multi_range(starts[order], steps_len[order])
             drafts, accepts = drafts[idx], accepts[idx]
             steps_len = steps_len[order]
+        if prefix_len is not None:
+            from traces.acceptance import multi_range
+            starts = np.concatenate([[0], np.cumsum(prefix_len)[:-1]]).astype(np.int64)
+            prefix_ids = prefix_ids[multi_range(starts[order], prefix_len[order])]
+            prefix_len = prefix_len[order]
         notes.append(f"arrivals were not sorted: sorted stably ({moved} rows moved)")
 
     metadata = dict(checker.metadata)
@@ -401,6 +431,12 @@ def read_trace_arrays(path: str | os.PathLike, *, acceptance: str | None = None,
     def nan_slo(v: np.ndarray | None) -> np.ndarray | None:
         return None if v is None else np.asarray(v, dtype=np.float64)
 
+    prefix_offsets = None
+    if prefix_len is not None:
+        prefix_offsets = np.zeros(n + 1, np.int64)
+        np.cumsum(prefix_len, out=prefix_offsets[1:])
+        prefix_ids = np.ascontiguousarray(prefix_ids, dtype=np.int64)
+
     return TraceArrays(
         path=str(path), request_id=request_id, arrival_s=np.ascontiguousarray(arrival),
         prompt_tokens=prompt_a, output_tokens=output_a, step_offsets=offsets,
@@ -408,7 +444,10 @@ def read_trace_arrays(path: str | os.PathLike, *, acceptance: str | None = None,
         accepted_tokens=np.ascontiguousarray(accepts, dtype=np.int16),
         category=category, tenant=tenant,
         ttft_slo_s=nan_slo(slos["ttft_slo_s"]), tpot_slo_s=nan_slo(slos["tpot_slo_s"]),
-        acceptance=acc_meta, metadata=metadata, notes=tuple(notes), warnings=warnings)
+        acceptance=acc_meta, metadata=metadata, notes=tuple(notes), warnings=warnings,
+        prefix_offsets=prefix_offsets, prefix_ids=prefix_ids,
+        prefix_block_tokens=(int(metadata[META_PREFIX_BLOCK]) if prefix_offsets is not None
+                             else None))
 
 
 def steps_table(offsets: np.ndarray, drafts: np.ndarray, accepts: np.ndarray) -> tuple[pa.Array, pa.Array]:

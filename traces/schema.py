@@ -22,6 +22,7 @@ __all__ = [
     "META_SOURCE",
     "META_ACCEPTANCE",
     "META_NOTES",
+    "META_PREFIX_BLOCK",
     "POSITION_PROB_MIN_LEN",
     "encode_metadata",
     "decode_metadata",
@@ -34,6 +35,8 @@ META_FORMAT_VERSION = "specsched.format_version"
 META_SOURCE = "specsched.source"
 META_ACCEPTANCE = "specsched.acceptance"
 META_NOTES = "specsched.notes"
+#: tokens per ``prefix_hashes`` block (an int >= 1); required when the file has the column
+META_PREFIX_BLOCK = "specsched.prefix_block_tokens"
 
 #: ``position_accept_prob`` always has at least this many entries (positions 1..8).
 POSITION_PROB_MIN_LEN = 8
@@ -49,6 +52,7 @@ TRACE_SCHEMA = pa.schema([
     pa.field("tenant", pa.string(), nullable=True),
     pa.field("ttft_slo_s", pa.float64(), nullable=True),
     pa.field("tpot_slo_s", pa.float64(), nullable=True),
+    pa.field("prefix_hashes", pa.list_(pa.int64()), nullable=True),
 ])
 
 REQUIRED_COLUMNS = ("request_id", "arrival_s", "prompt_tokens", "output_tokens")

@@ -9,7 +9,12 @@ Lengths (``LengthSpec``): ``lognormal:median=M,sigma=S[,min=A][,max=B]`` (rounde
 (prompt, output) pairs jointly, with replacement, from a trace (a specsched parquet, or any
 ``trace convert`` input format; a Vidur trace without arrival times works too).
 
-The trace is generated in blocks of ``FILL_BLOCK_ROWS`` (16,384) requests and written in row
+Sessions (``turns``, ``system_prompts``): requests grouped in multi-turn conversations whose
+prompts extend the previous turn's prompt and answer, with shared system prompts, and their
+``prefix_hashes`` (``traces.sessions`` has the rules).  Then every request is drawn first (the
+trace is held in memory, about 40 bytes per block id), and filled and written in blocks.
+
+Otherwise the trace is generated in blocks of ``FILL_BLOCK_ROWS`` (16,384) requests and written in row
 groups of 65,536, so a trace of millions of requests never sits in memory whole.  Every draw comes from one
 ``numpy.random.default_rng(seed)`` in a fixed order: the same arguments give the same file.
 """
@@ -96,17 +101,24 @@ def parse_lengths(spec: str) -> LengthSpec:
                          "empirical:PATH goes to --lengths)")
 
 
+def _empirical_source(spec: str) -> tuple[str | None, str]:
+    """(format or None for a specsched parquet, path) of ``empirical:[FORMAT:]PATH``."""
+    from traces.convert import FORMATS
+
+    rest = spec[len("empirical:"):]
+    head = rest.split(":", 1)
+    if len(head) == 2 and head[0] in FORMATS:
+        return head[0], head[1]
+    return None, rest
+
+
 def load_empirical(spec: str) -> tuple[np.ndarray, np.ndarray, dict[str, Any]]:
     """(prompt, output) pairs of ``empirical:PATH`` or ``empirical:FORMAT:PATH``."""
-    from traces.convert import FORMATS, read_source, read_vidur_lengths
+    from traces.convert import read_source, read_vidur_lengths
 
     if not spec.startswith("empirical:"):
         raise SpecschedError(f"--lengths {spec!r}: expected empirical:PATH or empirical:FORMAT:PATH")
-    rest = spec[len("empirical:"):]
-    fmt, path = None, rest
-    head = rest.split(":", 1)
-    if len(head) == 2 and head[0] in FORMATS:
-        fmt, path = head
+    fmt, path = _empirical_source(spec)
     if fmt is None:
         from traces.io import iter_trace_batches
         prompt, output = [], []
@@ -131,6 +143,7 @@ class SynthResult:
     rows: int
     steps: int | None
     metadata: dict
+    notes: tuple[str, ...] = ()
     warnings: tuple[str, ...] = ()
 
 
@@ -146,9 +159,18 @@ def synth(output_path: str | os.PathLike, *, n: int, rate: float, arrival: str =
           cv: float = 1.0, prompt: str = "lognormal:median=1000,sigma=0.8,max=16384",
           output: str = "lognormal:median=200,sigma=0.8,max=4096", lengths: str | None = None,
           acceptance: str | None = None, seed: int = 0, block_rows: int | None = None,
-          progress: Callable[[int], None] | None = None) -> SynthResult:
-    """Generate ``n`` requests and write them to ``output_path`` (atomic, streamed by blocks)."""
+          progress: Callable[[int], None] | None = None, turns: str | None = None,
+          turn_gap: float | None = None, system_prompts: int = 0,
+          system_prompt_len: str = "fixed:1024", prefix_block: int = 64) -> SynthResult:
+    """Generate ``n`` requests and write them to ``output_path`` (atomic, streamed by blocks).
+
+    With ``turns`` (a length spec of turns per session) or ``system_prompts`` > 0, requests are
+    grouped in sessions with shared system prompts and carry ``prefix_hashes`` of
+    ``prefix_block``-token blocks (``traces.sessions``); the trace is then built in memory.
+    """
     from traces.acceptance import FILL_BLOCK_ROWS, parse_acceptance
+    from traces.acceptance import model_file  # noqa: F401
+    from traces.atomic import check_output_file
     from traces.io import steps_table, write_trace
 
     from traces.io import check_seed
@@ -165,6 +187,10 @@ def synth(output_path: str | os.PathLike, *, n: int, rate: float, arrival: str =
     if arrival == "poisson":
         cv = 1.0
     model = parse_acceptance(acceptance) if acceptance is not None else None
+    inputs = [model_file(model)]
+    if lengths is not None and lengths.startswith("empirical:"):
+        inputs.append(_empirical_source(lengths)[1])
+    check_output_file(output_path, inputs=inputs, kind="parquet")  # before the draws
     emp = load_empirical(lengths) if lengths is not None else None
     p_spec = parse_lengths(prompt) if emp is None else None
     o_spec = parse_lengths(output) if emp is None else None
@@ -179,6 +205,12 @@ def synth(output_path: str | os.PathLike, *, n: int, rate: float, arrival: str =
     if model is not None:
         meta[META_ACCEPTANCE] = model.metadata(seed)
     totals = {"steps": 0}
+    if turns is not None or system_prompts:
+        return _synth_sessions(output_path, n=n, rate=rate, arrival=arrival, cv=cv, rng=rng,
+                               p_spec=p_spec, o_spec=o_spec, emp=emp, model=model, meta=meta,
+                               block=block, progress=progress, turns=turns, turn_gap=turn_gap,
+                               system_prompts=system_prompts, system_prompt_len=system_prompt_len,
+                               prefix_block=prefix_block)
 
     def batches() -> Iterator[pa.RecordBatch]:
         t0 = 0.0
@@ -211,6 +243,73 @@ def synth(output_path: str | os.PathLike, *, n: int, rate: float, arrival: str =
                 progress(m)
             yield pa.RecordBatch.from_pydict(cols)
 
-    write_trace(batches(), output_path, metadata=meta)
+    write_trace(batches(), output_path, metadata=meta, inputs=inputs)
     return SynthResult(str(output_path), n, totals["steps"] if model is not None else None, meta,
-                       tuple(model.warnings()) if model is not None else ())
+                       warnings=tuple(model.warnings()) if model is not None else ())
+
+
+def _synth_sessions(output_path, *, n, rate, arrival, cv, rng, p_spec, o_spec, emp, model, meta,
+                    block, progress, turns, turn_gap, system_prompts, system_prompt_len,
+                    prefix_block) -> SynthResult:
+    """``synth`` with sessions: draw every request first, then fill and write in blocks."""
+    from traces.io import steps_table, write_trace
+    from traces.schema import META_PREFIX_BLOCK
+    from traces.sessions import DEFAULT_TURN_GAP_S, make_sessions
+
+    gap = DEFAULT_TURN_GAP_S if turn_gap is None else float(turn_gap)
+    turn_spec = parse_lengths(turns if turns is not None else "fixed:1")
+    sys_spec = parse_lengths(system_prompt_len)
+    if isinstance(prefix_block, bool) or not isinstance(prefix_block, int) or prefix_block < 1:
+        raise SpecschedError(f"--prefix-block must be a whole number >= 1, got {prefix_block!r}")
+
+    def user_lengths(m: int) -> tuple[np.ndarray, np.ndarray]:
+        if emp is not None:
+            pick = rng.integers(0, emp[0].size, size=m)
+            return emp[0][pick].astype(np.int64), emp[1][pick].astype(np.int64)
+        return p_spec.draw(m, rng), o_spec.draw(m, rng)
+
+    sr = make_sessions(n, rng, rate=rate,
+                       interarrivals=lambda m, r: _interarrivals(m, r, arrival, cv, rng),
+                       user_lengths=user_lengths, turns=turn_spec, turn_gap=gap,
+                       system_prompts=system_prompts, system_prompt_len=sys_spec,
+                       block=prefix_block)
+    meta[META_SOURCE]["sessions"] = {
+        "turns": turn_spec.text, "turn_gap_s": gap, "system_prompts": system_prompts,
+        "system_prompt_len": sys_spec.text if system_prompts else None, **sr.info}
+    meta[META_PREFIX_BLOCK] = prefix_block
+    totals = {"steps": 0}
+
+    def batches() -> Iterator[pa.RecordBatch]:
+        for start in range(0, n, block):
+            end = min(n, start + block)
+            o = sr.output_tokens[start:end]
+            poff = sr.prefix_offsets[start:end + 1]
+            cols: dict[str, pa.Array] = {
+                "request_id": pc.cast(pa.array(np.arange(start, end, dtype=np.int64)), pa.string()),
+                "arrival_s": pa.array(sr.arrival_s[start:end], pa.float64()),
+                "prompt_tokens": pa.array(sr.prompt_tokens[start:end].astype(np.int32)),
+                "output_tokens": pa.array(o.astype(np.int32)),
+                "prefix_hashes": pa.ListArray.from_arrays(
+                    pa.array((poff - poff[0]).astype(np.int32)),
+                    pa.array(sr.prefix_ids[poff[0]:poff[-1]], pa.int64())),
+            }
+            if model is not None:
+                lists = model.fill(o, rng, None)
+                d, a = steps_table(lists.offsets, lists.draft_tokens, lists.accepted_tokens)
+                cols["draft_tokens"], cols["accepted_tokens"] = d, a
+                totals["steps"] += int(lists.offsets[-1])
+                if lists.category is not None:
+                    cols["category"] = pa.array(lists.category.tolist(), pa.string())
+            if progress is not None:
+                progress(end - start)
+            yield pa.RecordBatch.from_pydict(cols)
+
+    write_trace(batches(), output_path, metadata=meta)
+    span = float(sr.arrival_s[-1] - sr.arrival_s[0])
+    rate_seen = f"{(n - 1) / span:.3g}" if span > 0 else "-"
+    note = (f"{sr.sessions:,} sessions, {n / sr.sessions:.2f} turns on average; requests span "
+            f"{span:,.0f} s ({rate_seen} requests/s over the span: the rate reaches --rate only "
+            "while sessions overlap, from about (turns - 1) x --turn-gap after the start until "
+            "that long before the end)")
+    return SynthResult(str(output_path), n, totals["steps"] if model is not None else None, meta,
+                       (note,), tuple(model.warnings()) if model is not None else ())

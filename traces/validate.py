@@ -9,7 +9,9 @@ columns, wrong column types, an unsupported format version, nulls in required co
 negative/NaN/inf arrival times, duplicate request ids, prompt or output tokens < 1, draft and
 accept lists of different lengths, accepted > drafted, negative counts, lists whose committed
 tokens (1 prefill token + sum(accepted + 1)) fall short of ``output_tokens`` or overshoot it by
-more than the last step, bad SLO values, and malformed acceptance metadata.
+more than the last step, bad SLO values, malformed acceptance metadata, and ``prefix_hashes``
+without a valid ``specsched.prefix_block_tokens``, with null lists or ids, or with more ids than
+``ceil(prompt_tokens / block)`` (``traces.prefix``).
 
 Reported, not refused: arrivals out of order (readers sort them stably).
 """
@@ -25,12 +27,14 @@ import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
 from traces.errors import Problem, ProblemLog, SpecschedError, TraceValidationError
+from traces.prefix import check_block_tokens, check_prefix_column
 from traces.sniff import expect_parquet
 from traces.schema import (
     FORMAT_VERSION,
     LIST_COLUMNS,
     META_ACCEPTANCE,
     META_FORMAT_VERSION,
+    META_PREFIX_BLOCK,
     REQUIRED_COLUMNS,
     TRACE_SCHEMA,
     decode_metadata,
@@ -65,6 +69,7 @@ class ValidationReport:
     rows_moved: int
     notes: tuple[str, ...]
     metadata: dict = field(default_factory=dict)
+    prefix_ids: int | None = None  # block ids in prefix_hashes; None when the column is absent
 
     @property
     def has_lists(self) -> bool:
@@ -151,6 +156,8 @@ class TraceChecker:
         present = [n for n in TRACE_SCHEMA.names if n in schema.names]
         self.target = schema_for(present)
         self.has_lists = all(c in schema.names for c in LIST_COLUMNS)
+        self.has_prefix = "prefix_hashes" in schema.names
+        self.prefix_ids = 0
 
     # -- problem bookkeeping -------------------------------------------------------------
     @property
@@ -203,6 +210,10 @@ class TraceChecker:
                       "per-step lists or neither", None, missing)
 
     def _check_metadata(self) -> None:
+        problem = check_block_tokens(self.metadata, "prefix_hashes" in self.columns)
+        self.prefix_block = None if problem else self.metadata.get(META_PREFIX_BLOCK)
+        if problem:
+            self._add(problem, None, "prefix_hashes")
         version = self.metadata.get(META_FORMAT_VERSION)
         if version is not None and str(version) != FORMAT_VERSION:
             self._add(f"trace format version {version!r} is not supported "
@@ -287,6 +298,13 @@ class TraceChecker:
 
         if self.has_lists and all(c in cols for c in LIST_COLUMNS):
             out_cols.update(self._check_lists(cols, offset, n))
+
+        if "prefix_hashes" in cols:
+            col = check_prefix_column(
+                cols["prefix_hashes"], cols.get("prompt_tokens"), self.prefix_block,
+                lambda mask, column, message: self._add_rows(mask, offset, column, message))
+            self.prefix_ids += len(col.values)
+            out_cols["prefix_hashes"] = col
 
         target = schema_for([c for c in cols if c in self.target.names])
         arrays = [out_cols[f.name] if f.name in out_cols else cols[f.name].cast(f.type, safe=False)
@@ -489,4 +507,5 @@ def validate_trace(path: str | os.PathLike) -> ValidationReport:
         columns=checker.columns, row_groups=pf.metadata.num_row_groups,
         format_version=(None if checker.metadata.get(META_FORMAT_VERSION) is None
                         else str(checker.metadata[META_FORMAT_VERSION])),
-        rows_moved=moved, notes=tuple(notes), metadata=dict(checker.metadata))
+        rows_moved=moved, notes=tuple(notes), metadata=dict(checker.metadata),
+        prefix_ids=checker.prefix_ids if checker.has_prefix else None)

@@ -7,7 +7,7 @@ from typing import Any, Sequence
 import numpy as np
 
 from backends.aiter import metadata as md
-from backends.protocol import DraftBatch, PrefillBatch, VerifyBatch, VerifyTiming
+from backends.protocol import DraftBatch, DraftExtendBatch, PrefillBatch, VerifyBatch, VerifyTiming
 from traces.errors import SpecschedError
 
 __all__ = ["AiterExecutor", "make_executor", "comm_model_for"]
@@ -41,8 +41,9 @@ class AiterExecutor:
     run; ``misattributed_rows`` is always filled for them and, with ``check_unsafe=True``,
     ``max_abs_error`` compares layer 0's attention output under that metadata with the exact
     per-request metadata.  ``draft``: ``passes`` replays of a one-step draft graph, the KV
-    growing by one each step.  ``prefill``: eager, ragged.  Tensor-parallel communication is
-    modelled (``extra["comm_s"]``), everything else measured.
+    growing by one each step.  ``draft_extend``: the draft model over ``width`` rows per request,
+    a graph keyed by (padded batch size, width) or eager.  ``prefill``: eager, ragged.
+    Tensor-parallel communication is modelled (``extra["comm_s"]``), everything else measured.
     """
 
     name = "aiter"
@@ -52,7 +53,8 @@ class AiterExecutor:
         self.model = model
         self.gpu = gpu
         self.check_unsafe = bool(check_unsafe)
-        self.calls = {"verify": 0, "draft": 0, "prefill": 0, "graph": 0, "eager": 0}
+        self.calls = {"verify": 0, "draft": 0, "draft_extend": 0, "prefill": 0, "graph": 0,
+                      "eager": 0}
 
     def latency_table(self):
         return None
@@ -92,6 +94,18 @@ class AiterExecutor:
         self.calls["draft"] += 1
         return total
 
+    def draft_extend(self, batch: DraftExtendBatch) -> float:
+        if self.runner.draft is None:
+            raise SpecschedError("the aiter runner was built without its draft model")
+        graph = bool(batch.graph)
+        pbs = int(batch.bs_padded) if graph else int(batch.bs_real)
+        launch, key = self.runner.extend_launch(np.asarray(batch.kv_lens, dtype=np.int64), pbs,
+                                                int(batch.width))
+        t = self.runner.run(key, launch, graph=graph, warmup=None)[0]
+        self.calls["draft_extend"] += 1
+        self.calls["graph" if graph else "eager"] += 1
+        return float(t.latency_s)
+
     def draft_pass(self, kv_lens: np.ndarray, padded_bs: int, graph: bool) -> float:
         launch, key = self.runner.draft_launch(kv_lens, padded_bs)
         return float(self.runner.run(key, launch, graph=graph, warmup=None)[0].latency_s)
@@ -116,6 +130,11 @@ class AiterExecutor:
         r = self.runner.describe()
         tp = r["geometry"]["tp"]
         caveats = ["GEMMs run through torch (cuBLAS); attention, RMSNorm and rope+KV write are AITER's Triton kernels"]
+        if r.get("draft_role"):
+            rows = "each request's last row" if r["extend_logits"] == "last" else "every row"
+            caveats.append(f"draft model: {r['draft_role']} (one layer + LM head); draft-extend "
+                           f"logits for {rows}; every request extends by the batch's width "
+                           "(SGLang's eager pass extends each by its accepted tokens + 1)")
         if tp > 1:
             caveats.append(f"tp {tp}: one GPU's shard is run; the all-reduces are modelled "
                            f"({r['comm_model']['latency_s'] * 1e6:.1f} us + bytes / "
@@ -166,8 +185,11 @@ def make_executor(model: Any, *, page_size: int = 16,
     ``check_unsafe`` (measure the numerical error of unsafe-derived launches), ``dtype``
     (``"bfloat16"``), ``kv_pool_gib`` (physical KV pool; default: what fits), ``seed``,
     ``capture`` (``"lazy"``: graphs on first use; ``"all"``: the whole ladder x widths now),
-    ``num_draft_tokens`` (SGLang's start-up draft count: the padded rows' fill value),
-    ``allreduce_latency_s`` / ``allreduce_bus_bw`` (override the modelled all-reduce).
+    ``num_draft_tokens`` (SGLang's start-up draft count: the padded rows' fill value and the
+    draft-extend width captured with ``capture="all"``), ``extend_logits`` (``"last"``: a
+    draft-extend pass computes logits for each request's last row, as SGLang's EAGLE worker;
+    ``"all"``: every row, as its overlap worker), ``allreduce_latency_s`` / ``allreduce_bus_bw``
+    (override the modelled all-reduce).  The draft model's kind is the model's ``draft_kind``.
 
     Raises :class:`SpecschedError` at once when no CUDA/ROCm GPU is usable.
     """
@@ -185,7 +207,8 @@ def make_executor(model: Any, *, page_size: int = 16,
             f"only; use the roofline backend, and `specsched verify-metadata --mla` for the MLA "
             f"kernels' constraints")
     unknown = set(opts) - {"gpu", "check_unsafe", "dtype", "kv_pool_gib", "seed", "capture",
-                           "num_draft_tokens", "allreduce_latency_s", "allreduce_bus_bw"}
+                           "num_draft_tokens", "allreduce_latency_s", "allreduce_bus_bw",
+                           "extend_logits"}
     if unknown:
         raise SpecschedError(f"aiter backend: unknown option(s) {sorted(unknown)}")
     gpu = opts.get("gpu", "H200")
@@ -198,11 +221,13 @@ def make_executor(model: Any, *, page_size: int = 16,
                     num_draft_tokens=opts.get("num_draft_tokens") or mla_num_draft_tokens,
                     dtype=opts.get("dtype", "bfloat16"),
                     kv_pool_bytes=None if pool is None else int(float(pool) * (1 << 30)),
-                    seed=int(opts.get("seed", 0)), comm=comm)
+                    seed=int(opts.get("seed", 0)), comm=comm,
+                    extend_logits=opts.get("extend_logits", "last"))
     if opts.get("capture", "lazy") == "all":
         for bs in runner.capture_bs:
             for w in runner.capture_widths:
                 runner.capture(("verify", bs, w))
             if runner.draft is not None:
                 runner.capture(("draft", bs))
+                runner.capture(("extend", bs, runner.num_draft_tokens))
     return AiterExecutor(runner, model=model, gpu=gpu, check_unsafe=bool(opts.get("check_unsafe", False)))

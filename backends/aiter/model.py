@@ -5,6 +5,14 @@ GEMM, rotary embedding of q and k fused with the paged KV write, AITER's ``unifi
 over the paged cache, the O projection, residual add + RMSNorm, the gate/up GEMM, SiLU-and-mul,
 the down GEMM.  Then the final norm and the LM head over the rows whose logits are needed.
 
+The draft model is one such layer with the EAGLE front of SGLang's draft models: ``eagle``
+(``models/llama_eagle.py``): ``fc`` over the token embedding and the hidden state side by side
+(2*hidden -> hidden, with bias), the layer without its input norm, and ``hidden + residual``
+without a final norm; ``eagle3`` (``models/llama_eagle3.py``): the QKV GEMM over the normed
+embedding and the normed hidden state side by side (2*hidden), and -- when the hidden state is
+the target's three captured layers (3*hidden, the draft-extend pass) -- the fusion ``fc``
+(3*hidden -> hidden) first.
+
 Which kernel does what (see docs/aiter.md for why):
 
 * attention: ``aiter.ops.triton.unified_attention`` (what SGLang's AITER backend calls for
@@ -81,11 +89,16 @@ def dense_shape(shape: Any) -> dict[str, int]:
     tp = int(getattr(shape, "tp", 1))
     hq = int(shape.heads) // tp
     hkv = max(1, int(shape.kv_heads) // tp)
+    hidden = int(shape.hidden)
+    attn_in = int(getattr(shape, "attn_in", 0) or hidden)
+    fusion = int(getattr(shape, "fusion_in", 0) or 0)
+    # a draft shape has a fusion GEMM; EAGLE-3's QKV reads 2*hidden, EAGLE's fc feeds the layer
+    role = "target" if not fusion else ("eagle3" if attn_in != hidden else "eagle")
     return {
-        "layers": int(shape.layers), "hidden": int(shape.hidden), "heads": hq, "kv_heads": hkv,
+        "layers": int(shape.layers), "hidden": hidden, "heads": hq, "kv_heads": hkv,
         "head_dim": int(shape.head_dim), "intermediate": int(shape.intermediate) // tp,
-        "vocab": -(-int(shape.vocab) // tp), "attn_in": int(getattr(shape, "attn_in", 0) or shape.hidden),
-        "fusion_in": int(getattr(shape, "fusion_in", 0) or 0), "tp": tp,
+        "vocab": -(-int(shape.vocab) // tp), "attn_in": attn_in, "fusion_in": fusion, "tp": tp,
+        "role": role,
     }
 
 
@@ -148,8 +161,7 @@ class Transformer:
 
     ``geometry`` comes from :func:`dense_shape`.  ``views`` are ``(k_cache, v_cache)`` per layer
     (from :class:`backends.aiter.kvpool.KVPool`).  A draft model is the same class with one
-    layer and ``attn_in = 2*hidden`` (EAGLE-3: the QKV projection reads the embedding and the
-    hidden state side by side).
+    layer and ``geometry["role"]`` ``"eagle"`` or ``"eagle3"`` (the module docstring).
     """
 
     def __init__(self, geometry: dict[str, int], *, kernels: Any, views: list, rope: Rope,
@@ -164,7 +176,8 @@ class Transformer:
         self.device = device
         self.dtype = dtype
         self.scale = 1.0 / math.sqrt(g["head_dim"])
-        self.draft = g["attn_in"] != g["hidden"]
+        self.role = g.get("role", "target")
+        self.draft = self.role != "target"
 
         def w(rows: int, cols: int):
             t = torch.empty((rows, cols), device=device, dtype=dtype)
@@ -187,7 +200,11 @@ class Transformer:
             self.layers.append(lw)
         self.embed = torch.empty((g["vocab"], h), device=device, dtype=dtype).normal_(
             0.0, 1.0, generator=generator)
-        self.hidden_norm = ones(h) if self.draft else None
+        self.hidden_norm = ones(h) if self.role == "eagle3" else None
+        # EAGLE: fc over (embedding, hidden) -> hidden; EAGLE-3: fusion over the target's layers
+        self.fc = w(h, g["fusion_in"]) if self.draft else None
+        self.fc_bias = (torch.empty(h, device=device, dtype=dtype).normal_(0.0, 0.02, generator=generator)
+                        if self.role == "eagle" else None)
         self.final_norm = ones(h)
         self.lm_head = w(g["vocab"], h)
 
@@ -234,20 +251,31 @@ class Transformer:
     def forward(self, ids, a: AttnInputs, *, hidden_in=None, logits_index=None, logits_out=None):
         """Logits of one forward over ``ids`` (``[rows]`` int64).
 
-        ``hidden_in`` (draft only): the previous step's hidden states ``[rows, hidden]``.
+        ``hidden_in`` (draft only): the hidden states the draft reads, ``[rows, hidden]`` (the
+        previous step's, or for EAGLE the target's) or, for EAGLE-3's draft-extend pass, the
+        target's three captured layers ``[rows, 3*hidden]``, fused by ``fc`` first.
         ``logits_index``: rows whose logits are computed (``None``: every row).
-        ``logits_out``: a ``[rows, vocab]`` buffer to write the logits into (graphs share one).
+        ``logits_out``: a ``[len(rows), vocab]`` buffer to write the logits into (graphs share one).
         """
         import torch
+        import torch.nn.functional as F
 
         x = self.embed.index_select(0, ids)
         residual = None
         for i, lw in enumerate(self.layers):
-            if i == 0 and self.draft:
-                # EAGLE-3 decode step: normed embedding and normed hidden state, side by side.
+            if i == 0 and self.role == "eagle3":
+                # normed embedding and normed hidden state, side by side (QKV reads 2*hidden)
                 hid = hidden_in if hidden_in is not None else x
+                if hid.shape[1] != self.g["hidden"]:
+                    hid = F.linear(hid, self.fc)  # the target's layers, fused (draft-extend)
                 h_in = torch.cat([self._norm(x, lw.norm1), self._norm(hid, self.hidden_norm)], dim=1)
                 residual = hid
+            elif i == 0 and self.role == "eagle":
+                # fc over (embedding, hidden); EAGLE's first layer has no input norm
+                hid = hidden_in if hidden_in is not None else x
+                x = F.linear(torch.cat([x, hid], dim=1), self.fc, self.fc_bias)
+                residual = x
+                h_in = x
             elif residual is None:
                 residual = x
                 h_in = self._norm(x, lw.norm1)
@@ -256,7 +284,10 @@ class Transformer:
             attn = self._attention(lw, h_in, a)
             h2, residual = self._add_norm(attn, residual, lw.norm2)
             x = self._mlp(lw, h2)
-        out, _ = self._add_norm(x, residual, self.final_norm)
+        if self.role == "eagle":
+            out = x + residual  # LlamaForCausalLMEagle: no final norm
+        else:
+            out, _ = self._add_norm(x, residual, self.final_norm)
         if logits_index is not None:
             out = out.index_select(0, logits_index)
         if logits_out is not None:

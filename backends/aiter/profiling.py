@@ -9,6 +9,9 @@ median and the 10th/90th percentiles):
 * verify, eager launches: a coarser grid (the engine launches eagerly above the ladder and for
   widths without a graph);
 * draft, graph replays and eager: one draft-model step over (batch size, KV length);
+* draft-extend, graph replays: one graph per (batch size, width) -- the draft model over
+  ``width`` rows per request, SGLang's draft-extend pass after a verify -- every KV length
+  replayed through it; eager at a few points (``extend_eager_widths`` over the eager grid);
 * prefill: eager ragged passes over (tokens, cached prefix).
 
 Shapes whose KV cannot exist on the profiled GPU (``bs * (kv_len + width)`` above the model's KV
@@ -27,6 +30,13 @@ import numpy as np
 from backends.aiter import metadata as md
 
 __all__ = ["ProfileSpec", "run_profile", "DEFAULT_BS", "DEFAULT_KV"]
+
+_DRAFT_NOTES = {
+    "eagle": "draft rows: one EAGLE draft decode step (fc over embedding + hidden, one layer "
+             "without input norm, LM head)",
+    "eagle3": "draft rows: one EAGLE-3 draft decode step (QKV over normed embedding + hidden, "
+              "one layer, final norm, LM head)",
+}
 
 #: Batch sizes swept by default: points of SGLang's speculative capture ladder -- every one up to
 #: 16 (the common decode batches; latency is not linear in bs between 4 and 8: live verify at the
@@ -49,6 +59,12 @@ class ProfileSpec:
     eager_kv: Sequence[int] = (512, 2048, 8192)
     draft: bool = True
     draft_kv: Sequence[int] | None = None
+    #: draft-extend graph widths: SGLang pads each request to speculative_num_steps + 1 >= 2
+    #: rows (the verify width at top-k 1); 2-8 covers num_draft_tokens 2-8 (default 4)
+    extend: bool = True
+    extend_widths: Sequence[int] = tuple(range(2, 9))
+    #: eager draft-extend widths (over eager_bs x eager_kv); 1 for rounds verified at width 1
+    extend_eager_widths: Sequence[int] = (1, 2, 4, 8)
     prefill_tokens: Sequence[int] = (32, 64, 128, 256, 512, 768, 1024, 1536, 2048, 3072, 4096,
                                      6144, 8192)
     prefill_prefix: Sequence[int] = (0, 2048, 8192, 16384)
@@ -64,7 +80,7 @@ class ProfileSpec:
         from traces.errors import SpecschedError
 
         for name in ("bs", "widths", "kv", "eager_bs", "eager_widths", "eager_kv",
-                     "prefill_tokens"):
+                     "prefill_tokens", "extend_widths", "extend_eager_widths"):
             vals = list(getattr(self, name))
             if any(int(v) < 1 for v in vals):
                 raise SpecschedError(f"--{name.replace('_', '-')}: every value must be >= 1")
@@ -72,6 +88,9 @@ class ProfileSpec:
             raise SpecschedError("--prefill-prefix: every value must be >= 0")
         if not self.bs or not self.widths or not self.kv:
             raise SpecschedError("the verify sweep needs at least one batch size, width and KV length")
+        if self.extend and self.draft and not self.extend_widths:
+            raise SpecschedError("--extend-widths: the draft-extend sweep needs at least one width "
+                                 "(or --no-extend)")
         if self.reps < 1 or self.warmup < 0 or self.eager_reps < 1:
             raise SpecschedError("--reps must be >= 1 and --warmup >= 0")
         if self.settle_s < 0:
@@ -128,7 +147,8 @@ def run_profile(model: Any, out: str, spec: ProfileSpec, *, executor_opts: dict 
 
     rows: list[dict] = []
     skipped: dict[str, list] = {"verify_graph": [], "verify_eager": [], "draft_graph": [],
-                                "draft_eager": [], "prefill": []}
+                                "draft_eager": [], "extend_graph": [], "extend_eager": [],
+                                "prefill": []}
     bs_list = sorted(set(int(b) for b in spec.bs))
     kv_list = sorted(set(int(k) for k in spec.kv))
     for b in bs_list:
@@ -224,6 +244,43 @@ def run_profile(model: Any, out: str, spec: ProfileSpec, *, executor_opts: dict 
         runner.graphs = {k: v for k, v in runner.graphs.items() if k[0] != "eager"}
     timing["draft_s"] = time.perf_counter() - t0
 
+    # ---- draft-extend -------------------------------------------------------------------------
+    t0 = time.perf_counter()
+    if spec.draft and spec.extend and runner.draft is not None:
+        dkv = sorted(set(int(k) for k in (spec.draft_kv or kv_list)))
+        for b in bs_list:
+            for w in sorted(set(int(x) for x in spec.extend_widths)):
+                todo = [kv for kv in dkv if fits(b, kv, w)]
+                skipped["extend_graph"] += [[b, w, kv] for kv in dkv if kv not in todo]
+                if not todo:
+                    continue
+                key = ("extend", b, w)
+                runner.capture(key)
+                first, _ = runner.extend_launch(np.full(b, todo[0]), b, w)
+                _settle(spec.settle_s, lambda: runner.run(key, first, graph=True, warmup=0))
+                for kv in todo:
+                    launch, _ = runner.extend_launch(np.full(b, kv), b, w)
+                    ts = runner.run(key, launch, graph=True, reps=spec.reps, warmup=spec.warmup)
+                    rows.append(_row("draft_extend", True, b, w, kv, b * w, [t.latency_s for t in ts]))
+                runner.graphs.pop(key, None)
+        settled = False
+        for b in sorted(set(int(x) for x in spec.eager_bs)):
+            for w in sorted(set(int(x) for x in spec.extend_eager_widths)):
+                for kv in sorted(set(int(x) for x in spec.eager_kv)):
+                    if not fits(b, kv, w):
+                        skipped["extend_eager"].append([b, w, kv])
+                        continue
+                    launch, key = runner.extend_launch(np.full(b, kv), b, w)
+                    if not settled:
+                        _settle(spec.settle_s, lambda: runner.run(key, launch, graph=False, warmup=0))
+                        settled = True
+                    ts = runner.run(key, launch, graph=False, reps=spec.eager_reps, warmup=1)
+                    rows.append(_row("draft_extend", False, b, w, kv, b * w, [t.latency_s for t in ts]))
+                runner.graphs = {k: v for k, v in runner.graphs.items() if k[0] != "eager"}
+    timing["draft_extend_s"] = time.perf_counter() - t0
+    say(f"draft-extend: {sum(1 for r in rows if r['kind'] == 'draft_extend')} points in "
+        f"{timing['draft_extend_s']:.1f} s")
+
     # ---- prefill ------------------------------------------------------------------------------
     t0 = time.perf_counter()
     for tok in sorted(set(int(x) for x in spec.prefill_tokens)):
@@ -248,7 +305,14 @@ def run_profile(model: Any, out: str, spec: ProfileSpec, *, executor_opts: dict 
         f"all layers at {r['kv_pool']['layer_shift_pages']}-page offsets (docs/aiter.md)",
         f"graphs: page size {runner.page_size}, max_seqlen_k {runner.max_seqlen_k} (context "
         f"{runner.max_context}), padded rows' seq_len {runner.fill}",
-        "draft rows: one EAGLE-3 draft decode step (QKV over embedding + hidden, one layer, LM head)",
+        _DRAFT_NOTES[r["draft_role"]] if r.get("draft_role") in _DRAFT_NOTES else "no draft model",
+        f"draft_extend rows: the draft model over width rows per request after a verify (every "
+        f"request at the width, padded rows at the fill length; seqused_k = kv_len + width), "
+        + ("logits for each request's last row (SGLang's EAGLE worker)"
+           if runner.extend_logits == "last" else
+           "logits for every row (SGLang's overlap worker, DRAFT_EXTEND_V2)")
+        + ("; the EAGLE-3 fusion GEMM over the target's 3 hidden states (3*hidden -> hidden) first"
+           if r.get("draft_role") == "eagle3" else ""),
         "prefill rows: one request per pass, eager, logits for the last token only",
         {"skipped_beyond_kv_capacity": {k: v for k, v in skipped.items() if v},
          "kv_capacity_tokens": cap},

@@ -2,7 +2,8 @@
 
 A graph is captured per key -- ``("verify", padded_bs, width)`` for uniform verify launches,
 ``("ragged", padded_bs, width)`` for exact per-request widths (``padded_bs * width`` query rows
-at most), ``("draft", padded_bs)`` for one draft-model step -- on first use or up front
+at most), ``("draft", padded_bs)`` for one draft-model step, ``("extend", padded_bs, width)``
+for the draft model's draft-extend pass (``width`` rows per request) -- on first use or up front
 (:meth:`Runner.capture`).  Each graph reads one static int32 metadata buffer; a replay builds the
 batch's metadata on the host (numpy), copies it into that buffer with one host-to-device copy and
 replays.  Inside the graph the page table is expanded from the per-request first pages
@@ -31,6 +32,9 @@ from backends.aiter import metadata as md
 from backends.jit import JIT_ENABLED, njit
 from backends.aiter.kvpool import KVPool, plan_pool
 from backends.aiter.model import AttnInputs, CommModel, Rope, Transformer, comm_time_s, dense_shape
+
+#: which rows of a draft-extend pass get logits (``Runner.extend_logits``)
+EXTEND_LOGITS = ("last", "all")
 
 __all__ = ["Runner", "Launch", "Timing", "wait_event", "gc_paused"]
 
@@ -213,7 +217,8 @@ class _Static:
     """
 
     def __init__(self, runner: "Runner", nseq: int, rows: int, *, model: str,
-                 logits: bool = True) -> None:
+                 logits: bool = True, logits_rows: int | None = None,
+                 hidden_width: int | None = None) -> None:
         import torch
 
         self.nseq = nseq
@@ -252,14 +257,15 @@ class _Static:
         self.slots = torch.zeros(rows, dtype=torch.int32, device=dev)
         # graphs share one page table and one logits buffer (they never run at the same time
         # and both are rewritten by every replay), so memory does not grow with the graph count
-        self.block_table, self.logits = runner.shared_buffers(nseq, rows if logits else 0, model)
+        n_logits = (rows if logits_rows is None else logits_rows) if logits else 0
+        self.block_table, self.logits = runner.shared_buffers(nseq, n_logits, model)
         g = torch.Generator(device="cpu").manual_seed(1234 + rows)
         vocab = runner.geometry["vocab"] if model == "target" else runner.draft_geometry["vocab"]
         self.ids = torch.randint(0, vocab, (rows,), generator=g).to(dev)
         self.hidden = None
+        self.logits_index = None  # rows whose logits are computed (None: every row)
         if model == "draft":
-            self.hidden = torch.empty((rows, runner.geometry["hidden"]), dtype=runner.dtype,
-                                      device=dev).normal_(0.0, 1.0)
+            self.hidden = runner.shared_hidden(rows, hidden_width or runner.geometry["hidden"])
         self.graph = None
         self.out = None
         self.max_seqlen_q = 1
@@ -274,10 +280,20 @@ class Runner:
                  capture_widths: Sequence[int] = md.DEFAULT_CAPTURE_WIDTHS,
                  num_draft_tokens: int | None = None, dtype: str = "bfloat16",
                  kv_pool_bytes: int | None = None, seed: int = 0, comm: CommModel | None = None,
-                 device: Any = None, kernels: Any = None, draft: bool = True) -> None:
+                 device: Any = None, kernels: Any = None, draft: bool = True,
+                 extend_logits: str = "last") -> None:
         import torch
 
         from backends.aiter import bridge
+
+        if extend_logits not in EXTEND_LOGITS:
+            from traces.errors import SpecschedError
+
+            raise SpecschedError(f"extend_logits must be one of {', '.join(EXTEND_LOGITS)}, "
+                                 f"got {extend_logits!r}")
+        #: which rows of a draft-extend pass get logits: each request's last ("last", SGLang's
+        #: EAGLE worker) or every row ("all", its overlap worker's DRAFT_EXTEND_V2)
+        self.extend_logits = extend_logits
 
         self.kernels = kernels or bridge.load_kernels()
         if device is None:
@@ -307,6 +323,7 @@ class Runner:
         self.comm = comm or CommModel()
         self.graphs: dict[tuple, _Static] = {}
         self._shared = None
+        self._shared_hidden = None
         self._width_cache: dict[tuple, np.ndarray] = {}
         self.capture_s: dict[tuple, float] = {}
         #: timing hygiene (docs/aiter.md): spin on events rather than block, keep the garbage
@@ -330,7 +347,8 @@ class Runner:
         self.graph_fix: dict[str, Any] = {"memsets_replaced": 0, "memsets_kept": 0, "error": None}
         #: host wall seconds by what they were spent on (describe()["timing"]["wall_s"])
         self.wall_s = {"capture": 0.0, "warmup": 0.0, "timed": 0.0, "rerun": 0.0}
-        gen = torch.Generator(device=self.device).manual_seed(int(seed))
+        self.seed = int(seed)
+        gen = torch.Generator(device=self.device).manual_seed(self.seed)
 
         g = self.geometry
         views = g["layers"] + (1 if self.draft_geometry is not None else 0)
@@ -378,7 +396,7 @@ class Runner:
                 return 0
             h, hq, hkv, d, i = g["hidden"], g["heads"], g["kv_heads"], g["head_dim"], g["intermediate"]
             per = (hq + 2 * hkv) * d * g["attn_in"] + h * hq * d + 3 * h * i
-            return (g["layers"] * per + 2 * g["vocab"] * h) * 2
+            return (g["layers"] * per + 2 * g["vocab"] * h + g["fusion_in"] * h) * 2
 
         return one(self.geometry) + one(self.draft_geometry)
 
@@ -444,6 +462,29 @@ class Runner:
             kv = kvp
         ones = self._uniform_widths(pbs, 1)
         return Launch(ones, ones, kv, pbs, pbs, 1, ("u", 1), ("u", 1)), ("draft", pbs)
+
+    def extend_launch(self, kv_lens: np.ndarray, padded_bs: int, width: int) -> tuple[Launch, tuple]:
+        """The draft-extend pass over the batch: ``width`` query rows per request (padded rows
+        too, at the fill length), positions ``kv .. kv + width - 1``, ``seqused_k = kv + width``
+        -- the metadata SGLang's draft-extend graph gives every request at its padded width."""
+        kv = np.asarray(kv_lens, dtype=np.int64)
+        pbs = int(padded_bs)
+        width = int(width)
+        if width < 1:
+            raise ValueError(f"draft-extend width must be >= 1, got {width}")
+        if pbs != len(kv):
+            kvp = np.full(pbs, self.fill, dtype=np.int64)
+            kvp[:len(kv)] = kv
+            kv = kvp
+        aw = self._uniform_widths(pbs, width)
+        return (Launch(aw, aw, kv, pbs * width, pbs, width, ("u", width), ("u", width)),
+                ("extend", pbs, width))
+
+    def extend_hidden_width(self) -> int:
+        """Columns of the hidden states a draft-extend pass reads: the target's three captured
+        layers for EAGLE-3 (``fusion_in``), the target's last hidden state for EAGLE."""
+        dg = self.draft_geometry
+        return dg["fusion_in"] if dg["role"] == "eagle3" else dg["hidden"]
 
     def _uniform_widths(self, n: int, width: int) -> np.ndarray:
         key = (n, width)
@@ -521,8 +562,24 @@ class Runner:
                         st.positions, st.slots, page_size=self.page_size)
         a = self._attn_inputs(st)
         if st.model == "draft":
-            return self.draft.forward(st.ids, a, hidden_in=st.hidden, logits_out=st.logits)
+            return self.draft.forward(st.ids, a, hidden_in=st.hidden, logits_index=st.logits_index,
+                                      logits_out=st.logits)
         return self.target.forward(st.ids, a, logits_out=st.logits)
+
+    def shared_hidden(self, rows: int, width: int):
+        """A ``[rows, width]`` view of one buffer of random hidden states shared by every draft
+        graph (the draft only reads it), grown when a launch needs more."""
+        import torch
+
+        n = int(rows) * int(width)
+        if self._shared_hidden is None or self._shared_hidden.numel() < n:
+            cap = self.capture_bs[-1] * max(self.capture_widths[-1], 8)
+            wmax = max(self.geometry["hidden"], self.draft_geometry.get("fusion_in", 0)
+                       if self.draft_geometry else 0)
+            gen = torch.Generator(device=self.device).manual_seed(self.seed + 1)
+            self._shared_hidden = torch.empty(max(n, cap * wmax), dtype=self.dtype,
+                                              device=self.device).normal_(0.0, 1.0, generator=gen)
+        return self._shared_hidden[:n].view(int(rows), int(width))
 
     def shared_buffers(self, nseq: int, rows: int, model: str):
         """(page table ``[nseq, max_blocks]``, logits ``[rows, vocab]``): views of buffers shared
@@ -551,6 +608,16 @@ class Runner:
             pbs = key[1]
             st = _Static(self, pbs, pbs, model="draft")
             st.max_seqlen_q = 1
+        elif kind == "extend":
+            import torch
+
+            pbs, width = key[1], key[2]
+            last = self.extend_logits == "last"
+            st = _Static(self, pbs, pbs * width, model="draft", logits_rows=pbs if last else None,
+                         hidden_width=self.extend_hidden_width())
+            st.max_seqlen_q = width
+            if last:  # each request's last row (SGLang: the last accepted token's)
+                st.logits_index = (torch.arange(pbs, dtype=torch.int64) * width + width - 1).to(self.device)
         elif kind == "ragged":
             pbs, width = key[1], key[2]
             st = _Static(self, pbs + 1, pbs * width, model="target")
@@ -832,8 +899,10 @@ class Runner:
         return st
 
     def _comm(self, key: tuple, launch: Launch, rows: int | None, logits_rows: int | None) -> float:
-        g = self.draft_geometry if key[0] == "draft" else self.geometry
+        g = self.draft_geometry if key[0] in ("draft", "extend") else self.geometry
         r = launch.rows if rows is None else rows
+        if logits_rows is None and key[0] == "extend" and self.extend_logits == "last":
+            logits_rows = launch.nseq
         lr = r if logits_rows is None else logits_rows
         return comm_time_s(g["tp"], g["layers"], r, g["hidden"], lr, g["vocab"], self.comm)
 
@@ -871,6 +940,8 @@ class Runner:
             "page_size": self.page_size, "max_context": self.max_context,
             "max_seqlen_k": self.max_seqlen_k, "capture_bs": list(self.capture_bs),
             "capture_widths": list(self.capture_widths), "num_draft_tokens": self.num_draft_tokens,
+            "draft_role": self.draft_geometry["role"] if self.draft_geometry else None,
+            "extend_logits": self.extend_logits,
             "seq_len_fill_value": self.fill,
             "kv_pool": {"pages": p.pages, "view_pages": p.view_pages, "layer_shift_pages": p.shift,
                         "views": p.views, "bytes": p.bytes, "page_bytes_k": p.page_bytes},

@@ -250,3 +250,65 @@ def test_make_executor_refuses_models_it_cannot_time():
 
     with pytest.raises(SpecschedError, match="MLA"):
         make_executor("deepseek-v3")
+
+
+@pytest.mark.parametrize("kind", ["eagle", "eagle3"])
+def test_draft_extend_graph_replay_equals_eager_and_grows_with_width(kind):
+    """The draft-extend graph (Llama-3.1-8B's draft, one layer + LM head) computes what the same
+    launch computes eagerly, and takes longer with more rows per request."""
+    import torch
+
+    from backends.aiter import make_executor
+    from backends.models import load_model
+    from backends.protocol import DraftExtendBatch
+
+    m = load_model("llama-3.1-8b", draft_kind=kind)
+    ex = make_executor(m, capture_bs=[1, 2, 4, 8, 16, 32, 64], max_context=8192, kv_pool_gib=2)
+    r = ex.runner
+    rng = np.random.default_rng(3)
+    kv = rng.integers(100, 4000, 8)
+    g = ex.draft_extend(DraftExtendBatch(bs_real=8, bs_padded=8, width=4, kv_lens=kv, graph=True))
+    st = r.graphs[("extend", 8, 4)]
+    assert st.graph is not None and list(st.out.shape) == [8, r.draft_geometry["vocab"]]
+    got = st.out.float().clone()   # the logits buffer is shared with the eager launch below
+    e = ex.draft_extend(DraftExtendBatch(bs_real=8, bs_padded=8, width=4, kv_lens=kv, graph=False))
+    ref = r.graphs[("eager", "extend", 8, 4)].out.float()
+    assert g > 0 and e > 0 and torch.isfinite(got).all() and torch.isfinite(ref).all()
+    err = float((got - ref).abs().max())
+    assert err <= 1e-2 * float(ref.abs().max()), err
+    # padded replay: three real requests in the bs-4 graph
+    p = ex.draft_extend(DraftExtendBatch(bs_real=3, bs_padded=4, width=4, kv_lens=kv[:3], graph=True))
+    assert p > 0 and r.graphs[("extend", 4, 4)].seq_lens[:4].tolist() == kv[:3].tolist() + [r.fill]
+    # more rows per request take longer: bs 64, KV 2048, widths 2 / 4 / 8 (median of 7 replays)
+    t = {}
+    for w in (2, 4, 8):
+        b = DraftExtendBatch(bs_real=64, bs_padded=64, width=w, kv_lens=np.full(64, 2048), graph=True)
+        t[w] = float(np.median([ex.draft_extend(b) for _ in range(7)]))
+    assert 0 < t[2] < t[4] < t[8], t
+
+
+def test_profile_sweep_records_draft_extend_graph_rows(tmp_path):
+    """``run_profile`` at a tiny shape with real graphs: draft_extend rows in the file and a table
+    whose draft-extend grids are measured."""
+    from backends.aiter.profiling import ProfileSpec, run_profile
+    from backends.models import ModelShape
+    from backends.profile import load_profile, read_profile
+
+    m = ModelShape(name="gpu-test", layers=2, hidden=1024, heads=8, kv_heads=2, head_dim=128,
+                   intermediate=2048, vocab=4096, draft_kind="eagle3")
+    spec = ProfileSpec(bs=(1, 4), widths=(1, 4), kv=(128, 1024), eager_bs=(1, 4), eager_widths=(4,),
+                       eager_kv=(128, 1024), extend_widths=(2, 4), extend_eager_widths=(1, 4),
+                       prefill_tokens=(64, 256), prefill_prefix=(0, 512), reps=3, warmup=1,
+                       eager_reps=3, settle_s=0.01)
+    out = tmp_path / "gpu-test.parquet"
+    s = run_profile(m, str(out), spec, executor_opts={"max_context": 8192, "kv_pool_gib": 1})
+    rows, meta = read_profile(out)
+    ext = [r for r in rows.to_pylist() if r["kind"] == "draft_extend"]
+    assert len([r for r in ext if r["graph"]]) == 2 * 2 * 2 and len(ext) == 8 + 2 * 2 * 2
+    assert all(r["latency_s"] > 0 and r["tokens"] == r["bs"] * r["width"] for r in ext)
+    assert s["timing_s"]["draft_extend_s"] > 0 and meta["model"]["draft_kind"] == "eagle3"
+    t = load_profile(out)
+    assert t.extend_measured and t.extend_graph.axes[1].tolist() == [2.0, 4.0]
+    assert t.extend_graph.axes[0].tolist() == [1.0, 4.0] and t.extend_eager.axes[1].tolist() == [1.0, 2.0, 4.0]
+    value, outside = t.extend_s(4, 3, 500, True)
+    assert value > 0 and not outside

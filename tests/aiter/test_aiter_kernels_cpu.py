@@ -176,3 +176,107 @@ print(json.dumps(res))
     assert pos[:7] == [10, 11, 12, 13, 40, 100, 101]
     assert d["draft"] > 0 and d["prefill"] > 0 and d["table"] is None
     assert {"backend", "gpu", "versions", "kernels", "caveats"} <= set(d["describe"])
+
+
+def test_draft_extend_forward_under_the_interpreter():
+    """The draft-extend pass of both EAGLE drafts at a tiny shape: its metadata (``width`` rows
+    per request after each request's KV, padded rows at the fill length), finite logits for each
+    request's last row, equal to those rows of a run computing every row's logits."""
+    out = run_interpreted("""
+import json, numpy as np, torch
+from backends.models import ModelShape
+from backends.aiter.runner import Runner
+from backends.aiter.executor import AiterExecutor
+from backends.protocol import DraftBatch, DraftExtendBatch, Executor
+res = {}
+for kind in ('eagle', 'eagle3'):
+    m = ModelShape(name='tiny', layers=2, hidden=64, heads=4, kv_heads=2, head_dim=32,
+                   intermediate=128, vocab=96, draft_kind=kind)
+    logits = {}
+    for lg in ('last', 'all'):
+        r = Runner(m, device='cpu', dtype='float16', max_context=512, capture_bs=[1, 2, 4],
+                   kv_pool_bytes=8 << 20, extend_logits=lg)
+        ex = AiterExecutor(r, model=m, gpu='H200')
+        t = ex.draft_extend(DraftExtendBatch(bs_real=3, bs_padded=4, width=3,
+                                             kv_lens=np.array([10, 40, 100]), graph=False))
+        st = r.graphs[('eager', 'extend', 3, 3)]
+        logits[lg] = st.out.float()
+        res[kind + '_' + lg] = [t, list(st.out.shape), bool(torch.isfinite(st.out).all()),
+                                st.qo.tolist(), st.seqused_k.tolist(), st.positions.tolist(),
+                                list(st.hidden.shape), r.describe()['draft_role'], ex.calls['draft_extend']]
+    res[kind + '_match'] = float((logits['last'] - logits['all'][[2, 5, 8]]).abs().max())
+    # the padded launch a graph replays (run eagerly here: no graphs on a CPU)
+    launch, key = r.extend_launch(np.array([10, 40, 100]), 4, 3)
+    tp = r.run(key, launch, graph=False)[0]
+    st = r.graphs[('eager', 'extend', 4, 3)]
+    res[kind + '_padded'] = [key, tp.latency_s, st.seq_lens[:4].tolist(), st.seqused_k.tolist(),
+                             st.positions[9:].tolist(), bool(torch.isfinite(st.out).all()), r.fill]
+    res[kind + '_decode'] = ex.draft(DraftBatch(bs_real=2, bs_padded=2, kv_lens=np.array([7, 9]),
+                                                passes=2, graph=False))
+    res[kind + '_protocol'] = isinstance(ex, Executor)
+print(json.dumps(res))
+""")
+    d = json.loads(out.strip().splitlines()[-1])
+    for kind, hidden in (("eagle", 64), ("eagle3", 3 * 64)):
+        for lg, rows in (("last", 3), ("all", 9)):
+            lat, shape, finite, qo, sk, pos, hid, role, calls = d[f"{kind}_{lg}"]
+            assert lat > 0 and finite and shape == [rows, 96] and role == kind and calls == 1
+            assert qo == [0, 3, 6, 9] and sk == [13, 43, 103]
+            assert pos == [10, 11, 12, 40, 41, 42, 100, 101, 102]
+            assert hid == [9, hidden]   # EAGLE-3 reads the target's 3 layers, fused by fc
+        assert d[f"{kind}_match"] == 0.0
+        key, lat, seq_lens, sk, pos_pad, finite, fill = d[f"{kind}_padded"]
+        assert key == ["extend", 4, 3] and lat > 0 and finite
+        assert seq_lens == [10, 40, 100, fill] and sk == [13, 43, 103, fill + 3]
+        assert pos_pad == [fill, fill + 1, fill + 2]
+        assert d[f"{kind}_decode"] > 0 and d[f"{kind}_protocol"] is True
+
+
+def test_profile_sweep_records_draft_extend_rows_under_the_interpreter(tmp_path):
+    """``run_profile`` end to end at a tiny shape: every section runs (graph sections launched
+    eagerly -- a CPU has no graphs), the file holds draft_extend rows and loads with measured
+    draft-extend grids."""
+    out_file = tmp_path / "tiny.parquet"
+    out = run_interpreted(f"""
+import json
+from backends.aiter import bridge, executor
+from backends.aiter.runner import Runner
+from backends.aiter.profiling import ProfileSpec, run_profile
+from backends.models import ModelShape
+from backends.profile import load_profile, read_profile
+
+bridge.require_gpu = lambda: None
+def make(model, **kw):
+    r = Runner(model, device='cpu', dtype='float16', max_context=512, capture_bs=[1, 2],
+               kv_pool_bytes=8 << 20, extend_logits='last')
+    return executor.AiterExecutor(r, model=model, gpu='H200')
+executor.make_executor = make
+Runner.capture = lambda self, key: None
+eager_run = Runner.run
+Runner.run = lambda self, key, launch, graph, **kw: eager_run(self, key, launch, graph=False, **kw)
+m = ModelShape(name='tiny', layers=1, hidden=64, heads=4, kv_heads=2, head_dim=32,
+               intermediate=128, vocab=96, draft_kind='eagle3')
+spec = ProfileSpec(bs=(1, 2), widths=(1,), kv=(16, 64), eager_bs=(1, 2), eager_widths=(1,),
+                   eager_kv=(16, 64), extend_widths=(2,), extend_eager_widths=(1,),
+                   prefill_tokens=(8,), prefill_prefix=(0,), reps=1, warmup=0, eager_reps=1,
+                   settle_s=0.0)
+summary = run_profile(m, {str(out_file)!r}, spec, command='pytest')
+rows, meta = read_profile({str(out_file)!r})
+t = load_profile({str(out_file)!r})
+ext = [r for r in rows.to_pylist() if r['kind'] == 'draft_extend']
+print(json.dumps({{'rows': summary['rows'], 'ext': [[r['graph'], r['bs'], r['width'], r['kv_len'], r['tokens']] for r in ext],
+                  'measured': t.extend_measured, 'src': t.source['draft_extend'],
+                  'axes': [a.tolist() for a in t.extend_graph.axes],
+                  'notes': [n for n in meta['notes'] if isinstance(n, str) and 'draft' in n],
+                  'kind': meta['model']['draft_kind'], 'timing': [sorted(n['timing_s']) for n in meta['notes'] if isinstance(n, dict) and 'timing_s' in n][0]}}))
+""")
+    d = json.loads(out.strip().splitlines()[-1])
+    graph = [[True, b, 2, kv, 2 * b] for b in (1, 2) for kv in (16, 64)]
+    eager = [[False, b, 1, kv, b] for b in (1, 2) for kv in (16, 64)]
+    assert sorted(d["ext"]) == sorted(graph + eager)
+    assert d["measured"] and d["src"] == "measured: 4 graph and 4 eager rows"
+    assert d["axes"] == [[1.0, 2.0], [2.0], [16.0, 64.0]]
+    assert d["kind"] == "eagle3" and "draft_extend_s" in d["timing"]
+    assert any("EAGLE-3 draft decode step" in n for n in d["notes"])
+    assert any(n.startswith("draft_extend rows") and "fusion GEMM" in n and "last row" in n
+               for n in d["notes"])

@@ -336,7 +336,7 @@ def test_report_cli_self_contained_and_deterministic(two_runs, tmp_path):
     p = _cli("report", *two_runs, "-o", out, "--slo", "ttft_p90<=2s,tpot_p99<=50ms")
     assert "specsched summary" in p.stdout and "TTFT p90" in p.stdout
     html = out.read_text()
-    assert html.count("<figure class='plot'") == 7 and html.count("<svg") >= 7
+    assert html.count("<figure class='plot'") == 10 and html.count("<svg") >= 10
     lowered = html.lower()
     for external in ("<link", "src=\"http", "src='http", "href=\"http", "url(http", "@import",
                      "<script src"):
@@ -368,7 +368,7 @@ def test_report_errors(tmp_path):
     assert not (tmp_path / "r.html").exists()
 
 
-def test_report_screenshot_renders_every_plot(two_runs, tmp_path):
+def _shot():
     sys.path.insert(0, str(ROOT / "benchmarks"))
     try:
         import screenshot_report as shot
@@ -376,11 +376,40 @@ def test_report_screenshot_renders_every_plot(two_runs, tmp_path):
         sys.path.pop(0)
     if shot.find_chromium() is None:
         pytest.skip("chromium is not installed (apt-get install chromium)")
+    return shot
+
+
+#: The figures of a report of two runs that are not a rate sweep, in order.
+TWO_RUN_FIGURES = ["latency-cdfs", "latency-over-time", "engine-state", "busy-by-kind",
+                   "batch-over-time", "histograms", "width-mix", "width-distribution", "padding",
+                   "side-by-side"]
+
+
+def test_report_renders_in_chromium_without_console_problems(two_runs, tmp_path):
+    """Headless Chromium: every figure laid out and drawn, and nothing on the console."""
+    shot = _shot()
     out = tmp_path / "r.html"
-    _cli("report", *two_runs, "-o", out)
+    _cli("report", *two_runs, "-o", out, "--slo", "ttft_p90<=2s,tpot_p99<=50ms",
+         "--baseline", two_runs[0])
     res = shot.check(out, tmp_path / "r.png")
-    assert res["figures_rendered"] == res["figures"] == 7
+    assert [f["figure"] for f in res["per_figure"]] == TWO_RUN_FIGURES
+    assert res["figures_rendered"] == res["figures"] == 10
+    assert res["console_problems"] == []
     assert res["ok"], res
+
+
+def test_chromium_console_check_catches_problems(tmp_path):
+    """The console check is not blind: a page with an exception, a console.error and a missing
+    image gives one problem each."""
+    shot = _shot()
+    page = tmp_path / "bad.html"
+    page.write_text("<html><body><img src='missing.png'><script>console.log('fine');"
+                    "console.error('boom');undefinedFn();</script></body></html>")
+    problems = shot.page_problems(page)["problems"]
+    assert len(problems) == 3, problems
+    assert any("console.error: boom" in p for p in problems)
+    assert any("undefinedFn is not defined" in p for p in problems)
+    assert any("missing.png" in p for p in problems)
 
 
 def test_goodput_uses_per_request_slo_columns(tmp_path, roofline):

@@ -113,7 +113,10 @@ def test_run_fidelity_writes_everything(setup):
         assert (out / name).exists(), name
     saved = json.loads((out / "fidelity.json").read_text())
     assert saved["checks"].keys() == rep["checks"].keys()
-    assert set(saved["checks"]) == {"step_mape_off_grid", "ttft_p50", "ttft_p99", "tpot_p50", "tpot_p99"}
+    assert set(saved["checks"]) >= {"step_mape_off_grid", "step_mape_all", "step_mape_verify",
+                                    "step_mape_draft", "step_mape_prefill", "ttft_p50", "ttft_p90",
+                                    "ttft_p99", "tpot_p50", "tpot_p90", "tpot_p99", "e2e_p50",
+                                    "e2e_p99", "throughput"}
     assert any("p10..p90 spread" in x for x in rep["not_captured"])
     assert any("eager verify" in x for x in rep["not_captured"])
     md = (out / "fidelity.md").read_text()
@@ -172,7 +175,7 @@ def test_recorded_reference_run_gives_the_same_report(setup):
 def test_profiles_recorded_before_queued_timing_are_flagged():
     from types import SimpleNamespace
 
-    from analysis.fidelity import _not_captured
+    from analysis.fidelity import not_captured as _not_captured
 
     old = SimpleNamespace(source={"notes": ["latency_s = median of GPU time (CUDA events)"]})
     new = SimpleNamespace(source={"notes": ["latency_s = median of GPU time; each timed launch "
@@ -213,7 +216,7 @@ def test_repeats_of_the_reference_show_the_floor_under_each_check(setup):
     differences, in the matched-shape ratio (+4% per kind) and as repeat_pct on the checks."""
     import dataclasses
 
-    from analysis.fidelity import add_repeats, build_report, matched_shape_ratio, render_markdown
+    from analysis.fidelity import build_report, matched_shape_ratio, render_markdown
     from backends.latency_table import Grid, TableExecutor
 
     res, ex = _run(setup / "t.parquet", "roofline")
@@ -232,17 +235,23 @@ def test_repeats_of_the_reference_show_the_floor_under_each_check(setup):
         assert ratio[k]["shapes"] > 0 and ratio[k]["ratio"] == pytest.approx(1.04, abs=0.01)
     assert matched_shape_ratio(res.steps, res.steps)["verify"]["ratio"] == pytest.approx(1.0)
     prof = make_executor("profile", model="llama-3.1-8b", profile=setup / "p.parquet")
-    report = build_report(res.steps, res.summary, res.summary, prof.latency_table())
-    add_repeats(report, res.summary, res.steps, [("slow", rep.summary, rep.steps)])
+    report = build_report(res.steps, res.summary, res.summary, prof.latency_table(),
+                          repeats=[("slow", rep.summary, rep.steps)])
     r = report["reference_repeats"][0]
     assert r["runs"]["tpot_s"]["p50"]["diff_pct"] > 2.0  # 4% slower passes show in the runs
-    for name in ("ttft_p50", "ttft_p99", "tpot_p50", "tpot_p99"):
+    for name in ("ttft_p50", "ttft_p90", "ttft_p99", "tpot_p50", "tpot_p99", "e2e_p50"):
         metric, q = name.rsplit("_", 1)
         assert report["checks"][name]["repeat_pct"] == pytest.approx(
             abs(r["runs"][f"{metric}_s"][q]["diff_pct"]))
-    assert "repeat_pct" not in report["checks"]["step_mape_off_grid"]
+    assert report["checks"]["throughput"]["repeat_pct"] == pytest.approx(
+        abs(r["runs"]["throughput_tok_s"]["diff_pct"]))
+    # per-step figures: every pass of a shape both runs have is 4% slower in the repeat
+    for name in ("step_mape_off_grid", "step_mape_all", "step_mape_verify", "step_mape_draft"):
+        assert report["checks"][name]["repeat_pct"] == pytest.approx(4.0, abs=1.0), name
     md = render_markdown(report, reference="roofline")
     assert "against a repeat of it" in md and "a repeat differs by" in md
+    assert "| verify | " in md and md.count("a repeat differs by |") >= 5  # kinds, axes, shapes,
+    # whole runs and checks each carry the floor
 
 
 def test_repeat_runs_through_the_cli_are_checked_like_the_reference(setup):

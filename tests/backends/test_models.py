@@ -57,11 +57,24 @@ def test_eagle_draft_shape():
     m = load_model("llama-3.1-8b")
     d = m.draft
     assert d.layers == 1 and d.hidden == m.hidden and d.vocab == m.vocab and d.tp == m.tp
-    assert d.fusion_in == 3 * m.hidden and d.attn_in == 2 * m.hidden  # EAGLE-3
+    # EAGLE (SGLang's llama_eagle.py, the default): fc over (embedding, hidden) in every pass
+    assert m.draft_kind == "eagle" and d.fusion_in == 2 * m.hidden and d.attn_in == 0
+    assert d.fusion_on_decode
+    # EAGLE-3 (llama_eagle3.py): QKV over 2*hidden; the 3*hidden fusion only in draft-extend
+    m3 = load_model("llama-3.1-8b", draft_kind="eagle3")
+    d3 = m3.draft
+    assert d3.fusion_in == 3 * m.hidden and d3.attn_in == 2 * m.hidden and not d3.fusion_on_decode
+    assert load_model(m3).draft_kind == "eagle3" and load_model(m3, tp=2).draft_kind == "eagle3"
+    with pytest.raises(SpecschedError, match="draft kind"):
+        load_model("llama-3.1-8b", draft_kind="medusa")
+    with pytest.raises(SpecschedError, match="draft_kind"):
+        replace(m, draft_kind="medusa")
     assert d.kv_bytes_per_token == m.kv_bytes_per_token // m.layers
     assert m.eagle_draft(vocab=32000).vocab == 32000
     dd = load_model("deepseek-v3").draft  # MTP layer: MLA + MoE
     assert dd.layers == 1 and dd.is_mla and dd.is_moe and dd.moe_layers == 1
+    assert dd.fusion_in == 2 * dd.hidden and dd.fusion_on_decode   # eh_proj in every pass
+    assert load_model("deepseek-v3", draft_kind="eagle3").draft.fusion_on_decode  # still MTP
 
 
 def test_sglang_mem_fraction_default():

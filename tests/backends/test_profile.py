@@ -221,3 +221,30 @@ def test_only_kv_and_prefill_tokens_are_forced_monotone():
     assert np.all(np.diff(g.values, axis=2) >= 0)
     beyond, outside = interp3(bs, w, kv, g.values, 8.0, 5.0, 4096.0)  # width 5: above the grid
     assert outside and beyond >= g.values[1, 1, 2]
+
+
+def test_split_column_is_validated_and_heldout_rows_stay_out_of_the_grids(tmp_path):
+    m, rows = roofline_profile_rows()
+    bad = [dict(r, split="grid") for r in rows]
+    bad[5]["split"] = "test"
+    p = tmp_path / "bad.parquet"
+    with pytest.raises(TraceValidationError) as e:
+        write_profile(bad, p, profile_metadata(m, {"name": "H200"}))
+    assert "row 5" in str(e.value) and "column 'split'" in str(e.value) and not p.exists()
+    # the kinds a profile needs must be among its grid rows
+    only_held = [dict(r, split="heldout" if r["kind"] == "prefill" else "grid") for r in rows]
+    with pytest.raises(SpecschedError, match="no prefill rows"):
+        write_profile(only_held, p, profile_metadata(m, {"name": "H200"}))
+    # held-out rows are read back but build nothing
+    rows = [dict(r, split="grid") for r in rows]
+    rows.append(dict(rows[0], bs=3, tokens=3 * rows[0]["width"], split="heldout"))
+    write_profile(rows, p, profile_metadata(m, {"name": "H200"}))
+    table, _ = read_profile(p)
+    assert table.column("split").to_pylist().count("heldout") == 1
+    lt = load_profile(p)
+    assert 3 not in lt.verify_graph.axes[0] and lt.source["heldout_rows"] == 1
+    plain = tmp_path / "plain.parquet"
+    write_profile([{k: v for k, v in r.items() if k != "split"} for r in rows[:-1]], plain,
+                  profile_metadata(m, {"name": "H200"}))
+    assert read_profile(plain)[0].schema.equals(PROFILE_SCHEMA)  # no column, none written
+    assert "heldout_rows" not in load_profile(plain).source

@@ -108,5 +108,9 @@ class LiveLike:
         self.calls += 1
         return self.inner.verify(batch)
 
+    def draft_extend(self, batch):
+        self.calls += 1
+        return self.inner.draft_extend(batch)
+
     def describe(self):
         return {"backend": self.name}

@@ -100,7 +100,7 @@ def test_simulate_console_script_is_the_same_command(trace_file, tmp_path):
     (["--set", "engine.kv_capacity_tokens=64"],
      ["KV budget (64 tokens) is smaller than one request needs", "row "]),
     (["--set", "engine.page_size=0"], ["engine.page_size: must be >= 1"]),
-    (["--model", "deepseek-v3", "--policy", "fixed", "--set", "engine.fixed_width=8"],
+    (["--model", "deepseek-v3", "--policy", "fixed", "--set", "engine.num_draft_tokens=8"],
      ["not a width the AITER MLA decode kernels support"]),
     (["--rate-scale", "0"], ["rate_scale"]),
 ])

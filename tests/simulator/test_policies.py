@@ -9,7 +9,8 @@ from hypothesis import strategies as st
 
 from simulator import core as C
 from simulator import run
-from simulator.config import POLICIES, SimConfig, sglang_spec_ladder
+from simulator.config import POLICIES, SimConfig
+from simulator.sglang import spec_ladder as sglang_spec_ladder
 from tests.simulator.helpers import random_trace, table_executor
 
 CAP = 10_000_000
@@ -76,7 +77,7 @@ def test_uniform_widths_make_every_policy_identical(width):
     trace = random_trace(np.random.default_rng(width), 80, rate=200, uniform_width=width)
     base = None
     for policy in POLICIES:
-        res = _run(trace, **{"engine.policy": policy, "engine.fixed_width": width,
+        res = _run(trace, **{"engine.policy": policy, "engine.num_draft_tokens": width,
                              "engine.buckets": (1, 2, 4, 8)})
         steps = res.steps.drop(["mode", "max_abs_error"])
         if base is None:
@@ -144,8 +145,8 @@ def test_truncate_verifies_at_the_smallest_width_and_loses_drafts():
 
 def test_fixed_width_draws_extra_drafts_and_padding_mode_does_not():
     trace = random_trace(np.random.default_rng(4), 60, rate=300, max_draft=2)
-    drafting = _run(trace, **{"engine.policy": "fixed", "engine.fixed_width": 6})
-    padding = _run(trace, **{"engine.policy": "fixed", "engine.fixed_width": 6,
+    drafting = _run(trace, **{"engine.policy": "fixed", "engine.num_draft_tokens": 6})
+    padding = _run(trace, **{"engine.policy": "fixed", "engine.num_draft_tokens": 6,
                              "engine.widen": "pad"})
     assert np.all(_verify(drafting)["width"] == 6)
     assert drafting.summary["accept_len_mean"] > padding.summary["accept_len_mean"]
@@ -183,8 +184,11 @@ def test_split_costs_more_launches_than_pad_on_mixed_traffic():
 def test_retraction_under_kv_pressure_keeps_every_request():
     trace = random_trace(np.random.default_rng(8), 150, rate=2000, prompt_max=300, output_max=80)
     need = int((trace.prompt_tokens + trace.output_tokens).max()) + 80
+    # requests that reserve only their real output, discounted by a low conservativeness:
+    # admission runs ahead of what the decodes will need, so they run out of KV
     config = SimConfig.load(None, {"engine.policy": "pad", "engine.page_size": 16,
-                                   "engine.admission_reserve_tokens": 0})
+                                   "engine.max_new_tokens": 1,
+                                   "engine.schedule_conservativeness": 0.05})
     res = run(trace, config, table_executor(), kv_capacity_tokens=2 * need)
     assert res.summary["retractions"] > 0
     assert res.requests.num_rows == 150

@@ -70,7 +70,9 @@ def test_inspect_json_keys_on_the_sample():
         "accepted_per_step_mean", "committed_per_step_mean", "acceptance_rate", "width_share",
         "distinct_widths", "mixed_widths", "requests_with_varying_width", "accept_lag1_autocorr",
         "category_share", "tenant_share", "acceptance", "position_accept_prob",
-        "position_accept_prob_source", "source", "notes",
+        "position_accept_prob_source", "source", "notes", "prefix_block_tokens", "prefix_ids",
+        "prefix_distinct_ids", "prefix_requests_without_ids", "prefix_ideal_hit_tokens",
+        "prefix_ideal_hit_rate", "prefix_requests_with_hit",
     }
     assert set(s) == documented
     doc = (ROOT / "docs" / "traces.md").read_text()
@@ -209,3 +211,21 @@ def test_numbers_too_large(tmp_path):
     moon.write_text('{"timestamp": 0, "input_length": 99999999999999999999999, "output_length": 2}\n')
     with pytest.raises(TraceValidationError, match="input_length"):
         read_source("mooncake", moon)
+
+
+def test_prefix_column_through_the_command_line(tmp_path):
+    res = CliRunner().invoke(trace, ["validate", str(SAMPLES / "mooncake_conv_1k.parquet")])
+    assert res.exit_code == 0 and "prefix block ids of 512 tokens" in res.output, res.output
+    res = CliRunner().invoke(trace, ["inspect", str(SAMPLES / "mooncake_conv_1k.parquet")])
+    assert res.exit_code == 0 and "ideal prefix hit rate" in res.output, res.output
+    res = CliRunner().invoke(trace, ["synth", "-n", "50", "--rate", "2", "--turns", "fixed:5",
+                                     "--system-prompts", "2", "-o", str(tmp_path / "s.parquet")])
+    assert res.exit_code == 0 and "note: 10 sessions, 5.00 turns on average" in res.output, res.output
+    import pyarrow as pa
+    t = make_table(3, lists=False).append_column(
+        "prefix_hashes", pa.array([[1], [1, 2, 3, 4, 5, 6, 7], []], pa.list_(pa.int64())))
+    bad = write_raw(t, tmp_path / "bad.parquet", {"specsched.prefix_block_tokens": "16"})
+    assert t["prompt_tokens"][1].as_py() <= 96     # 7 ids of 16 tokens need at least 97
+    res = run(["trace", "validate", str(bad)], tmp_path)
+    assert res.returncode == 2 and "Traceback" not in res.stderr
+    assert "row 1, column 'prefix_hashes'" in res.stderr, res.stderr

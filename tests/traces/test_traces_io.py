@@ -120,8 +120,9 @@ def test_position_prob_estimated_when_metadata_lacks_it(tmp_path):
 def test_canonical_schema_has_documented_columns():
     assert TRACE_SCHEMA.names == ["request_id", "arrival_s", "prompt_tokens", "output_tokens",
                                   "draft_tokens", "accepted_tokens", "category", "tenant",
-                                  "ttft_slo_s", "tpot_slo_s"]
+                                  "ttft_slo_s", "tpot_slo_s", "prefix_hashes"]
     assert TRACE_SCHEMA.field("draft_tokens").type == pa.list_(pa.int16())
+    assert TRACE_SCHEMA.field("prefix_hashes").type == pa.list_(pa.int64())
 
 
 from hypothesis import given, settings

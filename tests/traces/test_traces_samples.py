@@ -11,10 +11,12 @@ from traces.convert import convert
 from tracekit import SAMPLES
 
 BUILDS = {
-    "azure_conv_eagle_2k.parquet": ("azure2023_conv_head2000.csv",
+    "azure_conv_eagle_2k.parquet": ("azure", "azure2023_conv_head2000.csv",
                                     "specbench_vicuna7b_eagle_lengths.jsonl"),
-    "azure_code_sps_2k.parquet": ("azure2023_code_head2000.csv",
+    "azure_code_sps_2k.parquet": ("azure", "azure2023_code_head2000.csv",
                                   "specbench_vicuna7b_sps68m_lengths.jsonl"),
+    "mooncake_conv_1k.parquet": ("mooncake", "mooncake_conv_head1000.jsonl",
+                                 "specbench_vicuna7b_eagle_lengths.jsonl"),
 }
 
 
@@ -24,15 +26,16 @@ def test_samples_are_small_and_attributed():
         assert f.stat().st_size < 300_000, f
         if f.name != "README.md":
             assert f.name in readme, f"{f.name} is not in traces/samples/README.md"
-    for text in ("CC-BY-4.0", "Apache-2.0", "Azure/AzurePublicDataset", "Spec-Bench", "3b73a28c"):
+    for text in ("CC-BY-4.0", "Apache-2.0", "Azure/AzurePublicDataset", "Spec-Bench", "3b73a28c",
+                 "kvcache-ai/Mooncake", "3cca71da"):
         assert text in readme
 
 
 @pytest.mark.parametrize("name", sorted(BUILDS))
 def test_sample_rebuilds_byte_for_byte(tmp_path, name):
-    csv, answers = BUILDS[name]
+    fmt, raw, answers = BUILDS[name]
     out = tmp_path / name
-    convert("azure", SAMPLES / csv, out, acceptance=f"specbench:{SAMPLES / answers}", seed=0)
+    convert(fmt, SAMPLES / raw, out, acceptance=f"specbench:{SAMPLES / answers}", seed=0)
     assert out.read_bytes() == (SAMPLES / name).read_bytes()
 
 
@@ -45,6 +48,16 @@ def test_conversation_sample_is_what_the_quick_start_needs():
     assert len(np.unique(ta.draft_tokens)) == 5             # mixed widths 2..6
     assert ta.acceptance["params"]["method"] == "eagle"
     assert len(ta.acceptance["position_accept_prob"]) >= 8
+
+
+def test_mooncake_sample_keeps_the_prefix_blocks():
+    rep = validate_trace(SAMPLES / "mooncake_conv_1k.parquet")
+    assert rep.rows == 1000 and rep.has_lists and rep.sorted
+    ta = read_trace_arrays(SAMPLES / "mooncake_conv_1k.parquet")
+    assert ta.prefix_block_tokens == 512
+    # every line of the source has ceil(input_length / 512) ids
+    assert np.array_equal(np.diff(ta.prefix_offsets), (ta.prompt_tokens.astype(np.int64) + 511) // 512)
+    assert ta.acceptance["params"]["method"] == "eagle"
 
 
 def test_code_sample_uses_sps_acceptance():

@@ -1,0 +1,190 @@
+"""The fidelity report as markdown (``fidelity.md``, and what the command prints).
+
+:func:`render_markdown` reads only the report dict, so a ``fidelity.json`` written by an older
+version (without the grid-position, held-out or floor keys) renders too: what it lacks is left
+out.
+"""
+
+from __future__ import annotations
+
+import math
+
+from analysis.fidelity.lookup import AXES
+
+__all__ = ["render_markdown"]
+
+_LABELS = {"ttft_s": "TTFT", "tpot_s": "TPOT", "e2e_s": "E2E"}
+
+
+def _fmt(x, nd=2, pct=False):
+    if x is None or (isinstance(x, float) and not math.isfinite(x)):
+        return "-"
+    return f"{x:+.{nd}f}%" if pct else f"{x * 1e3:.{nd}f} ms"
+
+
+def _abs(x) -> str:
+    """A percentage without sign (MAPE, floors)."""
+    return _fmt(x, pct=True).lstrip("+")
+
+
+def _floor_col(d: dict, reps: bool) -> str:
+    return f" {_abs(d.get('repeat_pct'))} |" if reps else ""
+
+
+def _diff_rows(runs: dict, metrics, quantiles, floors: list[dict] | None = None) -> list[str]:
+    """Table rows ``| TTFT p50 | reference | other | difference |`` from ``compare_runs``, with
+    the largest difference a repeat shows when ``floors`` (the repeats' comparisons) are given."""
+    out = []
+    for m in metrics:
+        for q in quantiles:
+            row = (f"| {_LABELS[m]} {q} | {_fmt(runs[m][q]['reference'])} | "
+                   f"{_fmt(runs[m][q]['profile'])} | {_fmt(runs[m][q]['diff_pct'], pct=True)} |")
+            if floors is not None:
+                d = [abs(r[m][q]["diff_pct"]) for r in floors if r[m][q]["diff_pct"] is not None]
+                row += f" {_abs(max(d)) if d else '-'} |"
+            out.append(row)
+    return out
+
+
+def _steps_section(s: dict, reps: bool) -> list[str]:
+    rh, rs = (" a repeat differs by |", "---|") if reps else ("", "")
+    lines = [f"Steps compared: {s['steps']} ({s['off_grid_steps']} off the profile's measured "
+             f"points, {s['on_grid_steps']} on them, {s['out_of_grid_steps']} outside its grid)."]
+    floor = (f"; a repeat's passes of the same shape differ by {_abs(s.get('repeat_off_grid_pct'))}"
+             if reps else "")
+    lines.append(f"Per-step MAPE off the grid: **{_abs(s['mape_off_grid_pct'])}** (all steps: "
+                 f"{_abs(s['mape_all_pct'])}"
+                 + (f", on the grid: {_abs(s.get('mape_on_grid_pct'))}"
+                    if "mape_on_grid_pct" in s else "")
+                 + f"{floor}).")
+    if s.get("not_predicted"):
+        lines.append("Not scored (no lookup for the kind): "
+                     + ", ".join(f"{n} {k}" for k, n in s["not_predicted"].items()) + ".")
+    lines += ["", "| kind | steps | MAPE | mean signed | p90 abs |" + rh, "|---|---|---|---|---|" + rs]
+    for k, d in s["by_kind"].items():
+        lines.append(f"| {k} | {d['steps']} | {_abs(d['mape_pct'])} | "
+                     f"{_fmt(d['mean_signed_pct'], pct=True)} | {_abs(d['p90_abs_pct'])} |"
+                     + _floor_col(d, reps))
+    axes = s.get("off_grid_axes")
+    if axes:
+        lines += ["", "## Off the grid, by axis", "",
+                  "Steps off the profile's measured grid, by the way they are off (a step can be "
+                  "off in several; the others sit on a measured point, where the profile replays "
+                  "its own measurement).", "",
+                  "| off the grid in | steps | MAPE | mean signed | p90 abs |" + rh,
+                  "|---|---|---|---|---|" + rs]
+        for a, d in axes.items():
+            lines.append(f"| {AXES.get(a, a)} | {d['steps']} | {_abs(d['mape_pct'])} | "
+                         f"{_fmt(d['mean_signed_pct'], pct=True)} | {_abs(d['p90_abs_pct'])} |"
+                         + _floor_col(d, reps))
+    lines += ["", "## By shape", "", "| shape | steps | MAPE | mean signed |" + rh,
+              "|---|---|---|---|" + rs]
+    for d in s["by_shape"]:
+        lines.append(f"| {d['shape']} | {d['steps']} | {_abs(d['mape_pct'])} | "
+                     f"{_fmt(d['mean_signed_pct'], pct=True)} |" + _floor_col(d, reps))
+    return lines
+
+
+def _heldout_section(h: dict) -> list[str]:
+    lines = ["", "## Held-out points", "",
+             f"held-out points: MAPE {_abs(h['mape_pct'])} over {h['points']} points (mean signed "
+             f"{_fmt(h['mean_signed_pct'], pct=True)}; the points' own median p10..p90 spread: "
+             f"{_abs(h['spread_pct'])}). Measured by the profile run, kept out of its grids.", "",
+             "| kind | points | MAPE | mean signed |", "|---|---|---|---|"]
+    for k, d in h["by_kind"].items():
+        lines.append(f"| {k} | {d['steps']} | {_abs(d['mape_pct'])} | "
+                     f"{_fmt(d['mean_signed_pct'], pct=True)} |")
+    lines += ["", "| kind | graph | bs | width | KV | tokens | measured | predicted | error |",
+              "|---|---|---|---|---|---|---|---|---|"]
+    for d in h["worst"]:
+        lines.append(f"| {d['kind']} | {d['graph']} | {d['bs']} | {d['width']} | {d['kv']} | "
+                     f"{d['tokens']} | {_fmt(d['measured_s'], 3)} | {_fmt(d['predicted_s'], 3)} | "
+                     f"{_fmt(d['error_pct'], pct=True)} |")
+    return lines
+
+
+def render_markdown(report: dict, *, reference: str) -> str:
+    """``fidelity.md`` from a report dict (``analysis.fidelity.report.build_report``)."""
+    s = report["steps"]
+    reps = report.get("reference_repeats") or []
+    lines = ["# Fidelity: profile backend vs " + reference, ""]
+    lines += _steps_section(s, bool(reps))
+    if report.get("heldout"):
+        lines += _heldout_section(report["heldout"])
+    st = s.get("stragglers")
+    if st and st["steps"]:
+        lines += ["", "## Batches with a straggler", "",
+                  f"{st['steps']} verify and draft steps ({st['share_of_steps_pct']:.1f}%) have a "
+                  f"straggler ({st['rule']} tokens): MAPE {_abs(st['mape_pct'])} "
+                  f"(mean signed {_fmt(st['mean_signed_pct'], pct=True)}) at the coordinate the "
+                  f"profile looks them up at; {_abs(st['mape_at_mean_kv_pct'])} "
+                  f"({_fmt(st['mean_signed_at_mean_kv_pct'], pct=True)}) looked up at the mean KV"
+                  + (f"; a repeat's passes of the same shape differ by {_abs(st['repeat_pct'])}."
+                     if "repeat_pct" in st else ".")]
+    lines += ["", "## Worst steps", "", "| step | kind | graph | bs | width | KV | measured | "
+              "predicted | error |", "|---|---|---|---|---|---|---|---|---|"]
+    for d in s["worst"]:
+        lines.append(f"| {d['step']} | {d['kind']} | {d['graph']} | {d['bs']:g} | {d['width']:g} | "
+                     f"{d['kv']:g} | {_fmt(d['measured_s'], 3)} | {_fmt(d['predicted_s'], 3)} | "
+                     f"{_fmt(d['error_pct'], pct=True)} |")
+    runs = report["runs"]
+    floors = [r["runs"] for r in reps] if reps else None
+    rh, rs = (" a repeat differs by |", "---|") if reps else ("", "")
+    lines += ["", "## Whole runs", "", f"| metric | {reference} | profile | difference |" + rh,
+              "|---|---|---|---|" + rs]
+    lines += _diff_rows(runs, ("ttft_s", "tpot_s", "e2e_s"), ("p50", "p90", "p99"), floors)
+    th = runs.get("throughput_tok_s") or {}
+    if th.get("reference") is not None:
+        row = (f"| throughput | {th['reference']:.1f} tok/s | {_fmt_num(th.get('profile'))} tok/s | "
+               f"{_fmt(th.get('diff_pct'), pct=True)} |")
+        if reps:
+            d = [abs(r["runs"]["throughput_tok_s"]["diff_pct"]) for r in reps
+                 if (r["runs"].get("throughput_tok_s") or {}).get("diff_pct") is not None]
+            row += f" {_abs(max(d)) if d else '-'} |"
+        lines.append(row)
+    deb = report.get("runs_debiased")
+    if deb:
+        f = deb["factors"]
+        lines += ["", "## Whole runs, the profile's mean per-kind bias removed (a what-if)", "",
+                  "The profile's values scaled by "
+                  + ", ".join(f"{k} x{v:.4f}" for k, v in f.items())
+                  + ": what remains is not average per-step error but how it is distributed "
+                  "(queueing, transients, shape mix).", "",
+                  f"| metric | {reference} | profile, debiased | difference |", "|---|---|---|---|"]
+        lines += _diff_rows(deb, ("ttft_s", "tpot_s"), ("p50", "p99"))
+    for r in reps:
+        lines += ["", f"## The {reference} run against a repeat of it", "",
+                  f"`{r['run']}`: the same trace and configuration, run again on the GPU. How far "
+                  "two runs of the reference differ is the floor under the whole-run checks.", "",
+                  f"| metric | {reference} | repeat | difference |", "|---|---|---|---|"]
+        lines += _diff_rows(r["runs"], ("ttft_s", "tpot_s"), ("p50", "p99"))
+        ms = r["matched_shape_ratio"]
+        lines += ["", "Passes of the same shape, repeat / " + reference + " (median per shape, "
+                  "weighted): " + ", ".join(
+                      f"{k} {_fmt((v['ratio'] - 1) * 100, pct=True)} over {v['shapes']} shapes"
+                      for k, v in ms.items() if v["ratio"] is not None) + "."]
+    lines += _checks_section(report, bool(reps))
+    lines += ["", "## What the profile model does not capture", ""]
+    lines += [f"- {x}" for x in report["not_captured"]]
+    return "\n".join(lines) + "\n"
+
+
+def _fmt_num(x) -> str:
+    return "-" if x is None else f"{x:.1f}"
+
+
+def _checks_section(report: dict, reps: bool) -> list[str]:
+    head = "| check | value | target | pass |" + (" a repeat differs by |" if reps else "")
+    lines = ["", "## Checks", "", head, "|---|---|---|---|" + ("---|" if reps else "")]
+    for name, c in report["checks"].items():
+        what = name
+        if c.get("band"):
+            what += f" ({c['band']}, {c['steps']} steps)"
+        verdict = {True: "yes", False: "NO", None: "n/a"}[c["pass"]]
+        lines.append(f"| {what} | {_fmt(c['value_pct'], pct=True)} | <= {c['target_pct']}% | "
+                     f"{verdict} |" + _floor_col(c, reps))
+    passed = [c["pass"] for c in report["checks"].values() if c["pass"] is not None]
+    lines += ["", f"{sum(passed)} of {len(passed)} checks met."
+              + ("" if reps else " No --repeat-run was given, so the noise floor under each "
+                 "figure is not known.")]
+    return lines
