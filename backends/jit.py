@@ -15,9 +15,9 @@ any change there compiles afresh.  ``NUMBA_CACHE_DIR``, when set, is left to the
 
 Compilation is the slow part of a first run, so numba optimises at level 1 without loop or SLP
 vectorisation unless ``NUMBA_OPT`` / ``NUMBA_LOOP_VECTORIZE`` / ``NUMBA_SLP_VECTORIZE`` say
-otherwise: the engine's branchy scalar loops run as fast as at numba's default level 3 (0.97-1.02
-s of CPU for the 19,366-request Azure trace either way) and the core compiles in 9.9-10.4 s of
-CPU instead of 11.1-11.5 s (2-core development machine).  The first time a process compiles one
+otherwise: the engine's branchy scalar loops run as fast as at numba's default level 3 (1.42-1.61
+s of CPU for the 19,366-request Azure trace, against 1.48-1.69 s) and the core compiles in
+11.1 s of CPU instead of 12.9 s (2-core development machine).  The first time a process compiles one
 of specsched's functions (a cold cache: numba reports compilations, not cache loads), one line
 on stderr says so, since nothing else moves meanwhile.
 """
