@@ -50,7 +50,7 @@ def _scale(r: dict, f: float) -> None:
 
 
 def _swap(rows: list[dict]) -> list[dict]:
-    return [dict(r, graph=not r["graph"]) if r["kind"] in ("verify", "draft") else dict(r)
+    return [dict(r, graph=not r["graph"]) if r["kind"] in ("verify", "draft", "draft_extend") else dict(r)
             for r in rows]
 
 
@@ -67,11 +67,11 @@ def _scaled(rows: list[dict], factor: float) -> list[dict]:
 #: largest of the dense 1-8 ladder), and +5%
 DEGRADATIONS: dict[str, tuple[str, Callable[[list[dict]], list[dict]]]] = {
     "kv_ignored": ("verify and draft latency at KV 2,048 whatever the KV",
-                   lambda rows: _pin(rows, "kv_len", 2048, ("verify", "draft"))),
+                   lambda rows: _pin(rows, "kv_len", 2048, ("verify", "draft", "draft_extend"))),
     "width_ignored": ("verify latency at width 4 whatever the width",
                       lambda rows: _pin(rows, "width", 4, ("verify",))),
     "bs_ignored": ("verify and draft latency at batch size 8 whatever the batch",
-                   lambda rows: _pin(rows, "bs", 8, ("verify", "draft"))),
+                   lambda rows: _pin(rows, "bs", 8, ("verify", "draft", "draft_extend"))),
     "graph_eager_swapped": ("verify and draft graph rows read as eager and eager as graph", _swap),
     "scaled": ("every latency x 1.05", lambda rows: _scaled(rows, 1.05)),
 }

@@ -131,7 +131,7 @@ def _straggler_errors(steps: pa.Table, table, p: dict, err: np.ndarray, ok: np.n
     if "kv_max" not in steps.column_names:
         return None, np.zeros(len(ok), dtype=bool)
     kv_max = col(steps, "kv_max").astype(np.float64)
-    m = (ok & np.isin(p["kind"], ("verify", "draft")) & (kv_max >= STRAGGLER_RATIO * p["kv_mean"])
+    m = (ok & np.isin(p["kind"], ("verify", "draft", "draft_extend")) & (kv_max >= STRAGGLER_RATIO * p["kv_mean"])
          & (kv_max >= STRAGGLER_MIN_KV))
     out: dict[str, Any] = {"rule": f"kv_max >= {STRAGGLER_RATIO} x mean and >= {STRAGGLER_MIN_KV}",
                            "steps": int(m.sum()),

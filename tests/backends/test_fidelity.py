@@ -83,7 +83,7 @@ def test_step_errors_against_a_profile(setup):
     prof = make_executor("profile", model="llama-3.1-8b", profile=setup / "p.parquet")
     rep = step_errors(res.steps, prof.latency_table(), worst=5)
     assert rep["off_grid_steps"] + rep["on_grid_steps"] == rep["steps"]
-    assert set(rep["by_kind"]) == {"verify", "draft", "prefill"}
+    assert set(rep["by_kind"]) == {"verify", "draft", "draft_extend", "prefill"}
     assert len(rep["worst"]) == 5
     errs = [abs(w["error_pct"]) for w in rep["worst"]]
     assert errs == sorted(errs, reverse=True)
@@ -204,7 +204,7 @@ def test_debiased_what_if(setup):
     rep = run_fidelity(setup / "t.parquet", "llama-3.1-8b", reference="roofline",
                        profile=str(setup / "p.parquet"))
     deb = rep["runs_debiased"]
-    assert set(deb["factors"]) == {"verify", "draft", "prefill"}
+    assert set(deb["factors"]) == {"verify", "draft", "draft_extend", "prefill"}
     for kind, d in rep["steps"]["by_kind"].items():
         assert deb["factors"][kind] == pytest.approx(1 / (1 + d["mean_signed_pct"] / 100))
     assert deb["ttft_s"]["p50"]["reference"] == rep["runs"]["ttft_s"]["p50"]["reference"]
@@ -227,7 +227,9 @@ def test_repeats_of_the_reference_show_the_floor_under_each_check(setup):
 
     slow = dataclasses.replace(t, verify_graph=scale(t.verify_graph),
                                verify_eager=scale(t.verify_eager), draft_graph=scale(t.draft_graph),
-                               draft_eager=scale(t.draft_eager), prefill=scale(t.prefill))
+                               draft_eager=scale(t.draft_eager), prefill=scale(t.prefill),
+                               extend_graph=scale(t.extend_graph),
+                               extend_eager=scale(t.extend_eager))
     rep, _ = _run(setup / "t.parquet", "roofline", executor=TableExecutor("roofline", slow))
     ratio = matched_shape_ratio(res.steps, rep.steps)
     for k in ("verify", "draft", "prefill"):

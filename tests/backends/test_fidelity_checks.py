@@ -52,7 +52,7 @@ CASES = {
     "draft point": ("draft", True, 2, 2, 1, 2, 256.0, 256, 3, None, 256.0),
     "prefill point": ("prefill", False, 1, 1, 0, 128, 0.0, 0, 0, None, 0.0),
     "prefill of two": ("prefill", False, 2, 2, 0, 128, 0.0, 0, 0, None, 0.0),
-    "another kind": ("draft_extend", True, 2, 2, 3, 6, 256.0, 256, 0, None, 256.0),
+    "another kind": ("mystery", True, 2, 2, 3, 6, 256.0, 256, 0, None, 256.0),
 }
 # which ways each case is off the measured grid (the roofline profile: verify graph bs 1, 2, 4,
 # 8, ..., widths 1-8, KV 256, 1024, 4096, ...; eager bs 1, 8, 64, ... joined with the graph's;
@@ -98,7 +98,7 @@ def test_step_errors_split_on_and_off_the_grid(prof):
     assert ax["mixed_kv"]["mean_signed_pct"] == pytest.approx(-2.0)
     assert list(rep["by_kind"]) == ["verify", "draft", "prefill"]  # kinds present, in order
     assert rep["by_kind"]["draft"]["steps"] == 0  # its one step is on a measured point
-    assert rep["not_predicted"] == {"draft_extend": 1}
+    assert rep["not_predicted"] == {"mystery": 1}
 
 
 def _heldout_profile(d: Path) -> tuple[Path, dict]:
