@@ -27,8 +27,8 @@ def rms_norm(x, w, eps: float):
 def rope_interleaved(x, positions, cos, sin):
     """GPT-J style rotary on the last dim of ``x`` ``[rows, ..., d]``: pairs ``(2i, 2i+1)``
     rotated by ``cos/sin[pos, i]`` (``cos``/``sin`` ``[max_pos, d/2]``)."""
-    c = cos.float()[positions.long()]
-    s = sin.float()[positions.long()]
+    c = cos.float()[positions.long().to(cos.device)].to(x.device)
+    s = sin.float()[positions.long().to(sin.device)].to(x.device)
     while c.dim() < x.dim():
         c, s = c.unsqueeze(1), s.unsqueeze(1)
     x = x.float()
@@ -68,8 +68,8 @@ def key_rows(block_table, page: int, request: int, n_keys: int):
     ``block_table[request, n // page] * page + n % page``)."""
     import torch
 
-    n = torch.arange(int(n_keys))
-    return block_table[int(request)].long().cpu()[n // page] * page + n % page
+    n = torch.arange(int(n_keys), device=block_table.device)
+    return block_table[int(request)].long()[n // page] * page + n % page
 
 
 def mla_reference(attn: Any, x, positions, slots, cache_before, keys: Sequence[Any], cos, sin,
@@ -87,7 +87,7 @@ def mla_reference(attn: Any, x, positions, slots, cache_before, keys: Sequence[A
     cache = cache_before.float().clone().view(-1, lora + g["qk_rope"])
     cache[slots.long()] = torch.cat([c, k_pe], dim=-1)
     kvb = attn.kv_b.float().view(H, nope + vd, lora)
-    out = torch.empty((x.shape[0], H * vd), dtype=torch.float32)
+    out = torch.empty((x.shape[0], H * vd), dtype=torch.float32, device=x.device)
     for r in range(x.shape[0]):
         lat = cache[keys[r].long()]                                    # [n, lora + rope]
         kv = torch.einsum("nl,hdl->hnd", lat[:, :lora], kvb)           # [H, n, nope + v]
@@ -103,15 +103,15 @@ def moe_reference(moe: Any, x, weights, ids):
     import torch
 
     xf = x.float()
-    out = torch.zeros((x.shape[0], moe.hidden), dtype=torch.float32)
+    out = torch.zeros((x.shape[0], moe.hidden), dtype=torch.float32, device=x.device)
     for e in range(moe.E):
-        rows, slot = torch.nonzero(ids.cpu() == e, as_tuple=True)
+        rows, slot = torch.nonzero(ids == e, as_tuple=True)
         if len(rows) == 0:
             continue
         h = xf[rows] @ moe.w13[e].float().t()
         a = torch.nn.functional.silu(h[:, :moe.I]) * h[:, moe.I:]
         y = a @ moe.w2[e].float().t()
-        out.index_add_(0, rows, y * weights.cpu().float()[rows, slot].unsqueeze(1))
+        out.index_add_(0, rows, y * weights.float()[rows, slot].unsqueeze(1))
     if moe.shared_gu is not None:
         h = xf @ moe.shared_gu.float().t()
         si = h.shape[1] // 2

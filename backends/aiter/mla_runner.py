@@ -221,6 +221,13 @@ def make_mla_executor(model: Any, *, page_size: int = 16,
         raise SpecschedError(
             f"model {model.name!r} is MLA: the live unsafe-derived error check (check_unsafe) "
             f"compares unified_attention launches and is not implemented for MLA")
+    from backends.aiter.moe import ROUTINGS
+
+    if opts.get("routing", "uniform") not in ROUTINGS:
+        raise SpecschedError(f"aiter backend: routing {opts['routing']!r}: choose one of "
+                             f"{', '.join(ROUTINGS)}")
+    if not float(opts.get("routing_skew", 1.0)) > 0:
+        raise SpecschedError(f"aiter backend: routing_skew must be > 0, got {opts['routing_skew']}")
     ndt = opts.get("num_draft_tokens") or mla_num_draft_tokens
     if ndt is not None:
         mla_kernel_width(int(ndt))  # SGLang refuses a start-up draft count the kernels lack

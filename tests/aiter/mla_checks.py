@@ -15,13 +15,15 @@ TINY = dict(name="tiny-mla", layers=2, hidden=64, heads=4, kv_heads=4, head_dim=
 
 
 def tiny_runner(device: str = "cpu", dtype: str = "float16", sms: int = 4, **kw: Any):
-    """An :class:`MLARunner` of a 2-layer MLA model (one dense layer, one MoE layer of 8 experts)."""
+    """An :class:`MLARunner` of a 2-layer MLA model (by default tiny: one dense layer, one MoE
+    layer of 8 experts; ``shape=`` overrides ``ModelShape`` fields)."""
     from backends.aiter.mla_runner import MLARunner
     from backends.models import ModelShape
 
     m = ModelShape(**{**TINY, **kw.pop("shape", {})})
-    r = MLARunner(m, device=device, dtype=dtype, max_context=512, capture_bs=[1, 2, 3, 4],
-                  capture_widths=[1, 2, 4], kv_pool_bytes=4 << 20, **kw)
+    opts = {"max_context": 512, "capture_bs": [1, 2, 3, 4], "capture_widths": [1, 2, 4],
+            "kv_pool_bytes": 4 << 20, **kw}
+    r = MLARunner(m, device=device, dtype=dtype, **opts)
     r.target.sms = sms  # KV splits of the decode (2 at 4 SMs): fewer interpreted programs
     return r
 
@@ -35,7 +37,7 @@ def _inputs(r, rows: int, seed: int):
 
 
 def _err(out, ref) -> tuple[float, float]:
-    return float((out.float().cpu() - ref).abs().max()), float(ref.abs().max())
+    return float((out.float() - ref.to(out.device)).abs().max()), float(ref.abs().max())
 
 
 def decode_case(r, widths: Sequence[int], kv_lens: Sequence[int], launch_width: int,
@@ -60,35 +62,32 @@ def decode_case(r, widths: Sequence[int], kv_lens: Sequence[int], launch_width: 
     before = attn.cache.clone()
     rm = r.target._rows(x, a)
     out = attn.decode(x, a, rm, r.rope, r.target._norm)
-    bt = st.block_table.cpu()
+    bt = st.block_table
     sel, keys, ext_want = [], [], []
     for i in range(bs):
         for j in range(int(widths[i])):
             sel.append(i * kw + j)
             keys.append(key_rows(bt, r.page_size, i, int(kv_lens[i]) + j + 1))
             ext_want.append(int(kv_lens[i]) + j + 1)
-    sel_t = torch.as_tensor(sel)
-    pos = st.positions.cpu()[sel_t]
-    slots = st.slots.cpu()[sel_t]
-    ref = mla_reference(attn, x.cpu()[sel_t], pos, slots, before.cpu(), keys, r.rope.cos.cpu(),
-                        r.rope.sin.cpu(), r.target.eps)
-    err, scale = _err(out[sel_t.to(out.device)], ref)
-    written = attn.cache.view(-1, attn.cache.shape[-1]).cpu()[slots.long()]
-    lat = mla_new_latents(attn, x.cpu()[sel_t], pos, r.rope.cos.cpu(), r.rope.sin.cpu(),
-                          r.target.eps)
+    sel_t = torch.as_tensor(sel, device=x.device)
+    pos = st.positions[sel_t]
+    slots = st.slots[sel_t]
+    ref = mla_reference(attn, x[sel_t], pos, slots, before, keys, r.rope.cos, r.rope.sin,
+                        r.target.eps)
+    err, scale = _err(out[sel_t], ref)
+    written = attn.cache.view(-1, attn.cache.shape[-1])[slots.long()]
+    lat = mla_new_latents(attn, x[sel_t], pos, r.rope.cos, r.rope.sin, r.target.eps)
     lat_err, lat_scale = _err(written, lat)
     return {"key": list(key), "rows": st.rows, "real_rows": len(sel), "splits": rm.splits,
             "max_abs_error": err, "output_scale": scale, "latent_error": lat_err,
             "latent_scale": lat_scale,
-            "extents_ok": rm.ext.cpu()[sel_t].tolist() == ext_want,
+            "extents_ok": rm.ext[sel_t].cpu().tolist() == ext_want,
             "indptr_total": int(rm.kv_indptr.cpu()[-1])}
 
 
 def prefill_case(r, tokens: Sequence[int], prefix: Sequence[int], layer: int = 1,
                  seed: int = 1) -> dict:
     """One prefill forward of layer ``layer``'s attention (prefix latents gathered from the cache)."""
-    import torch
-
     from backends.aiter.mla import ExtendPlan
     from backends.aiter.mla_reference import key_rows, mla_reference
     from backends.aiter.runner import Launch, _Static, expand_metadata
@@ -107,11 +106,10 @@ def prefill_case(r, tokens: Sequence[int], prefix: Sequence[int], layer: int = 1
     attn = r.target.layers[layer].attn
     before = attn.cache.clone()
     out = attn.extend(x, a, plan, r.rope, r.target._norm, st.block_table, r.page_size)
-    bt = st.block_table.cpu()
-    keys = [key_rows(bt, r.page_size, i, int(p[i]) + j + 1)
+    keys = [key_rows(st.block_table, r.page_size, i, int(p[i]) + j + 1)
             for i in range(len(t)) for j in range(int(t[i]))]
-    ref = mla_reference(attn, x.cpu(), st.positions.cpu(), st.slots.cpu(), before.cpu(), keys,
-                        r.rope.cos.cpu(), r.rope.sin.cpu(), r.target.eps)
+    ref = mla_reference(attn, x, st.positions, st.slots, before, keys, r.rope.cos, r.rope.sin,
+                        r.target.eps)
     err, scale = _err(out, ref)
     return {"rows": rows, "prefix": bool(plan.prefix), "max_abs_error": err, "output_scale": scale}
 
@@ -119,8 +117,6 @@ def prefill_case(r, tokens: Sequence[int], prefix: Sequence[int], layer: int = 1
 def moe_case(r, rows: int, layer: int = 1, seed: int = 2) -> dict:
     """The MoE layer on ``rows`` random rows against the per-expert loop; the routing must be
     the planned one."""
-    import torch
-
     from backends.aiter.mla_reference import moe_reference
     from backends.aiter.moe import routing_plan
 
@@ -130,7 +126,7 @@ def moe_case(r, rows: int, layer: int = 1, seed: int = 2) -> dict:
     plan = routing_plan(rows, moe.E, moe.top_k, routing=moe.routing, skew=moe.skew, seed=moe.seed)
     routed_ok = bool(np.array_equal(np.sort(ids.cpu().numpy(), axis=1), np.sort(plan, axis=1)))
     out = moe.forward(x)
-    ref = moe_reference(moe, x.cpu(), weights.cpu(), ids.cpu())
+    ref = moe_reference(moe, x, weights, ids)
     err, scale = _err(out, ref)
     return {"rows": rows, "routed_as_planned": routed_ok, "max_abs_error": err,
             "output_scale": scale, "distinct_experts": int(len(np.unique(plan))),

@@ -211,3 +211,23 @@ print(json.dumps(res, default=str))
     desc = d["describe"]
     assert "mla_attention_decode" in desc["kernels"] and "moe_gemm" in desc["kernels"]
     assert desc["runner"]["mla"]["kernel_widths"]["3"] == 4
+
+
+@pytest.mark.parametrize("opts, message", [
+    ({"check_unsafe": True}, "not implemented for MLA"),
+    ({"num_draft_tokens": 5}, "1, 2 or 4 query rows"),
+    ({"routing": "zipf"}, "uniform, skewed"),
+    ({"routing_skew": 0}, "routing_skew must be > 0"),
+    ({"bogus": 1}, "unknown option"),
+])
+def test_mla_executor_options_are_checked_before_anything_is_built(monkeypatch, opts, message):
+    from backends.aiter import bridge
+    from backends.aiter.mla_runner import make_mla_executor
+    from backends.models import load_model
+    from traces.errors import SpecschedError
+
+    monkeypatch.setattr(bridge, "require_gpu", lambda: None)  # the checks come before the GPU
+    with pytest.raises(SpecschedError, match=message):
+        make_mla_executor(load_model("deepseek-v2-lite"), **opts)
+    with pytest.raises(SpecschedError, match="no MLA width"):
+        make_mla_executor(load_model("deepseek-v2-lite"), capture_widths=[5, 8])
