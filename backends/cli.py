@@ -136,10 +136,12 @@ def verify_metadata(widths, kv_lens, mla, num_draft_tokens, page_size, capture_b
 @click.option("--prefill-prefix", default=None, metavar="LIST", help="Prefill cached prefixes.")
 @click.option("--no-draft", is_flag=True, help="Skip the draft model (the profile then lacks draft "
                                                "and draft-extend rows).")
-@click.option("--extend-widths", default="2-8", show_default=True, metavar="LIST",
-              help="Draft-extend graph widths (rows per request: SGLang's speculative_num_steps + 1).")
-@click.option("--extend-eager-widths", default="1,2,4,8", show_default=True, metavar="LIST",
-              help="Eager draft-extend widths (over the eager batch sizes and KV lengths).")
+@click.option("--extend-widths", default=None, metavar="LIST",
+              help="Draft-extend graph widths (rows per request: SGLang's speculative_num_steps "
+                   "+ 1; default 2-8; MLA models: 2-4, width 3 timed as 4).")
+@click.option("--extend-eager-widths", default=None, metavar="LIST",
+              help="Eager draft-extend widths (over the eager batch sizes and KV lengths; "
+                   "default 1,2,4,8; MLA models: 1,2,4).")
 @click.option("--no-extend", is_flag=True, help="Skip the draft-extend pass (the profile backend then "
                                                 "times it as one draft-decode pass, and says so).")
 @click.option("--draft-kind", type=click.Choice(["eagle", "eagle3"]), default="eagle",
@@ -205,9 +207,10 @@ def profile(model, tp, out, bs, widths, kv_lens, eager_bs, eager_widths, eager_k
         prefill_tokens=lst(prefill_tokens, "--prefill-tokens", ProfileSpec.prefill_tokens),
         prefill_prefix=lst(prefill_prefix, "--prefill-prefix", ProfileSpec.prefill_prefix, 0),
         draft=not no_draft, extend=not no_extend,
-        extend_widths=lst(extend_widths, "--extend-widths", ProfileSpec.extend_widths),
+        extend_widths=lst(extend_widths, "--extend-widths",
+                          (2, 3, 4) if mla else ProfileSpec.extend_widths),
         extend_eager_widths=lst(extend_eager_widths, "--extend-eager-widths",
-                                ProfileSpec.extend_eager_widths),
+                                (1, 2, 4) if mla else ProfileSpec.extend_eager_widths),
         reps=reps, warmup=warmup, eager_reps=eager_reps, settle_s=settle_s)
     spec.check()
     if mla:
@@ -215,6 +218,9 @@ def profile(model, tp, out, bs, widths, kv_lens, eager_bs, eager_widths, eager_k
 
         for w in sorted(set(spec.widths) | set(spec.eager_widths)):
             mla_kernel_width(w)
+        if spec.extend:
+            for w in sorted(set(spec.extend_widths) | set(spec.extend_eager_widths)):
+                mla_kernel_width(w, "draft-extend")
     opts: dict[str, Any] = {"gpu": gpu_sheet, "page_size": page_size, "extend_logits": extend_logits}
     if max_context is not None:
         opts["max_context"] = max_context

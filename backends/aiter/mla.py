@@ -44,13 +44,14 @@ __all__ = ["MLA_WIDTHS", "mla_kernel_width", "mla_geometry", "MLAKernels", "load
 MLA_WIDTHS = tuple(sorted(md.MLA_KERNEL_Q_LEN))
 
 
-def mla_kernel_width(width: int) -> int:
-    """Query rows per request an MLA verify of ``width`` runs (and is timed) with: 1, 2, 4 (3 runs
-    as 4).  Other widths are refused as SGLang's AITER MLA path refuses them."""
+def mla_kernel_width(width: int, what: str = "verify") -> int:
+    """Query rows per request an MLA verify (or draft-extend: ``what``) of ``width`` runs (and is
+    timed) with: 1, 2, 4 (3 runs as 4).  Other widths are refused as SGLang's AITER MLA path
+    refuses them."""
     q = md.MLA_KERNEL_Q_LEN.get(int(width))
     if q is None:
         raise SpecschedError(
-            f"MLA verify width {width}: AITER MLA decode kernels take 1, 2 or 4 query rows per "
+            f"MLA {what} width {width}: AITER MLA decode kernels take 1, 2 or 4 query rows per "
             f"request (3 runs as 4); num_draft_tokens={width} runs only on gfx950 with an fp8 KV "
             f"cache (SGLang aiter_backend.py: mla_decode_fwd; AITER asm_mla.cu)")
     return q
@@ -82,6 +83,8 @@ def mla_geometry(shape: Any) -> dict[str, int]:
         "moe_intermediate": int(shape.moe_intermediate),
         "dense_layers": int(shape.dense_layers) if shape.experts else int(shape.layers),
         "fusion_in": int(getattr(shape, "fusion_in", 0) or 0),
+        # the draft of an MLA/MoE target: DeepSeek's MTP/NextN layer (eh_proj over 2*hidden)
+        "role": "mtp" if getattr(shape, "fusion_in", 0) else "target",
         # what the dense runner's shared code reads: one latent "KV head" of kv_lora + rope
         "kv_heads": 1, "head_dim": int(shape.kv_lora_rank) + int(shape.qk_rope_head_dim),
         "attn_in": int(shape.hidden),

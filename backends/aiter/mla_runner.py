@@ -10,6 +10,9 @@ What differs from the dense runner (:class:`backends.aiter.runner.Runner`):
   exist for 1, 2 and 4 query rows per request): a verify of width 3 runs -- and is timed -- as the
   width-4 launch (the graph key is normalised, so a profile row of width 3 is the width-4 graph);
   widths 5 and more are refused with SGLang's reason;
+* the draft-extend pass (the MTP/NextN draft layer over ``width`` rows per request after each
+  verify) runs on the same decode rows and follows the same width rule: 3 runs as 4, 5+ refused;
+  its hidden-state input is the target's last hidden state (``hidden`` columns);
 * prefill runs the non-absorbed path (:meth:`backends.aiter.mla.MLAAttention.extend`), whose
   per-pass metadata is prepared on the host before the timed region;
 * the decode rows' token-level ``kv_indices`` live in one buffer shared by every graph, sized to
@@ -31,7 +34,7 @@ from backends.aiter.executor import AiterExecutor, comm_model_for
 from backends.aiter.mla import (MLA_WIDTHS, ExtendPlan, LatentPool, load_mla_kernels,
                                 mla_geometry, mla_kernel_width, plan_latent_pool, row_index_count)
 from backends.aiter.model import Rope
-from backends.aiter.runner import Runner
+from backends.aiter.runner import EXTEND_LOGITS, Runner
 from backends.protocol import VerifyBatch, VerifyTiming
 from traces.errors import SpecschedError
 
@@ -40,7 +43,7 @@ __all__ = ["MLARunner", "MLAExecutor", "make_mla_executor", "MLA_OPTIONS"]
 #: executor options (the dense executor's, plus the MoE routing)
 MLA_OPTIONS = frozenset({"gpu", "check_unsafe", "dtype", "kv_pool_gib", "seed", "capture",
                          "num_draft_tokens", "allreduce_latency_s", "allreduce_bus_bw", "routing",
-                         "routing_skew"})
+                         "routing_skew", "extend_logits"})
 
 #: the decode-row index buffer holds this many times the tokens of one layer's KV view
 INDEX_ROWS_PER_TOKEN = max(md.MLA_KERNEL_Q_LEN.values())
@@ -113,9 +116,11 @@ class MLARunner(Runner):
     # ---- the MLA width rule and the index buffer ------------------------------------------------
     @staticmethod
     def kernel_key(key: tuple) -> tuple:
-        """``key`` with a verify width replaced by the width the MLA kernels run it at."""
-        if key and key[0] == "verify":
-            return (key[0], key[1], mla_kernel_width(key[2])) + tuple(key[3:])
+        """``key`` with a verify or draft-extend width replaced by the width the MLA kernels run
+        it at."""
+        if key and key[0] in ("verify", "extend"):
+            what = "verify" if key[0] == "verify" else "draft-extend"
+            return (key[0], key[1], mla_kernel_width(key[2], what)) + tuple(key[3:])
         return key
 
     def capture(self, key: tuple):
@@ -151,6 +156,19 @@ class MLARunner(Runner):
         launch, key = super().draft_launch(kv_lens, padded_bs)
         self._check_indices(launch.kv_lens, launch.attn_widths)
         return launch, key
+
+    def extend_launch(self, kv_lens: np.ndarray, padded_bs: int, width: int):
+        """As :meth:`Runner.extend_launch`, at the MLA kernel's width (3 -> 4; 5+ refused): the
+        draft-extend pass runs on the decode rows as a verify does."""
+        launch, key = super().extend_launch(kv_lens, padded_bs,
+                                            mla_kernel_width(int(width), "draft-extend"))
+        self._check_indices(launch.kv_lens, launch.attn_widths)
+        return launch, key
+
+    def extend_hidden_width(self) -> int:
+        """The MTP/NextN layer reads the target's last hidden state (``eh_proj`` fuses it with the
+        token's embedding): ``hidden`` columns."""
+        return int(self.draft_geometry["hidden"])
 
     def prefill(self, tokens: np.ndarray, prefix: np.ndarray, *, reps: int = 1,
                 warmup: int | None = 0):
@@ -196,6 +214,13 @@ class MLAExecutor(AiterExecutor):
             "cache is read once per query row, SGLang's ROCm kernel reads it once per request",
             f"MoE routing steered to a {self.runner.routing} plan (docs/aiter.md)",
         ]
+        if self.runner.draft is not None:
+            rows = ("each request's last row" if self.runner.extend_logits == "last"
+                    else "every row")
+            d["caveats"].append(
+                f"draft model: MTP/NextN layer (eh_proj + one MLA/MoE layer + LM head); "
+                f"draft-extend logits for {rows}; every request extends by the batch's width at "
+                f"the MLA kernels' width (3 as 4)")
         return d
 
 
@@ -207,9 +232,10 @@ def make_mla_executor(model: Any, *, page_size: int = 16,
     """The live executor for an MLA (+ MoE) ``ModelShape`` (``make_executor`` dispatches here).
 
     ``capture_widths`` keeps the MLA widths (1-4; graphs are captured at 1, 2 and 4);
-    ``num_draft_tokens`` (SGLang's start-up count, the padded rows' ``seq_len``) must be an MLA
-    width.  Options: those of :func:`backends.aiter.executor.make_executor` plus ``routing``
-    and ``routing_skew``; ``check_unsafe`` is not available for MLA models.
+    ``num_draft_tokens`` (SGLang's start-up count, the padded rows' ``seq_len`` and the
+    draft-extend width captured with ``capture="all"``) must be an MLA width.  Options: those of
+    :func:`backends.aiter.executor.make_executor` plus ``routing`` and ``routing_skew``;
+    ``check_unsafe`` is not available for MLA models.
     """
     from backends.aiter import bridge
 
@@ -226,6 +252,9 @@ def make_mla_executor(model: Any, *, page_size: int = 16,
     if opts.get("routing", "uniform") not in ROUTINGS:
         raise SpecschedError(f"aiter backend: routing {opts['routing']!r}: choose one of "
                              f"{', '.join(ROUTINGS)}")
+    if opts.get("extend_logits", "last") not in EXTEND_LOGITS:
+        raise SpecschedError(f"aiter backend: extend_logits {opts['extend_logits']!r}: choose "
+                             f"one of {', '.join(EXTEND_LOGITS)}")
     if not float(opts.get("routing_skew", 1.0)) > 0:
         raise SpecschedError(f"aiter backend: routing_skew must be > 0, got {opts['routing_skew']}")
     ndt = opts.get("num_draft_tokens") or mla_num_draft_tokens
@@ -243,11 +272,13 @@ def make_mla_executor(model: Any, *, page_size: int = 16,
                        comm=comm_model_for(opts.get("gpu", "H200"), opts.get("allreduce_latency_s"),
                                            opts.get("allreduce_bus_bw")),
                        routing=opts.get("routing", "uniform"),
-                       routing_skew=float(opts.get("routing_skew", 1.0)))
+                       routing_skew=float(opts.get("routing_skew", 1.0)),
+                       extend_logits=opts.get("extend_logits", "last"))
     if opts.get("capture", "lazy") == "all":
         for bs in runner.capture_bs:
             for w in runner.capture_widths:
                 runner.capture(("verify", bs, w))
             if runner.draft is not None:
                 runner.capture(("draft", bs))
+                runner.capture(("extend", bs, runner.num_draft_tokens))
     return MLAExecutor(runner, model=model, gpu=opts.get("gpu", "H200"), check_unsafe=False)

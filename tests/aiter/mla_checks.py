@@ -43,14 +43,30 @@ def _err(out, ref) -> tuple[float, float]:
 def decode_case(r, widths: Sequence[int], kv_lens: Sequence[int], launch_width: int,
                 layer: int = 1, seed: int = 0) -> dict:
     """A uniform verify launch at ``launch_width`` whose requests have ``widths`` real rows."""
+    launch, key = r.verify_launch(np.asarray(widths), np.asarray(kv_lens), mode="uniform",
+                                  padded_bs=len(widths), launch_width=launch_width)
+    return _rows_case(r, launch, key, r.target, widths, kv_lens, layer, seed)
+
+
+def extend_case(r, kv_lens: Sequence[int], width: int, padded_bs: int | None = None,
+                seed: int = 5) -> dict:
+    """A draft-extend launch at ``width`` through the draft (MTP) layer's attention: every row of
+    the real requests (``kernel width`` rows each) against the reference."""
+    bs = len(kv_lens)
+    launch, key = r.extend_launch(np.asarray(kv_lens), padded_bs or bs, width)
+    return _rows_case(r, launch, key, r.draft, [key[2]] * bs, kv_lens, 0, seed)
+
+
+def _rows_case(r, launch, key, model, widths, kv_lens, layer: int, seed: int) -> dict:
+    """Stage ``launch``, run ``model``'s layer ``layer`` attention on its decode rows and compare
+    the real requests' first ``widths[i]`` rows (row ``j`` of request ``i`` sees ``kv_i + j + 1``
+    keys) and the latents they wrote with the float32 references."""
     import torch
 
     from backends.aiter.mla_reference import key_rows, mla_new_latents, mla_reference
     from backends.aiter.runner import expand_metadata
 
     bs = len(widths)
-    launch, key = r.verify_launch(np.asarray(widths), np.asarray(kv_lens), mode="uniform",
-                                  padded_bs=bs, launch_width=launch_width)
     st = r._new_static(key)
     r._stage(st, launch)
     expand_metadata(st.starts, st.seq_lens, st.row_req, st.row_off, st.block_table, st.positions,
@@ -58,30 +74,32 @@ def decode_case(r, widths: Sequence[int], kv_lens: Sequence[int], launch_width: 
     a = r._attn_inputs(st)
     kw = key[2]
     x = _inputs(r, st.rows, seed)
-    attn = r.target.layers[layer].attn
+    attn = model.layers[layer].attn
     before = attn.cache.clone()
-    rm = r.target._rows(x, a)
-    out = attn.decode(x, a, rm, r.rope, r.target._norm)
+    rm = model._rows(x, a)
+    out = attn.decode(x, a, rm, r.rope, model._norm)
     bt = st.block_table
-    sel, keys, ext_want = [], [], []
+    sel, keys, ext_want, pos_want = [], [], [], []
     for i in range(bs):
         for j in range(int(widths[i])):
             sel.append(i * kw + j)
             keys.append(key_rows(bt, r.page_size, i, int(kv_lens[i]) + j + 1))
             ext_want.append(int(kv_lens[i]) + j + 1)
+            pos_want.append(int(kv_lens[i]) + j)
     sel_t = torch.as_tensor(sel, device=x.device)
     pos = st.positions[sel_t]
     slots = st.slots[sel_t]
     ref = mla_reference(attn, x[sel_t], pos, slots, before, keys, r.rope.cos, r.rope.sin,
-                        r.target.eps)
+                        model.eps)
     err, scale = _err(out[sel_t], ref)
     written = attn.cache.view(-1, attn.cache.shape[-1])[slots.long()]
-    lat = mla_new_latents(attn, x[sel_t], pos, r.rope.cos, r.rope.sin, r.target.eps)
+    lat = mla_new_latents(attn, x[sel_t], pos, r.rope.cos, r.rope.sin, model.eps)
     lat_err, lat_scale = _err(written, lat)
     return {"key": list(key), "rows": st.rows, "real_rows": len(sel), "splits": rm.splits,
             "max_abs_error": err, "output_scale": scale, "latent_error": lat_err,
             "latent_scale": lat_scale,
             "extents_ok": rm.ext[sel_t].cpu().tolist() == ext_want,
+            "positions_ok": pos.cpu().tolist() == pos_want,
             "indptr_total": int(rm.kv_indptr.cpu()[-1])}
 
 

@@ -213,12 +213,87 @@ print(json.dumps(res, default=str))
     assert desc["runner"]["mla"]["kernel_widths"]["3"] == 4
 
 
+@interpreted
+def test_mla_draft_extend_rows_match_reference_at_widths_1_2_4_and_3_as_4():
+    """The draft-extend pass through the MTP layer's attention: row j of a request at KV kv sits
+    at position kv + j and sees kv + j + 1 keys; width 3 takes the width-4 key and rows; a
+    padded request (bs 2 in the bs-3 launch) sits at the fill length."""
+    d = _run("""
+r = tiny_runner()
+res = {'w1': extend_case(r, [3, 50, 17], 1),
+       'w2': extend_case(r, [9, 64], 2),
+       'w4': extend_case(r, [10, 37], 4),
+       'w3': extend_case(r, [5, 21], 3, padded_bs=3)}
+st = r._new_static(tuple(res['w3']['key']))
+r._stage(st, r.extend_launch(np.array([5, 21]), 3, 3)[0])
+res['seq_lens'] = st.seqused_k.cpu().tolist()
+res['fill'] = r.fill
+print(json.dumps(res))
+""")
+    for name in ("w1", "w2", "w4", "w3"):
+        c = d[name]
+        assert c["extents_ok"] and c["positions_ok"], (name, c)
+        assert c["max_abs_error"] < 1e-2 * max(1.0, c["output_scale"]), (name, c)
+        assert c["latent_error"] < 1e-2 * c["latent_scale"], (name, c)
+    assert d["w1"]["key"] == ["extend", 3, 1] and d["w1"]["rows"] == 3
+    assert d["w2"]["indptr_total"] == (9 + 1 + 9 + 2) + (64 + 1 + 64 + 2)
+    # width 3 runs as 4: the width-4 key, 4 rows for each of the 3 requests (one padded)
+    assert d["w3"]["key"] == ["extend", 3, 4] and d["w3"]["rows"] == 12
+    assert d["w3"]["real_rows"] == 8
+    # seqused_k = kv + width (at the kernel's width), the padded request at fill + 4
+    assert d["seq_lens"] == [5 + 4, 21 + 4, d["fill"] + 4]
+
+
+@interpreted
+def test_mla_executor_draft_extend_logits_and_width_rule():
+    """``MLAExecutor.draft_extend``: the last row's logits per request (the same numbers as the
+    matching rows of an extend_logits="all" runner built from the same seed), width 3 timed as
+    4, widths 5 and 8 refused."""
+    d = _run("""
+import numpy as np, torch
+from backends.aiter.mla_runner import MLAExecutor
+from backends.protocol import DraftExtendBatch
+from traces.errors import SpecschedError
+kv = np.array([12, 40])
+res = {}
+outs = {}
+for mode in ('last', 'all'):
+    r = tiny_runner(extend_logits=mode)
+    ex = MLAExecutor(r, model=r.shape, gpu='H200')
+    t = ex.draft_extend(DraftExtendBatch(bs_real=2, bs_padded=2, width=3, kv_lens=kv, graph=False))
+    st = r.graphs[('eager', 'extend', 2, 4)]
+    outs[mode] = st.out.float().clone()
+    res[mode] = [t > 0, list(st.out.shape), bool(torch.isfinite(st.out).all()), ex.calls['draft_extend']]
+res['diff'] = float((outs['all'][[3, 7]] - outs['last']).abs().max())
+res['scale'] = float(outs['last'].abs().max())
+res['w1'] = ex.draft_extend(DraftExtendBatch(bs_real=2, bs_padded=2, width=1, kv_lens=kv, graph=False))
+errs = []
+for w in (5, 8):
+    try:
+        ex.draft_extend(DraftExtendBatch(bs_real=1, bs_padded=1, width=w, kv_lens=kv[:1], graph=False))
+    except SpecschedError as e:
+        errs.append(str(e))
+res['errors'] = errs
+desc = ex.describe()
+res['role'] = desc['runner']['draft_role']
+res['caveat'] = [c for c in desc['caveats'] if 'draft-extend' in c]
+print(json.dumps(res, default=str))
+""")
+    assert d["last"] == [True, [2, 96], True, 1]          # logits of each request's last row
+    assert d["all"] == [True, [8, 96], True, 1]           # every row: 2 requests x 4 rows
+    assert d["diff"] <= 1e-2 * max(1.0, d["scale"]), d
+    assert d["w1"] > 0
+    assert len(d["errors"]) == 2 and all("1, 2 or 4 query rows" in e for e in d["errors"])
+    assert d["role"] == "mtp" and len(d["caveat"]) == 1 and "3 as 4" in d["caveat"][0]
+
+
 @pytest.mark.parametrize("opts, message", [
     ({"check_unsafe": True}, "not implemented for MLA"),
     ({"num_draft_tokens": 5}, "1, 2 or 4 query rows"),
     ({"routing": "zipf"}, "uniform, skewed"),
     ({"routing_skew": 0}, "routing_skew must be > 0"),
     ({"bogus": 1}, "unknown option"),
+    ({"extend_logits": "first"}, "choose one of last, all"),
 ])
 def test_mla_executor_options_are_checked_before_anything_is_built(monkeypatch, opts, message):
     from backends.aiter import bridge
@@ -231,3 +306,21 @@ def test_mla_executor_options_are_checked_before_anything_is_built(monkeypatch, 
         make_mla_executor(load_model("deepseek-v2-lite"), **opts)
     with pytest.raises(SpecschedError, match="no MLA width"):
         make_mla_executor(load_model("deepseek-v2-lite"), capture_widths=[5, 8])
+
+
+@pytest.mark.parametrize("widths, message", [
+    ({"extend_widths": (2, 5)}, "MLA draft-extend width 5"),
+    ({"extend_eager_widths": (1, 8)}, "MLA draft-extend width 8"),
+    ({"widths": (1, 6)}, "MLA verify width 6"),
+])
+def test_profile_refuses_widths_the_mla_kernels_lack_before_building(tmp_path, widths, message):
+    """``run_profile`` checks every width list of an MLA model before any GPU work (so on a CPU)."""
+    from backends.aiter.profiling import ProfileSpec, run_profile
+    from traces.errors import SpecschedError
+
+    spec = ProfileSpec(**{"widths": (1, 2, 3, 4), "eager_widths": (1, 4), "extend_widths": (2, 3, 4),
+                          "extend_eager_widths": (1, 2, 4), **widths})
+    out = tmp_path / "p.parquet"
+    with pytest.raises(SpecschedError, match=message):
+        run_profile("deepseek-v2-lite", str(out), spec)
+    assert not out.exists()

@@ -109,10 +109,49 @@ def test_graph_replay_matches_eager_and_width_3_shares_the_width_4_graph(runner)
     assert torch.isfinite(d.out.float()).all()
 
 
+def test_draft_extend_rows_graph_replay_and_width_3_as_4(runner):
+    """The draft-extend pass through the MTP layer at V2-Lite's shapes: its attention rows against
+    the float32 reference; the captured graph gives the eager forward's logits; width 3 replays the
+    width-4 graph (a padded request at the fill length); 4 rows per request take longer than 1."""
+    import torch
+
+    from tests.aiter.mla_checks import extend_case
+
+    r = runner
+    for w, kv in ((2, [3, 2048, 777]), (4, [5, 4096, 300]), (3, [2, 3000])):
+        c = extend_case(r, kv, w, padded_bs=len(kv) + 1)
+        assert c["extents_ok"] and c["positions_ok"], (w, c)
+        assert c["max_abs_error"] < TOL * max(1.0, c["output_scale"]), (w, c)
+        assert c["latent_error"] < TOL * c["latent_scale"], (w, c)
+    assert c["key"] == ["extend", 3, 4] and c["rows"] == 12
+    launch, key = r.extend_launch(np.array([50, 700, 2000]), 4, 3)
+    assert key == ("extend", 4, 4) and launch.rows == 16
+    st = r.capture(("extend", 4, 3))
+    assert r.graphs.get(("extend", 4, 4)) is st and list(st.out.shape) == [4, r.draft_geometry["vocab"]]
+    r.replay_step(st, launch)
+    torch.cuda.synchronize()
+    g_out = st.out.float().clone()
+    assert st.seqused_k[:4].tolist() == [54, 704, 2004, r.fill + 4]   # kv + 4
+    e = r._eager_static(key, launch)
+    r._stage(e, launch)
+    with torch.no_grad():
+        e_out = r._body(e).float()
+    torch.cuda.synchronize()
+    assert torch.isfinite(g_out).all()
+    err = float((g_out - e_out).abs().max())
+    assert err <= 1e-2 * max(1.0, float(e_out.abs().max())), err
+    # bs 8 at KV 2048: 8 rows route ~33 of the 64 experts, 32 rows ~60: width 4 reads more
+    t = {}
+    for w in (1, 4):
+        lw, kw = r.extend_launch(np.full(8, 2048), 8, w)
+        t[w] = float(np.median([x.latency_s for x in r.run(kw, lw, graph=True, reps=7, warmup=2)]))
+    assert 0 < t[1] < t[4], t
+
+
 def test_executor_times_verify_draft_prefill_and_refuses_other_widths():
     from backends.aiter import make_executor
     from backends.models import ModelShape
-    from backends.protocol import DraftBatch, PrefillBatch, VerifyBatch
+    from backends.protocol import DraftBatch, DraftExtendBatch, PrefillBatch, VerifyBatch
     from traces.errors import SpecschedError
 
     ex = make_executor(ModelShape(**V2_LITE_LAYERS), capture_bs=[1, 2, 4, 8], max_context=16384,
@@ -132,12 +171,25 @@ def test_executor_times_verify_draft_prefill_and_refuses_other_widths():
     assert ex.draft(DraftBatch(bs_real=3, bs_padded=4, kv_lens=np.array([100, 1000, 3000]),
                                passes=2, graph=True)) > 0
     assert ex.prefill(PrefillBatch(tokens=np.array([512]), prefix=np.array([1024]))) > 0
+
+    def extend(w, graph=True):
+        return ex.draft_extend(DraftExtendBatch(bs_real=3, bs_padded=4, width=w, graph=graph,
+                                                kv_lens=np.array([100, 1000, 3000])))
+
+    assert extend(4) > 0 and extend(3) > 0 and extend(1, graph=False) > 0
+    assert ("extend", 4, 4) in ex.runner.graphs and ("extend", 4, 3) not in ex.runner.graphs
+    with pytest.raises(SpecschedError, match="1, 2 or 4 query rows"):
+        extend(5)
     d = ex.describe()
-    assert d["runner"]["graphs_captured"] >= 2 and "mla_attention_decode" in d["kernels"]
+    assert d["runner"]["graphs_captured"] >= 3 and "mla_attention_decode" in d["kernels"]
+    assert d["runner"]["draft_role"] == "mtp" and d["calls"]["draft_extend"] == 3
 
 
 def test_profile_sweep_of_an_mla_model(tmp_path):
-    """A small ``specsched profile`` sweep: width 3 is measured through the width-4 graph."""
+    """A small ``specsched profile`` sweep: width 3 is measured through the width-4 graph, for
+    verify and for draft-extend; a width the MLA kernels lack is refused before measuring."""
+    from dataclasses import asdict
+
     import pyarrow.parquet as pq
 
     from backends.aiter.profiling import ProfileSpec, run_profile
@@ -145,7 +197,8 @@ def test_profile_sweep_of_an_mla_model(tmp_path):
 
     spec = ProfileSpec(bs=(1, 4), widths=(1, 2, 3, 4), kv=(128, 2048), eager_bs=(1, 8),
                        eager_widths=(1, 4), eager_kv=(512,), prefill_tokens=(64, 512),
-                       prefill_prefix=(0, 1024), reps=3, warmup=1, eager_reps=2, settle_s=0.05)
+                       prefill_prefix=(0, 1024), extend_widths=(2, 3, 4),
+                       extend_eager_widths=(1, 4), reps=3, warmup=1, eager_reps=2, settle_s=0.05)
     out = tmp_path / "p.parquet"
     run_profile(ModelShape(**V2_LITE_LAYERS), str(out), spec,
                 executor_opts={"max_context": 16384, "kv_pool_gib": 1})
@@ -155,8 +208,22 @@ def test_profile_sweep_of_an_mla_model(tmp_path):
     for b in (1, 4):
         for kv in (128, 2048):
             assert 0.8 < v[(b, 3, kv)] / v[(b, 4, kv)] < 1.25   # the same graph, measured twice
+    e = {(r["bs"], r["width"], r["kv_len"]): r["latency_s"] for r in t
+         if r["kind"] == "draft_extend" and r["graph"]}
+    assert len(e) == 2 * 3 * 2
+    for b in (1, 4):
+        for kv in (128, 2048):
+            assert 0.8 < e[(b, 3, kv)] / e[(b, 4, kv)] < 1.25
+    assert len([r for r in t if r["kind"] == "draft_extend" and not r["graph"]]) == 2 * 2
     kinds = {r["kind"] for r in t}
-    assert kinds == {"verify", "draft", "prefill"}
+    assert kinds == {"verify", "draft", "draft_extend", "prefill"}
+    from traces.errors import SpecschedError
+
+    with pytest.raises(SpecschedError, match="1, 2 or 4 query rows"):
+        run_profile(ModelShape(**V2_LITE_LAYERS), str(tmp_path / "q.parquet"),
+                    ProfileSpec(**{**asdict(spec), "extend_widths": (2, 5)}),
+                    executor_opts={"max_context": 16384, "kv_pool_gib": 1})
+    assert not (tmp_path / "q.parquet").exists()
 
 
 def test_deepseek_v2_lite_whole_model_steps():
@@ -164,7 +231,7 @@ def test_deepseek_v2_lite_whole_model_steps():
     import json
 
     from backends.aiter import make_executor
-    from backends.protocol import DraftBatch, PrefillBatch, VerifyBatch
+    from backends.protocol import DraftBatch, DraftExtendBatch, PrefillBatch, VerifyBatch
 
     ex = make_executor("deepseek-v2-lite", capture_bs=[1, 8], kv_pool_gib=8)
     res = {}
@@ -175,6 +242,8 @@ def test_deepseek_v2_lite_whole_model_steps():
         res[f"verify_bs8_w{w}_kv2048_ms"] = t.latency_s * 1e3
     res["draft_bs8_kv2048_ms"] = 1e3 * ex.draft(DraftBatch(
         bs_real=8, bs_padded=8, kv_lens=np.full(8, 2048), passes=1, graph=True))
+    res["draft_extend_bs8_w4_kv2048_ms"] = 1e3 * ex.draft_extend(DraftExtendBatch(
+        bs_real=8, bs_padded=8, width=4, kv_lens=np.full(8, 2048), graph=True))
     res["prefill_1024_ms"] = 1e3 * ex.prefill(PrefillBatch(tokens=np.array([1024]),
                                                            prefix=np.array([0])))
     print(json.dumps(res))
@@ -182,3 +251,5 @@ def test_deepseek_v2_lite_whole_model_steps():
     # (about 28 of the 31 GB) are read, so a step takes milliseconds, not microseconds or seconds
     assert 2.0 < res["verify_bs8_w4_kv2048_ms"] < 200.0
     assert res["verify_bs8_w1_kv2048_ms"] <= res["verify_bs8_w4_kv2048_ms"] * 1.2
+    # the draft-extend pass is one MoE layer against the verify's 27: a fraction of it
+    assert 0 < res["draft_extend_bs8_w4_kv2048_ms"] < res["verify_bs8_w4_kv2048_ms"]
