@@ -139,3 +139,27 @@ def test_captured_widths_and_exported_configs():
     assert "--speculative-num-steps 7" in args and js["64"]["candidate_steps"] == [1, 2, 5]
     v = vllm_speculative_config("schedule", c, 4)
     assert v["num_speculative_tokens_per_batch_size"] == {"1-16": 3, "64-128": 2, "256-4096": 0}
+
+
+@pytest.mark.parametrize("rate_scale", [1.0, 8.0])
+def test_oracle_is_never_worse_than_the_real_controllers(rate_scale):
+    """On the shipped EAGLE sample, at its rate and 8x: the oracle (per round, the most tokens
+    per second with hindsight, among the same 0..7 drafts) has at least every other
+    controller's throughput and at most its mean TPOT."""
+    from specsched.setup import load_trace, simulate_to
+
+    trace = load_trace("traces/samples/azure_conv_eagle_2k.parquet", limit=400)
+    got = {}
+    for name in CONTROLLERS.names():
+        cfg = SimConfig.load(None, {"engine.controller": name, "rate_scale": rate_scale,
+                                    "engine.num_draft_tokens": 8})
+        res = simulate_to(trace, cfg, None)
+        r = res.requests
+        first, fin = r["first_token_s"].to_numpy(), r["finish_s"].to_numpy()
+        out = r["output_tokens"].to_numpy()
+        tpot = ((fin - first) / np.maximum(out - 1, 1))[out > 1].mean()
+        got[name] = (res.summary["throughput_tok_s"], tpot)
+    best_tp, best_tpot = got.pop("oracle")
+    for name, (tp, tpot) in got.items():
+        assert best_tp >= tp, name
+        assert best_tpot <= tpot, name
