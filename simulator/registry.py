@@ -73,7 +73,7 @@ class Registry:
         return "\n".join(rows)
 
 
-VERIFY_POLICIES = Registry("verify policy", "engine.policy", [
+VERIFY_POLICIES = Registry("policy", "engine.policy", [
     Entry("pad", 0, "one launch at the widest proposal; shorter requests padded",
           "SGLang verifies every request at num_draft_tokens"),
     Entry("split", 1, "one launch per distinct proposed width",
@@ -91,7 +91,7 @@ VERIFY_POLICIES = Registry("verify policy", "engine.policy", [
           "SGLang verifies every request at num_draft_tokens"),
 ])
 
-CONTROLLERS = Registry("speculation controller", "engine.controller", [
+CONTROLLERS = Registry("controller", "engine.controller", [
     Entry("static", 0, "every round drafts num_draft_tokens - 1 tokens (SGLang's default)"),
     Entry("schedule", 1, "batch-size ranges to a draft count (vLLM "
                          "num_speculative_tokens_per_batch_size)"),
