@@ -25,6 +25,10 @@ from traces.atomic import atomic_output_dir
 
 __all__ = ["run", "run_to", "write_results", "SimResult", "SimConfig"]
 
+#: step switches per second from which a summary warns that the controller oscillates (one a
+#: second is the "several times a second" flip-flop SGLang users reported as a failure)
+OSCILLATION_PER_S = 1.0
+
 
 def run(trace, config: SimConfig, executor: Executor, *, kv_capacity_tokens: int | None = None,
         progress: Callable[[int, int], None] | None = None,
@@ -69,8 +73,9 @@ def run(trace, config: SimConfig, executor: Executor, *, kv_capacity_tokens: int
         "config": config.to_dict(),
         "engine_core": jit_status(),
         "kv_lookup": ("straggler" if sim.straggler_kv else "mean") if sim.table is not None else None,
-        "what_if": config.engine.what_ifs,
+        "what_if": config.what_ifs,
         "speculative": bool(sim.CI[C.C_SPEC]),
+        "controller": sim.controller_stats(summary.get("duration_s") or 0.0),
     })
     _engine_warnings(summary, config, sim)
     measured = sim.table is not None and sim.table.source.get("backend") == "profile"
@@ -92,12 +97,17 @@ def _engine_warnings(summary: dict, config: SimConfig, sim: Simulation) -> None:
     """What the summary must say about how far this run is SGLang's."""
     e = config.engine
     w = summary["warnings"]
-    for what in e.what_ifs:
+    for what in config.what_ifs:
         w.append(f"what-if (not something SGLang can run): {what}")
     if e.scheduler_overhead_s == 0:
         w.append("the scheduler's host time is not modelled (engine.scheduler_overhead_s = 0: "
                  "not measured for SGLang here)" + (
                      "; with overlap scheduling SGLang hides most of it" if e.overlap else ""))
+    ctl = summary["controller"]
+    if ctl["switches_per_s"] is not None and ctl["switches_per_s"] >= OSCILLATION_PER_S:
+        w.append(f"the {ctl['name']} controller switched its draft count "
+                 f"{ctl['switches_per_s']:.1f} times a second ({ctl['switches']} switches in "
+                 f"{ctl['rounds']} rounds): it oscillates")
     extra = int(sim.E[:, C.E_XRETRACT].sum())
     if extra:
         w.append(f"{extra} retractions went beyond SGLang's rule to fit a verify in the KV pool "
