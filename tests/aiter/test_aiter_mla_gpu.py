@@ -154,7 +154,8 @@ def test_executor_times_verify_draft_prefill_and_refuses_other_widths():
     from backends.protocol import DraftBatch, DraftExtendBatch, PrefillBatch, VerifyBatch
     from traces.errors import SpecschedError
 
-    ex = make_executor(ModelShape(**V2_LITE_LAYERS), capture_bs=[1, 2, 4, 8], max_context=16384,
+    ex = make_executor(ModelShape(**V2_LITE_LAYERS, attention="mla"), capture_bs=[1, 2, 4, 8],
+                       max_context=16384,
                        kv_pool_gib=1)
 
     def verify(w, graph=True):
@@ -200,7 +201,7 @@ def test_profile_sweep_of_an_mla_model(tmp_path):
                        prefill_prefix=(0, 1024), extend_widths=(2, 3, 4),
                        extend_eager_widths=(1, 4), reps=3, warmup=1, eager_reps=2, settle_s=0.05)
     out = tmp_path / "p.parquet"
-    run_profile(ModelShape(**V2_LITE_LAYERS), str(out), spec,
+    run_profile(ModelShape(**V2_LITE_LAYERS, attention="mla"), str(out), spec,
                 executor_opts={"max_context": 16384, "kv_pool_gib": 1})
     t = pq.read_table(out).to_pylist()
     v = {(r["bs"], r["width"], r["kv_len"]): r["latency_s"] for r in t if r["kind"] == "verify" and r["graph"]}
@@ -220,7 +221,7 @@ def test_profile_sweep_of_an_mla_model(tmp_path):
     from traces.errors import SpecschedError
 
     with pytest.raises(SpecschedError, match="1, 2 or 4 query rows"):
-        run_profile(ModelShape(**V2_LITE_LAYERS), str(tmp_path / "q.parquet"),
+        run_profile(ModelShape(**V2_LITE_LAYERS, attention="mla"), str(tmp_path / "q.parquet"),
                     ProfileSpec(**{**asdict(spec), "extend_widths": (2, 5)}),
                     executor_opts={"max_context": 16384, "kv_pool_gib": 1})
     assert not (tmp_path / "q.parquet").exists()
