@@ -209,3 +209,38 @@ def test_overlap_hides_host_time_behind_the_gpu():
     assert C.iteration_time(0, E, EF, PF, CI, CF) == 5e-3
     CF[C.CF_OVERHEAD] = 1e-3
     assert abs(C.iteration_time(0, E, EF, PF, CI, CF) - 3e-3) < 1e-15
+
+
+# ---------------------------------------------------------------- the simulate command
+def test_simulate_with_no_options_is_an_sglang_run_and_split_runs_eagerly(tmp_path):
+    """`simulate` on a shipped sample, no options: SGLang's limits and one captured width, a
+    draft-extend pass per round; --policy split launches other widths eagerly."""
+    import json
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    import pyarrow.parquet as pq
+
+    root = Path(__file__).resolve().parents[2]
+    sample = root / "traces" / "samples" / "azure_conv_eagle_2k.parquet"
+
+    def simulate(out, *args):
+        proc = subprocess.run([sys.executable, "-m", "specsched", "simulate", "--trace", sample,
+                               "--limit", "120", "--no-report", "--out", out, *args],
+                              cwd=root, capture_output=True, text=True, timeout=600)
+        assert proc.returncode == 0, proc.stderr
+        return json.loads((out / "summary.json").read_text()), pq.read_table(
+            out / "steps.parquet").to_pandas()
+
+    summary, steps = simulate(tmp_path / "default")
+    engine = summary["config"]["engine"]
+    assert engine["max_running"] == 48 and engine["policy"] == "fixed"
+    assert engine["num_draft_tokens"] == 4 and summary["controller"]["captured_widths"] == [4]
+    verify = steps[steps.kind.astype(str) == "verify"]
+    assert set(verify.width) == {4} and verify.graph.all()
+    assert summary["draft_extend_passes"] > 0 and summary["what_if"] == []
+    summary, steps = simulate(tmp_path / "split", "--policy", "split")
+    verify = steps[steps.kind.astype(str) == "verify"]
+    assert (~verify.graph[verify.width != 4]).all() and (verify.width != 4).any()
+    assert verify.graph[verify.width == 4].all() and summary["what_if"]
