@@ -124,12 +124,14 @@ def verify_metadata(widths, kv_lens, mla, num_draft_tokens, page_size, capture_b
 @click.option("--tp", type=int, default=None, help="Tensor-parallel degree (default: the preset's).")
 @click.option("-o", "--out", required=True, type=click.Path(dir_okay=False),
               help="Profile parquet file to write (atomically).")
-@click.option("--bs", default=None, metavar="LIST", help="Verify/draft graph batch sizes (ladder points).")
+@click.option("--bs", default=None, metavar="LIST",
+              help="Verify, draft and draft-extend graph batch sizes (ladder points).")
 @click.option("--widths", default=None, metavar="LIST",
               help="Verify widths (default 1-8; MLA models: 1-4, width 3 timed as 4).")
 @click.option("--kv-lens", default=None, metavar="LIST",
               help="KV lengths (default 128,512,1024,2048,4096,8192,16384,32768).")
-@click.option("--eager-bs", default=None, metavar="LIST", help="Eager verify/draft batch sizes.")
+@click.option("--eager-bs", default=None, metavar="LIST",
+              help="Eager verify, draft and draft-extend batch sizes.")
 @click.option("--eager-widths", default=None, metavar="LIST", help="Eager verify widths.")
 @click.option("--eager-kv-lens", default=None, metavar="LIST", help="Eager KV lengths.")
 @click.option("--prefill-tokens", default=None, metavar="LIST", help="Prefill chunk sizes.")

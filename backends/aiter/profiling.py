@@ -321,8 +321,8 @@ def run_profile(model: Any, out: str, spec: ProfileSpec, *, executor_opts: dict 
         f"graphs: page size {runner.page_size}, max_seqlen_k {runner.max_seqlen_k} (context "
         f"{runner.max_context}), padded rows' seq_len {runner.fill}",
         _DRAFT_NOTES[r["draft_role"]] if r.get("draft_role") in _DRAFT_NOTES else "no draft model",
-        f"draft_extend rows: the draft model over width rows per request after a verify (every "
-        f"request at the width, padded rows at the fill length; seqused_k = kv_len + width), "
+        "draft_extend rows: the draft model over width rows per request after a verify (every "
+        "request at the width, padded rows at the fill length; seqused_k = kv_len + width), "
         + ("logits for each request's last row (SGLang's EAGLE worker)"
            if runner.extend_logits == "last" else
            "logits for every row (SGLang's overlap worker, DRAFT_EXTEND_V2)")

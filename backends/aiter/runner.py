@@ -12,7 +12,8 @@ too), so the host copies O(batch) numbers, never a page table.
 
 Shapes that are not captured run eagerly (every kernel launched from Python, as SGLang does
 outside its graphs).  GPU time is taken with CUDA events around the replay (or the eager
-launches); host time with ``time.perf_counter``.
+launches); host time with ``time.perf_counter`` (``backends/aiter/timing.py``).  Launch
+descriptions and their buffers live in ``backends/aiter/launch.py``.
 
 Padded rows follow SGLang's CUDA-graph runner: ``seq_len`` = the fill value, KV written to slot 0,
 position 0.
@@ -20,259 +21,27 @@ position 0.
 
 from __future__ import annotations
 
-import gc
 import time
-from contextlib import contextmanager
-from dataclasses import dataclass
 from typing import Any, Sequence
 
 import numpy as np
 
 from backends.aiter import metadata as md
-from backends.jit import JIT_ENABLED, njit
-from backends.aiter.kvpool import KVPool, plan_pool
+from backends.aiter.kvpool import KVPool, layout_starts, plan_pool
+from backends.aiter.launch import (Launch, _fill_meta_jit, _fill_meta_numpy, _Static,  # noqa: F401
+                                   expand_metadata, fill_meta)
 from backends.aiter.model import AttnInputs, CommModel, Rope, Transformer, comm_time_s, dense_shape
+from backends.aiter.timing import (FIRST_LEAD_CAP_S, MAX_LEAD_S, QueuedTiming, Timing,  # noqa: F401
+                                   gc_paused, lead_kind, next_lead, wait_event)
 
 #: which rows of a draft-extend pass get logits (``Runner.extend_logits``)
 EXTEND_LOGITS = ("last", "all")
 
-__all__ = ["Runner", "Launch", "Timing", "wait_event", "gc_paused"]
+__all__ = ["Runner", "Launch", "Timing", "wait_event", "gc_paused", "lead_kind", "next_lead",
+           "FIRST_LEAD_CAP_S", "MAX_LEAD_S", "EXTEND_LOGITS"]
 
 
-def wait_event(ev, spin: bool = True) -> None:
-    """Wait until CUDA event ``ev`` has completed.  ``spin``: poll it from this thread (the host
-    core stays busy, as an engine's scheduler thread does) instead of a blocking wait, after which
-    the next launches would start on a core woken from idle."""
-    if not spin:
-        ev.synchronize()
-        return
-    q = ev.query
-    while not q():
-        pass
-
-
-@contextmanager
-def gc_paused(enabled: bool = True):
-    """Hold Python's cyclic garbage collector off for a timed region.  A collection that falls
-    inside an eager pass (hundreds of Python kernel launches) would count the simulator's own
-    heap as GPU latency; the deferred collection runs at the next allocation after the region."""
-    was = gc.isenabled()
-    if enabled and was:
-        gc.disable()
-    try:
-        yield
-    finally:
-        if enabled and was:
-            gc.enable()
-
-
-#: a first host-queueing estimate never exceeds this (its first run may include a compile)
-FIRST_LEAD_CAP_S = 0.05
-#: nor does any estimate (a hold of 1.5 x this is the longest the GPU is kept waiting)
-MAX_LEAD_S = 0.25
-
-
-def lead_kind(key: tuple) -> tuple:
-    """The kind a hold key belongs to: ``("*", "verify")`` for graphs, ``("*", "eager",
-    "prefill")`` for eager launches; first-seen keys borrow their kind's estimate."""
-    return ("*",) + tuple(key[:2] if key and key[0] == "eager" else key[:1])
-
-
-def next_lead(old: float | None, host_s: float, starved: bool) -> float:
-    """One update of a host-queueing estimate (see :meth:`Runner._note_lead`)."""
-    if old is None:
-        return min(host_s, FIRST_LEAD_CAP_S)
-    new = min(host_s, 2.0 * old) if host_s > old else 0.95 * old + 0.05 * host_s
-    if starved:
-        new = max(new, 2.0 * old)
-    return min(new, MAX_LEAD_S)
-
-
-@dataclass
-class Timing:
-    """One measured launch: GPU time (events), host time, and the modelled communication."""
-
-    gpu_s: float
-    host_s: float
-    comm_s: float
-    graph: bool
-    key: tuple
-    held: bool = False      # queued behind a hold kernel: gpu_s is the GPU's time alone
-
-    @property
-    def latency_s(self) -> float:
-        return self.gpu_s + self.comm_s
-
-
-@dataclass
-class Launch:
-    """Host-side description of one forward: per-request query rows and cached lengths.
-
-    ``q_widths[i]``: rows request i contributes; ``attn_widths[i]``: rows the attention metadata
-    gives it (differs from ``q_widths`` only for unsafe-derived launches); ``kv_lens[i]``: tokens
-    cached before the pass.  ``rows``: query rows in the launch (static for graphs).
-    """
-
-    q_widths: np.ndarray
-    attn_widths: np.ndarray
-    kv_lens: np.ndarray
-    rows: int
-    nseq: int
-    max_seqlen_q: int
-    qo_sig: tuple | None = None      # equal signatures: same qo_indptr (skip rewriting it)
-    layout_sig: tuple | None = None  # equal signatures: same row layout (skip copying it)
-
-
-_expand_kernel = None
-
-
-def _get_expand_kernel():
-    """One Triton kernel that expands a launch's compact metadata on the GPU: the page table
-    (``block_table[i, j] = start_i + j``) and each query row's rotary position and KV slot
-    (``pos = seq_len[req] + off``, ``slot = (start[req] + pos // page) * page + pos % page``;
-    rows whose ``req`` is ``nseq`` are padding: position 0, slot 0)."""
-    global _expand_kernel
-    if _expand_kernel is None:
-        import triton
-        import triton.language as tl
-
-        @triton.jit
-        def _expand(starts_ptr, seq_lens_ptr, row_req_ptr, row_off_ptr, bt_ptr, pos_ptr, slot_ptr,
-                    nseq, rows, max_blocks, PAGE: tl.constexpr, BLOCK: tl.constexpr):
-            pid = tl.program_id(0)
-            if pid < nseq:
-                s = tl.load(starts_ptr + pid)
-                base = bt_ptr + pid.to(tl.int64) * max_blocks
-                for c in range(0, max_blocks, BLOCK):
-                    cols = c + tl.arange(0, BLOCK)
-                    tl.store(base + cols, s + cols, mask=cols < max_blocks)
-            else:
-                r = (pid - nseq) * BLOCK + tl.arange(0, BLOCK)
-                m = r < rows
-                req = tl.load(row_req_ptr + r, mask=m, other=0)
-                off = tl.load(row_off_ptr + r, mask=m, other=0)
-                kv = tl.load(seq_lens_ptr + req, mask=m, other=0)
-                st = tl.load(starts_ptr + req, mask=m, other=0)
-                pos = kv + off
-                slot = (st + pos // PAGE) * PAGE + pos % PAGE
-                valid = req < nseq
-                tl.store(pos_ptr + r, tl.where(valid, pos, 0), mask=m)
-                tl.store(slot_ptr + r, tl.where(valid, slot, 0), mask=m)
-
-        _expand_kernel = _expand
-    return _expand_kernel
-
-
-def expand_metadata(starts, seq_lens, row_req, row_off, block_table, positions, slots, *,
-                    page_size: int) -> None:
-    """Launch :func:`_get_expand_kernel` (``starts``/``seq_lens`` have ``nseq + 1`` entries, the last 0)."""
-    nseq, max_blocks = block_table.shape
-    rows = positions.shape[0]
-    block = 1024
-    grid = (nseq + -(-rows // block),)
-    _get_expand_kernel()[grid](starts, seq_lens, row_req, row_off, block_table, positions, slots,
-                               nseq, rows, max_blocks, PAGE=page_size, BLOCK=block)
-
-
-@njit
-def _fill_meta_jit(kv, aw, qw, ps, span, sk, starts, seq_lens):
-    acc = 0
-    for i in range(kv.shape[0]):
-        kk = kv[i]
-        a = aw[i]
-        q = qw[i]
-        sk[i] = kk + a
-        seq_lens[i] = kk
-        starts[i] = acc % span
-        e = kk + (a if a > q else q)
-        acc += (e + ps - 1) // ps
-
-
-def _fill_meta_numpy(kv, aw, qw, ps, span, sk, starts, seq_lens):
-    n = kv.shape[0]
-    seq_lens[:n] = kv
-    np.add(seq_lens[:n], aw, out=sk, casting="unsafe")
-    extent = sk if qw is aw else kv + np.maximum(qw, aw)
-    blocks = (extent + (ps - 1)) // ps
-    starts[0] = 0
-    np.cumsum(blocks[:-1], out=starts[1:n])
-    np.remainder(starts[1:n], span, out=starts[1:n])
-
-
-def fill_meta(kv, aw, qw, ps, span, sk, starts, seq_lens) -> None:
-    """Per-request metadata: ``seqused_k = kv + aw``, ``seq_lens = kv`` and each request's first
-    page ``starts[i] = (pages of requests < i) mod span`` (pages cover ``kv + max(qw, aw)``)."""
-    if JIT_ENABLED:
-        _fill_meta_jit(kv, aw, qw, ps, span, sk, starts, seq_lens)
-    else:
-        _fill_meta_numpy(kv, aw, qw, ps, span, sk, starts, seq_lens)
-
-
-class _Static:
-    """A captured (or eager) forward's device buffers and its host staging buffers.
-
-    ``meta`` (copied every launch, int32): ``seqused_k[nseq] | starts[nseq+1] | seq_lens[nseq+1] |
-    qo_indptr[nseq+1]``.  ``layout`` (copied only when it changes, int32): ``row_req[rows] |
-    row_off[rows]`` -- which request each query row belongs to and its offset in it.
-    """
-
-    def __init__(self, runner: "Runner", nseq: int, rows: int, *, model: str,
-                 logits: bool = True, logits_rows: int | None = None,
-                 hidden_width: int | None = None) -> None:
-        import torch
-
-        self.nseq = nseq
-        self.rows = rows
-        self.model = model
-        n = 4 * nseq + 3
-        pin = runner.on_gpu
-
-        def host(k):
-            t = torch.zeros(k, dtype=torch.int32)
-            return t.pin_memory() if pin else t
-
-        self.host = [host(n), host(n)]
-        self.host_np = [h.numpy() for h in self.host]
-        self.views = []
-        for hn in self.host_np:
-            self.views.append((hn[0:nseq], hn[nseq:2 * nseq + 1], hn[2 * nseq + 1:3 * nseq + 2],
-                               hn[3 * nseq + 2:4 * nseq + 3]))
-        self.qo_sig = [None, None]
-        self.copied = [None, None]
-        self.turn = 0
-        self.host_layout = host(2 * rows)
-        self.host_layout_np = self.host_layout.numpy()
-        self.layout_sig = None
-        self.layout_copied = None
-        dev = runner.device
-        self.dev = torch.zeros(n, dtype=torch.int32, device=dev)
-        self.seqused_k = self.dev[0:nseq]
-        self.starts = self.dev[nseq:2 * nseq + 1]
-        self.seq_lens = self.dev[2 * nseq + 1:3 * nseq + 2]
-        self.qo = self.dev[3 * nseq + 2:4 * nseq + 3]
-        self.layout = torch.zeros(2 * rows, dtype=torch.int32, device=dev)
-        self.row_req = self.layout[:rows]
-        self.row_off = self.layout[rows:]
-        self.positions = torch.zeros(rows, dtype=torch.int32, device=dev)
-        self.slots = torch.zeros(rows, dtype=torch.int32, device=dev)
-        # graphs share one page table and one logits buffer (they never run at the same time
-        # and both are rewritten by every replay), so memory does not grow with the graph count
-        n_logits = (rows if logits_rows is None else logits_rows) if logits else 0
-        self.block_table, self.logits = runner.shared_buffers(nseq, n_logits, model)
-        g = torch.Generator(device="cpu").manual_seed(1234 + rows)
-        vocab = runner.geometry["vocab"] if model == "target" else runner.draft_geometry["vocab"]
-        self.ids = torch.randint(0, vocab, (rows,), generator=g).to(dev)
-        self.hidden = None
-        self.logits_index = None  # rows whose logits are computed (None: every row)
-        if model == "draft":
-            self.hidden = runner.shared_hidden(rows, hidden_width or runner.geometry["hidden"])
-        self.graph = None
-        self.out = None
-        self.max_seqlen_q = 1
-        self.e0 = self.e1 = self.done = None
-
-
-class Runner:
+class Runner(QueuedTiming):
     """Owns the weights, the KV pool, the graphs and the timing of one model shard."""
 
     def __init__(self, shape: Any, *, page_size: int = 16, max_context: int = md.DEFAULT_MAX_CONTEXT,
@@ -714,64 +483,6 @@ class Runner:
             self.graph_fix[k] += v
 
     # ---- running --------------------------------------------------------------------------------
-    def _hold(self, key: tuple) -> bool:
-        """Queue a spin kernel covering the host's time to queue ``key``'s launch (1.5 x the
-        estimate kept by :meth:`_note_lead`, at least ``min_hold_s``); False when not holding
-        (CPU, ``hold_gpu`` off, or no estimate yet)."""
-        if not (self.on_gpu and self.hold_gpu):
-            return False
-        lead = self.lead_estimate(key)
-        if lead is None:
-            return False
-        import torch
-
-        if self._cycles_per_s is None:
-            self._cycles_per_s = self._calibrate_spin()
-        torch.cuda._sleep(max(1, int(max(self.min_hold_s, 1.5 * lead) * self._cycles_per_s)))
-        return True
-
-    def lead_estimate(self, key: tuple) -> float | None:
-        """The host-queueing estimate a hold for ``key`` uses: its own, else its kind's."""
-        lead = self._lead.get(key)
-        return self._lead.get(lead_kind(key)) if lead is None else lead
-
-    def auto_warmup(self, key: tuple) -> int:
-        """Untimed runs a live launch of ``key`` (a hold key) needs first: none when it can be
-        held (a compile stall then starves the hold and the run is repeated), else one."""
-        if self.on_gpu and self.hold_gpu and self.lead_estimate(key) is not None:
-            return 0
-        return 1
-
-    def _calibrate_spin(self) -> float:
-        """Cycles per second of ``torch.cuda._sleep`` on this GPU (the fastest of three)."""
-        import torch
-
-        best = None
-        for _ in range(3):
-            a, b = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-            a.record()
-            torch.cuda._sleep(1_000_000)
-            b.record()
-            b.synchronize()
-            s = a.elapsed_time(b) / 1e3
-            best = s if best is None else min(best, s)
-        return 1_000_000 / max(best, 1e-9)
-
-    def _note_lead(self, key: tuple, host_s: float, starved: bool) -> None:
-        """Update the host-queueing estimates of ``key`` and of its kind (:func:`lead_kind`).
-
-        Each rises at once but at most to twice what it was (a Triton compile or cuBLAS's first
-        heuristic query for a shape is a one-off stall, not what the launch costs), falls by 5%
-        of the gap, and is at least doubled after a starved hold so that the re-run is covered.
-        A key seen for the first time starts from its kind's estimate, or, with none, from what
-        was seen (at most ``FIRST_LEAD_CAP_S``).  The kind learns only from runs that were not
-        starved, so a run of compile stalls cannot inflate the holds of every later shape."""
-        kind = lead_kind(key)
-        old = self._lead.get(key)
-        self._lead[key] = next_lead(old if old is not None else self._lead.get(kind), host_s, starved)
-        if not starved:
-            self._lead[kind] = next_lead(self._lead.get(kind), host_s, False)
-
     def replay_step(self, st: _Static, launch: Launch, key: tuple | None = None) -> tuple[bool, bool]:
         """The hot path of a replayed step: fill the staging buffer and launch the graph (whose
         first node copies it to the GPU).  Events ``st.e0``/``st.e1`` bracket the replay.
@@ -818,81 +529,6 @@ class Runner:
         comm = self._comm(key, launch, comm_rows, logits_rows)
         return self._time_eager(st, launch, lambda: self._body(st), key=key, comm=comm,
                                 reps=reps, warmup=warmup)
-
-    def _timed_runs(self, once, *, key: tuple, comm: float, graph: bool, reps: int,
-                    warmup: int) -> list[Timing]:
-        """``warmup + reps`` runs of ``once() -> (gpu_s, host_s, held, starved)``, the garbage
-        collector held off in each; the timings of the last ``reps``.  A run whose hold ran out
-        before the launch was queued is run again (at most twice; ``once`` has lengthened the
-        hold through :meth:`_note_lead`).  Eager runs also count driver allocations."""
-        out: list[Timing] = []
-        for i in range(warmup + reps):
-            timed = i >= warmup
-            before = self._driver_allocs() if timed and not graph else 0
-            for attempt in range(3):
-                w0 = time.perf_counter()
-                with gc_paused(self.pause_gc):
-                    gpu, host, held, starved = once()
-                part = "rerun" if attempt else ("timed" if timed else "warmup")
-                self.wall_s[part] += time.perf_counter() - w0
-                if not starved or attempt == 2:
-                    break
-                self.rerun_starved += 1
-            if not timed:
-                continue
-            clean = held and not starved
-            self.held_runs += int(clean)
-            if not graph:
-                self.eager_timed_runs += 1
-                if self._driver_allocs() != before:
-                    self.eager_alloc_events += 1
-            out.append(Timing(gpu_s=gpu, host_s=host, comm_s=comm, graph=graph, key=key, held=clean))
-        return out
-
-    def _time_eager(self, st: _Static, launch: Launch, body, *, key: tuple, comm: float,
-                    reps: int, warmup: int | None) -> list[Timing]:
-        """Stage ``launch`` and run ``body()`` eagerly ``warmup + reps`` times (``None``:
-        :meth:`auto_warmup`); CUDA events time the GPU part of each timed run (the host clock on
-        a CPU)."""
-        import torch
-
-        lead_key = ("eager",) + tuple(key)
-        if warmup is None:
-            warmup = self.auto_warmup(lead_key)
-
-        def once():
-            if self.on_gpu:
-                e0 = torch.cuda.Event(enable_timing=True)
-                e1 = torch.cuda.Event(enable_timing=True)
-            self._stage(st, launch)
-            held = self._hold(lead_key)
-            h0 = time.perf_counter()
-            if self.on_gpu:
-                e0.record()
-            with torch.no_grad():
-                st.out = body()
-            starved = held and e0.query()
-            if self.on_gpu:
-                e1.record()
-            host = time.perf_counter() - h0
-            if self.on_gpu:
-                wait_event(e1, self.spin_wait)
-                gpu = e0.elapsed_time(e1) / 1e3
-            else:
-                gpu = time.perf_counter() - h0
-            self._note_lead(lead_key, host, starved)
-            return gpu, host, held, starved
-
-        return self._timed_runs(once, key=key, comm=comm, graph=False, reps=reps, warmup=warmup)
-
-    def _driver_allocs(self) -> int:
-        """Calls the caching allocator made to the driver so far (allocations plus retries)."""
-        if not self.on_gpu:
-            return 0
-        import torch
-
-        s = torch.cuda.memory_stats(self.device)
-        return int(s.get("num_device_alloc", 0)) + int(s.get("num_alloc_retries", 0))
 
     def _eager_static(self, key: tuple, launch: Launch) -> _Static:
         ekey = ("eager",) + key

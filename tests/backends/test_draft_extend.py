@@ -10,7 +10,7 @@ from backends.hardware import GPUS
 from backends.latency_table import (EXTEND_FALLBACK_CAVEAT, Grid, LatencyTable, TableExecutor,
                                     attention_params, extend_arrays, extend_axes, verify_axes)
 from backends.models import ModelShape, load_model
-from backends.profile import ProfileExecutor, load_profile, profile_metadata, write_profile
+from backends.profile import ProfileExecutor, profile_metadata, write_profile
 from backends.protocol import DraftExtendBatch, VerifyBatch
 from traces.errors import SpecschedError, TraceValidationError
 

@@ -1,0 +1,225 @@
+"""How the runner times a launch: event waits, the collector held off, queued (held) timing.
+
+:class:`QueuedTiming` is the timing half of :class:`backends.aiter.runner.Runner` (a mixin): before
+a timed launch the GPU is held by a spin kernel long enough for the host to queue the whole
+launch, so CUDA events measure the GPU's time alone, not the host's launch rate; a hold that ran
+out first is detected and the run repeated (docs/aiter.md, *Timing*).
+"""
+
+from __future__ import annotations
+
+import gc
+import time
+from contextlib import contextmanager
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from backends.aiter.launch import Launch, _Static
+
+__all__ = ["wait_event", "gc_paused", "lead_kind", "next_lead", "Timing", "QueuedTiming",
+           "FIRST_LEAD_CAP_S", "MAX_LEAD_S"]
+
+
+def wait_event(ev, spin: bool = True) -> None:
+    """Wait until CUDA event ``ev`` has completed.  ``spin``: poll it from this thread (the host
+    core stays busy, as an engine's scheduler thread does) instead of a blocking wait, after which
+    the next launches would start on a core woken from idle."""
+    if not spin:
+        ev.synchronize()
+        return
+    q = ev.query
+    while not q():
+        pass
+
+
+@contextmanager
+def gc_paused(enabled: bool = True):
+    """Hold Python's cyclic garbage collector off for a timed region.  A collection that falls
+    inside an eager pass (hundreds of Python kernel launches) would count the simulator's own
+    heap as GPU latency; the deferred collection runs at the next allocation after the region."""
+    was = gc.isenabled()
+    if enabled and was:
+        gc.disable()
+    try:
+        yield
+    finally:
+        if enabled and was:
+            gc.enable()
+
+
+#: a first host-queueing estimate never exceeds this (its first run may include a compile)
+FIRST_LEAD_CAP_S = 0.05
+#: nor does any estimate (a hold of 1.5 x this is the longest the GPU is kept waiting)
+MAX_LEAD_S = 0.25
+
+
+def lead_kind(key: tuple) -> tuple:
+    """The kind a hold key belongs to: ``("*", "verify")`` for graphs, ``("*", "eager",
+    "prefill")`` for eager launches; first-seen keys borrow their kind's estimate."""
+    return ("*",) + tuple(key[:2] if key and key[0] == "eager" else key[:1])
+
+
+def next_lead(old: float | None, host_s: float, starved: bool) -> float:
+    """One update of a host-queueing estimate (see :meth:`Runner._note_lead`)."""
+    if old is None:
+        return min(host_s, FIRST_LEAD_CAP_S)
+    new = min(host_s, 2.0 * old) if host_s > old else 0.95 * old + 0.05 * host_s
+    if starved:
+        new = max(new, 2.0 * old)
+    return min(new, MAX_LEAD_S)
+
+
+@dataclass
+class Timing:
+    """One measured launch: GPU time (events), host time, and the modelled communication."""
+
+    gpu_s: float
+    host_s: float
+    comm_s: float
+    graph: bool
+    key: tuple
+    held: bool = False      # queued behind a hold kernel: gpu_s is the GPU's time alone
+
+    @property
+    def latency_s(self) -> float:
+        return self.gpu_s + self.comm_s
+
+
+class QueuedTiming:
+    """Held launches and timed runs, mixed into the runner (which owns the attributes read here:
+    ``on_gpu``, ``hold_gpu``, ``min_hold_s``, ``_lead``, ``_cycles_per_s``, ``pause_gc``,
+    ``spin_wait``, ``wall_s`` and the counters, ``device`` and ``_stage``)."""
+
+    def _hold(self, key: tuple) -> bool:
+        """Queue a spin kernel covering the host's time to queue ``key``'s launch (1.5 x the
+        estimate kept by :meth:`_note_lead`, at least ``min_hold_s``); False when not holding
+        (CPU, ``hold_gpu`` off, or no estimate yet)."""
+        if not (self.on_gpu and self.hold_gpu):
+            return False
+        lead = self.lead_estimate(key)
+        if lead is None:
+            return False
+        import torch
+
+        if self._cycles_per_s is None:
+            self._cycles_per_s = self._calibrate_spin()
+        torch.cuda._sleep(max(1, int(max(self.min_hold_s, 1.5 * lead) * self._cycles_per_s)))
+        return True
+
+    def lead_estimate(self, key: tuple) -> float | None:
+        """The host-queueing estimate a hold for ``key`` uses: its own, else its kind's."""
+        lead = self._lead.get(key)
+        return self._lead.get(lead_kind(key)) if lead is None else lead
+
+    def auto_warmup(self, key: tuple) -> int:
+        """Untimed runs a live launch of ``key`` (a hold key) needs first: none when it can be
+        held (a compile stall then starves the hold and the run is repeated), else one."""
+        if self.on_gpu and self.hold_gpu and self.lead_estimate(key) is not None:
+            return 0
+        return 1
+
+    def _calibrate_spin(self) -> float:
+        """Cycles per second of ``torch.cuda._sleep`` on this GPU (the fastest of three)."""
+        import torch
+
+        best = None
+        for _ in range(3):
+            a, b = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+            a.record()
+            torch.cuda._sleep(1_000_000)
+            b.record()
+            b.synchronize()
+            s = a.elapsed_time(b) / 1e3
+            best = s if best is None else min(best, s)
+        return 1_000_000 / max(best, 1e-9)
+
+    def _note_lead(self, key: tuple, host_s: float, starved: bool) -> None:
+        """Update the host-queueing estimates of ``key`` and of its kind (:func:`lead_kind`).
+
+        Each rises at once but at most to twice what it was (a Triton compile or cuBLAS's first
+        heuristic query for a shape is a one-off stall, not what the launch costs), falls by 5%
+        of the gap, and is at least doubled after a starved hold so that the re-run is covered.
+        A key seen for the first time starts from its kind's estimate, or, with none, from what
+        was seen (at most ``FIRST_LEAD_CAP_S``).  The kind learns only from runs that were not
+        starved, so a run of compile stalls cannot inflate the holds of every later shape."""
+        kind = lead_kind(key)
+        old = self._lead.get(key)
+        self._lead[key] = next_lead(old if old is not None else self._lead.get(kind), host_s, starved)
+        if not starved:
+            self._lead[kind] = next_lead(self._lead.get(kind), host_s, False)
+
+    def _timed_runs(self, once, *, key: tuple, comm: float, graph: bool, reps: int,
+                    warmup: int) -> list[Timing]:
+        """``warmup + reps`` runs of ``once() -> (gpu_s, host_s, held, starved)``, the garbage
+        collector held off in each; the timings of the last ``reps``.  A run whose hold ran out
+        before the launch was queued is run again (at most twice; ``once`` has lengthened the
+        hold through :meth:`_note_lead`).  Eager runs also count driver allocations."""
+        out: list[Timing] = []
+        for i in range(warmup + reps):
+            timed = i >= warmup
+            before = self._driver_allocs() if timed and not graph else 0
+            for attempt in range(3):
+                w0 = time.perf_counter()
+                with gc_paused(self.pause_gc):
+                    gpu, host, held, starved = once()
+                part = "rerun" if attempt else ("timed" if timed else "warmup")
+                self.wall_s[part] += time.perf_counter() - w0
+                if not starved or attempt == 2:
+                    break
+                self.rerun_starved += 1
+            if not timed:
+                continue
+            clean = held and not starved
+            self.held_runs += int(clean)
+            if not graph:
+                self.eager_timed_runs += 1
+                if self._driver_allocs() != before:
+                    self.eager_alloc_events += 1
+            out.append(Timing(gpu_s=gpu, host_s=host, comm_s=comm, graph=graph, key=key, held=clean))
+        return out
+
+    def _time_eager(self, st: _Static, launch: Launch, body, *, key: tuple, comm: float,
+                    reps: int, warmup: int | None) -> list[Timing]:
+        """Stage ``launch`` and run ``body()`` eagerly ``warmup + reps`` times (``None``:
+        :meth:`auto_warmup`); CUDA events time the GPU part of each timed run (the host clock on
+        a CPU)."""
+        import torch
+
+        lead_key = ("eager",) + tuple(key)
+        if warmup is None:
+            warmup = self.auto_warmup(lead_key)
+
+        def once():
+            if self.on_gpu:
+                e0 = torch.cuda.Event(enable_timing=True)
+                e1 = torch.cuda.Event(enable_timing=True)
+            self._stage(st, launch)
+            held = self._hold(lead_key)
+            h0 = time.perf_counter()
+            if self.on_gpu:
+                e0.record()
+            with torch.no_grad():
+                st.out = body()
+            starved = held and e0.query()
+            if self.on_gpu:
+                e1.record()
+            host = time.perf_counter() - h0
+            if self.on_gpu:
+                wait_event(e1, self.spin_wait)
+                gpu = e0.elapsed_time(e1) / 1e3
+            else:
+                gpu = time.perf_counter() - h0
+            self._note_lead(lead_key, host, starved)
+            return gpu, host, held, starved
+
+        return self._timed_runs(once, key=key, comm=comm, graph=False, reps=reps, warmup=warmup)
+
+    def _driver_allocs(self) -> int:
+        """Calls the caching allocator made to the driver so far (allocations plus retries)."""
+        if not self.on_gpu:
+            return 0
+        import torch
+
+        s = torch.cuda.memory_stats(self.device)
+        return int(s.get("num_device_alloc", 0)) + int(s.get("num_alloc_retries", 0))
