@@ -13,6 +13,11 @@ Semantics follow SGLang's scheduler with speculative decoding (chain drafting, t
   while the paged KV cache has room for their whole context plus a growth reserve for every
   running request; a prefill pass holds at most ``chunked_prefill_size`` tokens and the last
   request of a pass may be chunked, continuing in the next pass (SGLang ``chunked_req``).
+  With a radix prefix cache (``simulator.cache_ops``; the trace's prefix block ids) a request
+  matches and locks its cached prefix at admission, needs pages and prefill only for the rest,
+  and inserts its prompt blocks after each prefill pass; unlocked cached pages count as room
+  and are evicted (least recently used first) when the pool needs pages.  ``lpm`` orders the
+  waiting requests by cached prefix instead of FCFS.
   Every completed prefill emits one token (the first token, or the next one after a
   retraction, as SGLang's re-prefill does).
 * Otherwise a decode iteration over the running requests: a draft phase (as many draft-model
@@ -93,7 +98,7 @@ E_CAP = 13        # KV pages in the pool
 E_WHEAD = 14      # retracted queue: ring buffer W[r, :] (entry times WT[r, :]), head index
 E_WLEN = 15       # retracted queue length
 E_XRETRACT = 16   # retractions beyond SGLang's rule, to fit a verify (SGLang would run out of KV)
-E_CACHED = 17     # KV pages the radix cache holds (mirrors its state, for the step rows)
+E_CACHED = 17     # KV pages the radix cache holds for no running request (its evictable pages)
 NE = 18
 
 EF_CLOCK = 0      # the replica's clock: the start of its next decision
@@ -122,7 +127,7 @@ P_MSTART = 15     # members [P_MSTART, P_MSTART + P_MCOUNT) of MB
 P_MCOUNT = 16
 P_MAXVW = 17      # widest verify width of a member (buffers of a ragged launch)
 P_KVUSED = 18     # KV pages in use while the pass runs
-P_KVCACHED = 19   # of those, pages the radix cache holds
+P_KVCACHED = 19   # of those, pages only the radix cache holds (evictable)
 NPI = 20
 PF_LAT = 0
 PF_KVMEAN = 1
@@ -625,7 +630,7 @@ def _retract(r, i, t, R, E, W, WT, RUN, rx):
 
 @njit
 def _sync_cached(r, E, rx):
-    E[r, E_CACHED] = X.cached_pages(rx, r)
+    E[r, E_CACHED] = X.evictable_pages(rx, r)
 
 
 @njit
@@ -633,6 +638,7 @@ def _release_node(r, i, R, E, rx):
     """Release request i's lock on the radix cache (finish, retraction)."""
     if R[i, R_NODE] != 0:
         X.unlock(rx, r, R[i, R_NODE])
+        _sync_cached(r, E, rx)
     R[i, R_NODE] = 0
     R[i, R_PROT] = 0
     R[i, R_SHARED] = 0
@@ -993,10 +999,12 @@ def _decide_prefill(r, clock, R, RF, E, EF, Q, W, WT, RUN, MB, PI, PF, arrival, 
         if (total >= avail - offset                       # NO_TOKEN: the head waits for room
                 or (ptarget >= rem_input and nmem != 0) or take <= 0):
             X.unlock(rx, r, node)
+            _sync_cached(r, E, rx)
             break
         _evict_for(r, grow, E, rx)
         if grow > E[r, E_FREE]:
             X.unlock(rx, r, node)
+            _sync_cached(r, E, rx)
             break
         if ncand >= 0:
             _waiting_remove(r, i, from_retracted, Q, W, WT, E)
@@ -1347,7 +1355,8 @@ def _apply_pending(r, R, RF, E, EF, RUN, MB, PI, PF, prompt, output, off, draft,
     else:
         _apply_decode(r, t_end, R, RF, E, RUN, MB, prompt, output, off, draft, acc, pacc,
                       RSI, RSF, G, CI, committed)
-    _release_finished(r, R, E, MB, rx)
+    if CI[C_RADIX] == 1:
+        _release_finished(r, R, E, MB, rx)
     _record_steps(r, t0, PI, PF, E, SI, SF, G, committed)
     EF[r, EF_BUSY] += t_end - t0
     EF[r, EF_CLOCK] = t_end

@@ -13,6 +13,8 @@ replica up front and the replica admits it once its clock reaches the arrival ti
 ``least-outstanding-tokens`` reads replica state, so the arrival process routes each request at
 its arrival time, after every replica has applied the iterations that ended by then
 (completions at time t happen before arrivals at time t; decisions at t see arrivals at t).
+``cache-aware`` (SGLang router's ``cache_aware`` policy) does the same, with its own per-replica
+trees of the prefix blocks it routed.
 """
 
 from __future__ import annotations

@@ -316,7 +316,7 @@ class _Checked(Simulation):
         assert np.all(own >= 0) and np.all(R[mine, C.R_SHARED] <= R[mine, C.R_PAGES])
         cached = int(radix.cached_pages(self.rx[4][r]))
         assert int(own.sum()) + cached + int(E[r, C.E_FREE]) == int(E[r, C.E_CAP])
-        assert int(E[r, C.E_CACHED]) == cached
+        assert int(E[r, C.E_CACHED]) == int(radix.evictable_pages(self.rx[4][r]))
         self.checks += 1
         return status
 

@@ -53,11 +53,14 @@ def test_three_requests_sharing_a_prefix_by_hand():
     assert s["prefix_cache_hit_rate"] == pytest.approx(48 / 112)
     assert s["prefix_ideal_hit_rate"] == pytest.approx(48 / 112)
     assert s["prefix_cache_inserted_tokens"] == 32 and s["prefix_cache_evicted_tokens"] == 0
-    # the pool split: r1's prefill runs beside the 32 cached pages, and owns its 8 new ones
-    st = res.steps
-    kind = st["kind"].to_numpy(zero_copy_only=False).astype(str)
-    row = np.flatnonzero(kind == "prefill")[1]
-    assert st["kv_pages_cached"][row].as_py() == 32 and st["kv_pages_used"][row].as_py() == 40
+    # the pool split: while r0 decodes its 2 blocks are locked (it holds 40 pages, the cache
+    # nothing of its own); between requests they are the cache's alone (evictable); r1 locks
+    # both again (40 pages in use, 0 for the cache alone), r2 only the first (16 of the 32
+    # cached pages stay evictable; r2 uses 16 + 16 of its own)
+    st = res.steps.to_pandas()
+    pre = st[st["kind"] == "prefill"]
+    assert pre["kv_pages_used"].tolist() == [40, 40, 48]
+    assert pre["kv_pages_cached"].tolist() == [0, 0, 16]
     assert s["what_if"] == []
 
 
@@ -103,8 +106,9 @@ def test_eviction_takes_the_unlocked_leaf_and_spares_the_running_requests_prefix
     assert admit[2] < admit[3] < req["finish_s"].to_numpy()[0]  # D came while A ran
     st = res.steps.to_pandas()
     pre = st[st["kind"] == "prefill"]
-    # B's prefill: decided after evicting C (cache 352 -> 32 pages), B owns 300 of its own
-    assert pre["kv_pages_cached"].tolist()[2] == 32
+    # B's prefill: decided after evicting C; the cache keeps only A's locked blocks (nothing
+    # evictable), and the pool holds A's 32 + 1 pages and B's 300
+    assert pre["kv_pages_cached"].tolist()[2] == 0
     assert pre["kv_pages_used"].tolist()[2] == 32 + 1 + 300
 
 
