@@ -674,7 +674,8 @@ def _decode_mem_ok(r, n, R, E, RUN, CI, rx):
     for j in range(n):
         i = RUN[r, j]
         need += pages_for(R[i, R_KV] + CI[C_DECODE_RESERVE], page) - R[i, R_PAGES]
-    _evict_for(r, need, E, rx)
+    if need > E[r, E_FREE]:
+        _evict_for(r, need, E, rx)
     return E[r, E_FREE] >= need
 
 
@@ -727,7 +728,8 @@ def _decide_decode(r, clock, R, E, EF, W, WT, RUN, MB, PI, PF, off, draft, promp
         n = _fill_members(r, R, E, RUN, MB, off, draft, CI)
         nl = apply_policy(policy, MB[r], n, lw, tmp, buckets, CI[C_FIXED], CI[C_WIDEN])
         need = _verify_need_pages(r, n, MB, R, page)
-        _evict_for(r, need, E, rx)
+        if need > E[r, E_FREE]:
+            _evict_for(r, need, E, rx)
         if need <= E[r, E_FREE]:
             break
         if n == 1:
@@ -892,6 +894,16 @@ def _decide_decode(r, clock, R, E, EF, W, WT, RUN, MB, PI, PF, off, draft, promp
     E[r, E_NMEM] = n
     E[r, E_PENDING] = 2
     _mark_kv_used(r, E, PI)
+
+
+@njit
+def _wants_prefill(r, clock, arrival, Q, E):
+    """Whether anything could be prefilled now: a chunked prefill to continue, a retracted
+    request, or an arrived one (else :func:`_decide_prefill` would find nothing; skipping it
+    keeps decode-only iterations cheap)."""
+    if E[r, E_CHUNKED] >= 0 or E[r, E_WLEN] > 0:
+        return True
+    return E[r, E_QLEN] > 0 and arrival[Q[r, E[r, E_QHEAD]]] <= clock
 
 
 @njit
@@ -1169,30 +1181,37 @@ def _finish(r, i, t, R, RF, E, prompt):
 
 
 @njit
-def _apply_prefill(r, t, R, RF, E, RUN, MB, prompt, output, RSI, RSF, G, CI, poff, pids, rx):
-    """Prefill chunks computed; completed prefills emit a token.  Returns tokens emitted.
-
-    With the radix cache, the full prompt blocks computed so far are inserted after every pass
-    (its last chunk included) and the request's lock moves to their end (SGLang
-    ``cache_unfinished_req``): blocks another request cached meanwhile are freed, the new ones
-    pass from the request to the cache (both stay in its ``R_PAGES``, as ``R_SHARED``)."""
-    page = CI[C_PAGE]
+def _cache_prefilled(r, t, R, E, MB, prompt, CI, poff, pids, rx):
+    """Before a prefill pass is applied: insert the full prompt blocks each member will have
+    computed into the radix cache and move its lock to their end (SGLang
+    ``cache_unfinished_req``, after every prefill pass, the last chunk included): blocks another
+    request cached meanwhile are freed, the new ones pass from the request to the cache (both
+    stay in its ``R_PAGES``, as ``R_SHARED``)."""
     block = CI[C_BLOCK]
     ppb = CI[C_PPB]
+    for j in range(E[r, E_NMEM]):
+        i = MB[r, j, M_REQ]
+        done = R[i, R_PDONE] + MB[r, j, M_TOK]
+        k = min(poff[i + 1] - poff[i], min(done, prompt[i]) // block)
+        if k > R[i, R_PROT]:
+            prefix, node = X.insert_move(rx, r, i, k, R[i, R_NODE], poff, pids, t)
+            E[r, E_FREE] += (prefix - R[i, R_PROT]) * ppb
+            R[i, R_NODE] = node
+            R[i, R_PROT] = k
+            R[i, R_SHARED] = k * ppb
+            _sync_cached(r, E, rx)
+
+
+@njit
+def _apply_prefill(r, t, R, RF, E, RUN, MB, prompt, output, RSI, RSF, G, CI):
+    """Prefill chunks computed; completed prefills emit a token.  Returns tokens emitted.
+    (With the radix cache, :func:`_cache_prefilled` has inserted their blocks just before.)"""
+    page = CI[C_PAGE]
     emitted = 0
     for j in range(E[r, E_NMEM]):
         i = MB[r, j, M_REQ]
         R[i, R_PDONE] += MB[r, j, M_TOK]
         R[i, R_KV] = R[i, R_PDONE]
-        if CI[C_RADIX] == 1:
-            k = min(poff[i + 1] - poff[i], min(R[i, R_PDONE], prompt[i]) // block)
-            if k > R[i, R_PROT]:
-                prefix, node = X.insert_move(rx, r, i, k, R[i, R_NODE], poff, pids, t)
-                E[r, E_FREE] += (prefix - R[i, R_PROT]) * ppb
-                R[i, R_NODE] = node
-                R[i, R_PROT] = k
-                R[i, R_SHARED] = k * ppb
-                _sync_cached(r, E, rx)
         if R[i, R_PDONE] < R[i, R_PTARGET]:
             continue
         if E[r, E_CHUNKED] == i:
@@ -1344,19 +1363,17 @@ def iteration_time(r, E, PF, CI, CF):
 
 @njit
 def _apply_pending(r, R, RF, E, EF, RUN, MB, PI, PF, prompt, output, off, draft, acc, pacc,
-                   SI, SF, RSI, RSF, G, CI, CF, committed, poff, pids, rx):
+                   SI, SF, RSI, RSF, G, CI, CF, committed):
     t_end = EF[r, EF_PEND_END]
     t0 = EF[r, EF_CLOCK] + (0.0 if CI[C_OVERLAP] == 1 else CF[CF_OVERHEAD])
     for L in range(committed.shape[0]):
         committed[L] = 0
     if E[r, E_PENDING] == 1:
         committed[0] = _apply_prefill(r, t_end, R, RF, E, RUN, MB, prompt, output, RSI, RSF,
-                                      G, CI, poff, pids, rx)
+                                      G, CI)
     else:
         _apply_decode(r, t_end, R, RF, E, RUN, MB, prompt, output, off, draft, acc, pacc,
                       RSI, RSF, G, CI, committed)
-    if CI[C_RADIX] == 1:
-        _release_finished(r, R, E, MB, rx)
     _record_steps(r, t0, PI, PF, E, SI, SF, G, committed)
     EF[r, EF_BUSY] += t_end - t0
     EF[r, EF_CLOCK] = t_end
@@ -1398,8 +1415,13 @@ def advance(r, horizon, arrival, prompt, output, mnt, off, draft, acc, pacc, R, 
                 return ADV_PENDING
             if G[G_SFILL] + MAXPASS > SI.shape[1] or G[G_RSFILL] + maxrun > RSI.shape[1]:
                 return ADV_FULL
+            radix_on = CI[C_RADIX] == 1
+            if radix_on and E[r, E_PENDING] == 1:
+                _cache_prefilled(r, EF[r, EF_PEND_END], R, E, MB, prompt, CI, poff, pids, rx)
             _apply_pending(r, R, RF, E, EF, RUN, MB, PI, PF, prompt, output, off, draft, acc,
-                           pacc, SI, SF, RSI, RSF, G, CI, CF, committed, poff, pids, rx)
+                           pacc, SI, SF, RSI, RSF, G, CI, CF, committed)
+            if radix_on:
+                _release_finished(r, R, E, MB, rx)
             applied += 1
             if applied == CI[C_YIELD]:  # state is all in the arrays: the next call resumes here
                 return ADV_YIELD
@@ -1407,8 +1429,9 @@ def advance(r, horizon, arrival, prompt, output, mnt, off, draft, acc, pacc, R, 
         clock = EF[r, EF_CLOCK]
         if clock >= horizon:
             return ADV_HORIZON
-        if _decide_prefill(r, clock, R, RF, E, EF, Q, W, WT, RUN, MB, PI, PF, arrival, prompt,
-                           mnt, CI, poff, pids, rx, cand):
+        if _wants_prefill(r, clock, arrival, Q, E) and _decide_prefill(
+                r, clock, R, RF, E, EF, Q, W, WT, RUN, MB, PI, PF, arrival, prompt, mnt, CI, poff,
+                pids, rx, cand):
             continue
         if E[r, E_NRUN] > 0:
             _decide_decode(r, clock, R, E, EF, W, WT, RUN, MB, PI, PF, off, draft, prompt, mnt,
