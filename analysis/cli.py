@@ -14,6 +14,7 @@ from pathlib import Path
 import click
 
 from simulator.config import parse_overrides
+from simulator.registry import VERIFY_POLICIES
 from traces.errors import SpecschedError
 
 __all__ = ["report", "plan", "uniformity", "sweep", "fidelity"]
@@ -377,8 +378,7 @@ def _print_plan(result, d) -> None:
 @click.option("--trace", "trace_path", required=True, type=click.Path(dir_okay=False),
               help="Trace parquet to replay under every policy.")
 @_config_options
-@click.option("--policies", default=",".join(("pad", "split", "bucket", "truncate", "fixed",
-                                              "ragged", "unsafe-derived")), show_default=True,
+@click.option("--policies", default=",".join(VERIFY_POLICIES.names()), show_default=True,
               help="Policies to compare (ragged always runs: it is the reference).")
 @click.option("--gpu-batches", type=int, default=6, show_default=True,
               help="With --backend aiter: mixed launches to check on the GPU.")

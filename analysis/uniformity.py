@@ -28,11 +28,13 @@ from typing import Any, Callable
 import numpy as np
 
 from analysis.runner import RunSpec, file_digest, load_trace, simulate_summary
+from simulator.registry import VERIFY_POLICIES
 from traces.errors import SpecschedError
 
 __all__ = ["POLICIES", "REFERENCE", "uniformity", "rebuild_batch", "pick_launches"]
 
-POLICIES = ("pad", "split", "bucket", "truncate", "fixed", "ragged", "unsafe-derived")
+#: every registered verify policy (simulator.registry), in registry order
+POLICIES = VERIFY_POLICIES.names()
 REFERENCE = "ragged"
 
 

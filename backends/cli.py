@@ -125,7 +125,8 @@ def verify_metadata(widths, kv_lens, mla, num_draft_tokens, page_size, capture_b
 @click.option("-o", "--out", required=True, type=click.Path(dir_okay=False),
               help="Profile parquet file to write (atomically).")
 @click.option("--bs", default=None, metavar="LIST", help="Verify/draft graph batch sizes (ladder points).")
-@click.option("--widths", default="1-8", show_default=True, metavar="LIST", help="Verify widths.")
+@click.option("--widths", default=None, metavar="LIST",
+              help="Verify widths (default 1-8; MLA models: 1-4, width 3 timed as 4).")
 @click.option("--kv-lens", default=None, metavar="LIST",
               help="KV lengths (default 128,512,1024,2048,4096,8192,16384,32768).")
 @click.option("--eager-bs", default=None, metavar="LIST", help="Eager verify/draft batch sizes.")
@@ -135,10 +136,12 @@ def verify_metadata(widths, kv_lens, mla, num_draft_tokens, page_size, capture_b
 @click.option("--prefill-prefix", default=None, metavar="LIST", help="Prefill cached prefixes.")
 @click.option("--no-draft", is_flag=True, help="Skip the draft model (the profile then lacks draft "
                                                "and draft-extend rows).")
-@click.option("--extend-widths", default="2-8", show_default=True, metavar="LIST",
-              help="Draft-extend graph widths (rows per request: SGLang's speculative_num_steps + 1).")
-@click.option("--extend-eager-widths", default="1,2,4,8", show_default=True, metavar="LIST",
-              help="Eager draft-extend widths (over the eager batch sizes and KV lengths).")
+@click.option("--extend-widths", default=None, metavar="LIST",
+              help="Draft-extend graph widths (rows per request: SGLang's speculative_num_steps "
+                   "+ 1; default 2-8; MLA models: 2-4, width 3 timed as 4).")
+@click.option("--extend-eager-widths", default=None, metavar="LIST",
+              help="Eager draft-extend widths (over the eager batch sizes and KV lengths; "
+                   "default 1,2,4,8; MLA models: 1,2,4).")
 @click.option("--no-extend", is_flag=True, help="Skip the draft-extend pass (the profile backend then "
                                                 "times it as one draft-decode pass, and says so).")
 @click.option("--draft-kind", type=click.Choice(["eagle", "eagle3"]), default="eagle",
@@ -191,20 +194,33 @@ def profile(model, tp, out, bs, widths, kv_lens, eager_bs, eager_widths, eager_k
     def lst(text, name, default, minimum=1):
         return default if text is None else parse_int_list(text, option=name, minimum=minimum)
 
+    # MLA models: only the widths AITER's MLA kernels take (1, 2, 4; 3 runs as 4), checked here
+    # rather than at the first refused point of the sweep
+    mla = shape.is_mla
     spec = ProfileSpec(
-        bs=lst(bs, "--bs", DEFAULT_BS), widths=lst(widths, "--widths", tuple(range(1, 9))),
+        bs=lst(bs, "--bs", DEFAULT_BS),
+        widths=lst(widths, "--widths", (1, 2, 3, 4) if mla else tuple(range(1, 9))),
         kv=lst(kv_lens, "--kv-lens", DEFAULT_KV),
         eager_bs=lst(eager_bs, "--eager-bs", ProfileSpec.eager_bs),
-        eager_widths=lst(eager_widths, "--eager-widths", ProfileSpec.eager_widths),
+        eager_widths=lst(eager_widths, "--eager-widths", (1, 2, 4) if mla else ProfileSpec.eager_widths),
         eager_kv=lst(eager_kv_lens, "--eager-kv-lens", ProfileSpec.eager_kv),
         prefill_tokens=lst(prefill_tokens, "--prefill-tokens", ProfileSpec.prefill_tokens),
         prefill_prefix=lst(prefill_prefix, "--prefill-prefix", ProfileSpec.prefill_prefix, 0),
         draft=not no_draft, extend=not no_extend,
-        extend_widths=lst(extend_widths, "--extend-widths", ProfileSpec.extend_widths),
+        extend_widths=lst(extend_widths, "--extend-widths",
+                          (2, 3, 4) if mla else ProfileSpec.extend_widths),
         extend_eager_widths=lst(extend_eager_widths, "--extend-eager-widths",
-                                ProfileSpec.extend_eager_widths),
+                                (1, 2, 4) if mla else ProfileSpec.extend_eager_widths),
         reps=reps, warmup=warmup, eager_reps=eager_reps, settle_s=settle_s)
     spec.check()
+    if mla:
+        from backends.aiter.mla import mla_kernel_width
+
+        for w in sorted(set(spec.widths) | set(spec.eager_widths)):
+            mla_kernel_width(w)
+        if spec.extend:
+            for w in sorted(set(spec.extend_widths) | set(spec.extend_eager_widths)):
+                mla_kernel_width(w, "draft-extend")
     opts: dict[str, Any] = {"gpu": gpu_sheet, "page_size": page_size, "extend_logits": extend_logits}
     if max_context is not None:
         opts["max_context"] = max_context

@@ -5,8 +5,8 @@ Prints one row per profile: the checks it fails, with their values and, given a 
 floor beside each, and the per-step figures.  Runs on a CPU in about 20 s per profile.
 
     .venv/bin/python benchmarks/bench_fidelity_degraded.py \\
-        [--reference-run benchmarks/results/h200-2026-11-29d/live_conv400_a] \\
-        [--repeat-run benchmarks/results/h200-2026-11-29d/live_conv400_b] [--json OUT.json]
+        [--reference-run benchmarks/results/h200-2026-12-01/live_split150] \\
+        [--repeat-run DIR] [--json OUT.json]
 """
 
 from __future__ import annotations
@@ -25,7 +25,7 @@ from analysis.fidelity.degrade import DEGRADATIONS, write_degraded  # noqa: E402
 
 PROFILE = ROOT / "backends" / "profiles" / "llama-3.1-8b__H200.parquet"
 TRACE = ROOT / "traces" / "samples" / "azure_conv_eagle_2k.parquet"
-RESULTS = ROOT / "benchmarks" / "results" / "h200-2026-11-29d"
+RESULTS = ROOT / "benchmarks" / "results" / "h200-2026-12-01"
 
 
 def judge(profile: Path, reference_run: Path, repeats: tuple, limit: int) -> dict:
@@ -41,9 +41,9 @@ def _pct(x) -> str:
 
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("--reference-run", default=str(RESULTS / "live_conv400_a"))
+    ap.add_argument("--reference-run", default=str(RESULTS / "live_split150"))
     ap.add_argument("--repeat-run", action="append", default=[])
-    ap.add_argument("--limit", type=int, default=400)
+    ap.add_argument("--limit", type=int, default=150)
     ap.add_argument("--json", help="write every profile's checks here")
     a = ap.parse_args(argv)
     out = {}

@@ -8,6 +8,8 @@
 #   info         GPU, driver and package versions
 #   smoke        a two-layer model: graph and eager verify through the executor
 #   tests        the AITER GPU tests
+#   mla-tests    the MLA/MoE GPU tests (tests/aiter/test_aiter_mla_gpu.py); prints their outcomes
+#                and the whole V2-Lite model's step times (a JSON line)
 #   host         benchmarks/bench_aiter_host_overhead.py     -> host_overhead.json
 #   host-pin     the same, pinned to CPU 3 (taskset, sched_setaffinity, one torch thread)
 #   host-keep    the same with cuBLAS's memset nodes left in the graphs (for comparison)
@@ -85,6 +87,10 @@ print("smoke ok in", round(time.time() - t, 1), "s")
 PY
       ;;
     tests) job tests 200 python3 -m pytest tests/aiter/test_aiter_gpu.py -q -rs -p no:cacheprovider ;;
+    mla-tests) job mla-tests 240 python3 -m pytest tests/aiter/test_aiter_mla_gpu.py -v -s -rfEs \
+        -p no:cacheprovider --junitxml "$out/mla_tests.xml"
+      sed -n '/=== mla-tests (/,$p' "$log" | grep -E 'PASSED|FAILED|ERROR|SKIPPED| in [0-9.]+s|^E |\{"' \
+        | cut -c1-240 | tail -40 ;;
     host) job host 180 python3 benchmarks/bench_aiter_host_overhead.py --json "$out/host_overhead.json" ;;
     host-pin) job host-pin 180 taskset -c 3 env OMP_NUM_THREADS=1 python3 benchmarks/bench_aiter_host_overhead.py \
         --pin 3 --json "$out/host_overhead_pinned.json" ;;

@@ -25,6 +25,10 @@ from traces.atomic import atomic_output_dir
 
 __all__ = ["run", "run_to", "write_results", "SimResult", "SimConfig"]
 
+#: step switches per second from which a summary warns that the controller oscillates (one a
+#: second is the "several times a second" flip-flop SGLang users reported as a failure)
+OSCILLATION_PER_S = 1.0
+
 
 def run(trace, config: SimConfig, executor: Executor, *, kv_capacity_tokens: int | None = None,
         progress: Callable[[int, int], None] | None = None,
@@ -69,8 +73,9 @@ def run(trace, config: SimConfig, executor: Executor, *, kv_capacity_tokens: int
         "config": config.to_dict(),
         "engine_core": jit_status(),
         "kv_lookup": ("straggler" if sim.straggler_kv else "mean") if sim.table is not None else None,
-        "what_if": config.engine.what_ifs,
+        "what_if": config.what_ifs,
         "speculative": bool(sim.CI[C.C_SPEC]),
+        "controller": sim.controller_stats(summary.get("duration_s") or 0.0),
     })
     summary.update(sim.prefix_summary())
     if not sim.has_prefix:  # nothing to match: off is what the cache would do anyway
@@ -107,6 +112,11 @@ def _engine_warnings(summary: dict, config: SimConfig, sim: Simulation) -> None:
     if e.schedule_policy == "lpm" and not sim.radix_on:
         w.append("schedule_policy 'lpm' without a radix cache: SGLang then schedules FCFS, and so "
                  "did this run")
+    ctl = summary["controller"]
+    if ctl["switches_per_s"] is not None and ctl["switches_per_s"] >= OSCILLATION_PER_S:
+        w.append(f"the {ctl['name']} controller switched its draft count "
+                 f"{ctl['switches_per_s']:.1f} times a second ({ctl['switches']} switches in "
+                 f"{ctl['rounds']} rounds): it oscillates")
     extra = int(sim.E[:, C.E_XRETRACT].sum())
     if extra:
         w.append(f"{extra} retractions went beyond SGLang's rule to fit a verify in the KV pool "

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import click
 
-from simulator.config import POLICIES, ROUTERS, SimConfig, parse_overrides
+from simulator.config import CONTROLLER_NAMES, POLICIES, ROUTERS, SimConfig, parse_overrides
 from specsched import __version__
 
 __all__ = ["simulate"]
@@ -24,6 +24,9 @@ __all__ = ["simulate"]
                    "aiter (live on this machine's GPU).")
 @click.option("--policy", type=click.Choice(POLICIES),
               help="Verify policy (default fixed: every request at num_draft_tokens, as SGLang).")
+@click.option("--controller", type=click.Choice(CONTROLLER_NAMES),
+              help="Speculation controller choosing each round's draft count (default static: "
+                   "num_draft_tokens every round, as SGLang); settings under [controller].")
 @click.option("--model", help="Model preset or config.json path (default llama-3.1-8b).")
 @click.option("--tp", type=int, help="Tensor-parallel degree (default: the preset's).")
 @click.option("--gpu", help="GPU of the profile / hardware sheet (default H200).")
@@ -51,7 +54,7 @@ __all__ = ["simulate"]
 @click.option("--progress/--no-progress", default=None,
               help="Progress bar on stderr (default: when stderr is a terminal).")
 @click.option("--json", "as_json", is_flag=True, help="Print the summary as JSON instead of a table.")
-def simulate(trace_path, config_path, backend, policy, model, tp, gpu, profile_path, replicas,
+def simulate(trace_path, config_path, backend, policy, controller, model, tp, gpu, profile_path, replicas,
              router, rate_scale, seed, acceptance, sets, limit, context_overflow, out_dir, report,
              progress, as_json):
     """Replay a trace through the engine and write a results folder.
@@ -68,7 +71,8 @@ def simulate(trace_path, config_path, backend, policy, model, tp, gpu, profile_p
     from specsched.setup import input_files, load_trace, simulate_to
     from traces.atomic import check_output_dir
 
-    overrides = {"backend.name": backend, "engine.policy": policy, "model.name": model,
+    overrides = {"backend.name": backend, "engine.policy": policy,
+                 "engine.controller": controller, "model.name": model,
                  "model.tp": tp, "backend.gpu": gpu, "backend.profile": profile_path,
                  "cluster.replicas": replicas, "cluster.router": router,
                  "rate_scale": rate_scale, "seed": seed,
@@ -166,6 +170,7 @@ def print_summary(summary: dict, out_dir) -> None:
         ("graph replays / eager passes", f"{summary['graph_replays']} / {summary['eager_launches']}"),
         ("uniformity violations (rows)", str(summary["violations"])),
         ("retractions", str(summary["retractions"])),
+        *_controller_rows(summary.get("controller")),
     ]
     if summary.get("prefix_ideal_hit_rate") is not None:  # the trace has prefix information
         hit = summary.get("prefix_cache_hit_rate") or 0.0
@@ -188,3 +193,18 @@ def print_summary(summary: dict, out_dir) -> None:
     for w in summary.get("warnings", []):
         console.print(f"[yellow]warning:[/yellow] {w}")
     console.print(f"results: {out_dir}")
+
+
+def _controller_rows(ctl: dict | None) -> list[tuple[str, str]]:
+    """The summary rows of the speculation controller: its name, draft counts and switches."""
+    if not ctl:
+        return []
+    mix = ", ".join(f"k={k}: {v}" for k, v in ctl["rounds_by_draft_tokens"].items())
+    rate = ctl["switches_per_s"]
+    rows = [("controller", ctl["name"]),
+            ("  rounds by draft count", mix or "-"),
+            ("  draft-count switches", f"{ctl['switches']}" + (
+                f" ({rate:.2f}/s)" if rate is not None else ""))]
+    if ctl["switch_cost_s"]:
+        rows.append(("  switching time", f"{ctl['switch_time_s']:.3f} s"))
+    return rows

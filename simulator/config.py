@@ -37,16 +37,19 @@ from dataclasses import dataclass, field, fields
 from pathlib import Path
 from typing import Any
 
-from simulator import sglang
+from simulator import controller_config, sglang
+from simulator.controller_config import ControllerConfig
+from simulator.registry import CONTROLLERS, VERIFY_POLICIES
 from traces.errors import SpecschedError
 
-__all__ = ["EngineConfig", "ClusterConfig", "ModelConfig", "BackendConfig", "SimConfig",
-           "POLICIES", "ROUTERS", "RENAMED", "parse_overrides"]
+__all__ = ["EngineConfig", "ClusterConfig", "ModelConfig", "BackendConfig", "ControllerConfig",
+           "SimConfig", "POLICIES", "CONTROLLER_NAMES", "ROUTERS", "RENAMED", "parse_overrides"]
 
 #: engine.max_running without speculative decoding (SGLang sizes it from the token pool: a
 #: rule specsched does not model; summaries warn when it applies)
 NOSPEC_MAX_RUNNING = 256
-POLICIES = ("pad", "split", "bucket", "truncate", "fixed", "ragged", "unsafe-derived")
+POLICIES = VERIFY_POLICIES.names()
+CONTROLLER_NAMES = CONTROLLERS.names()
 ROUTERS = ("round-robin", "least-outstanding-tokens", "cache-aware")
 RADIX_MODES = ("auto", "on", "off")
 SCHEDULE_POLICIES = ("fcfs", "lpm")
@@ -80,6 +83,9 @@ class EngineConfig:
 
     policy: str = _f("fixed", "verify policy: " + ", ".join(POLICIES) + "; SGLang verifies every "
                               "request at num_draft_tokens (fixed); the others are what-ifs")
+    controller: str = _f("static", "speculation controller choosing each round's draft count: " +
+                         ", ".join(CONTROLLER_NAMES) + "; settings under [controller]; static "
+                         "(num_draft_tokens every round) is SGLang's default")
     num_draft_tokens: int = _f(4, "tokens per request in a verify (SGLang "
                                   "speculative_num_draft_tokens; top-k 1: num_steps + 1); 1 = "
                                   "no speculation")
@@ -222,6 +228,34 @@ class SimConfig:
     cluster: ClusterConfig = field(default_factory=ClusterConfig)
     model: ModelConfig = field(default_factory=ModelConfig)
     backend: BackendConfig = field(default_factory=BackendConfig)
+    controller: ControllerConfig = field(default_factory=ControllerConfig)
+
+    # ------------------------------------------------------------------ derived
+    @property
+    def verify_widths_captured(self) -> tuple[int, ...]:
+        """Verify (and draft-extend) widths with captured graphs: engine.capture_widths, else
+        every width the controller can choose (SGLang captures graphs per candidate step)."""
+        e = self.engine
+        if e.capture_widths:
+            return e.widths_captured
+        return tuple(controller_config.candidate_widths(e.controller, self.controller,
+                                                        e.num_draft_tokens))
+
+    @property
+    def max_verify_width(self) -> int:
+        """The widest verify the controller can choose (KV reservations are sized for it, as
+        SGLang sizes the allocation per decode for the largest candidate)."""
+        e = self.engine
+        return controller_config.max_width(e.controller, self.controller, e.num_draft_tokens)
+
+    @property
+    def what_ifs(self) -> list[str]:
+        """The engine's what-ifs and the controller's."""
+        out = list(self.engine.what_ifs)
+        entry = CONTROLLERS.get(self.engine.controller)
+        if entry.what_if:
+            out.append(f"controller '{entry.name}': {entry.what_if}")
+        return out
 
     # ------------------------------------------------------------------ loading
     @staticmethod
@@ -280,9 +314,8 @@ class SimConfig:
     def check(self) -> None:
         """Refuse impossible values, naming the key."""
         e = self.engine
-        if e.policy not in POLICIES:
-            raise SpecschedError(f"engine.policy: unknown policy '{e.policy}' "
-                                 f"(choose from {', '.join(POLICIES)})")
+        VERIFY_POLICIES.get(e.policy)
+        CONTROLLERS.get(e.controller)
         if e.context_overflow not in ("refuse", "drop", "truncate"):
             raise SpecschedError(f"engine.context_overflow: must be refuse, drop or truncate "
                                  f"(got '{e.context_overflow}')")
@@ -337,6 +370,7 @@ class SimConfig:
             raise SpecschedError(
                 f"engine.num_draft_tokens: {e.num_draft_tokens} is not a width the AITER MLA decode kernels "
                 f"support (query lengths 1, 2 and 4 per request; 3 is padded to 4)")
+        controller_config.check(e.controller, self.controller, e)
         if self.cluster.router not in ROUTERS:
             raise SpecschedError(f"cluster.router: unknown router '{self.cluster.router}' "
                                  f"(choose from {', '.join(ROUTERS)})")

@@ -31,7 +31,10 @@ Semantics follow SGLang's scheduler with speculative decoding (chain drafting, t
 
 A scheduling decision reads only what a real scheduler knows: the proposed draft counts and
 history.  The recorded acceptance of a step (``acc``) is read only in :func:`_apply_decode`,
-after the step's latency has been fixed.
+after the step's latency has been fixed, and by the ``oracle`` controller
+(:func:`_choose_by_cost`), a labelled upper bound.  A speculation controller
+(:mod:`simulator.controllers`) sets each decode round's width before the round
+(:func:`_round_width`) and learns its acceptance after it ends (:func:`_apply_pending`).
 """
 
 from __future__ import annotations
@@ -43,6 +46,8 @@ from backends.latency_table import (ATT_ON, NATT, attention_params, attention_ro
                                     interp2, interp3, interp_prefill)
 from simulator import cache_ops as X
 from simulator.sglang import LPM_QUEUE_LIMIT
+from simulator import controllers as K
+from simulator.registry import VERIFY_POLICIES
 
 # ---------------------------------------------------------------- per-request int state R[n, NR]
 R_REPLICA = 0
@@ -105,7 +110,8 @@ EF_CLOCK = 0      # the replica's clock: the start of its next decision
 EF_PEND_END = 1   # end time of the pending iteration
 EF_BUSY = 2       # seconds spent in forward passes
 EF_RATIO = 3      # SGLang's new_token_ratio (admission reservation of running requests' growth)
-NEF = 4
+EF_SWITCH = 4     # switching cost the pending iteration pays (its draft count changed), seconds
+NEF = 5
 
 # ---------------------------------------------------------------- pending passes PI[r, p, NPI], PF[r, p, NPF]
 P_KIND = 0        # KIND_* below
@@ -187,16 +193,15 @@ CF_RATIO_DECAY = 3  # SGLang new_token_ratio_decay (per decode iteration)
 CF_ATT = 4        # CF[CF_ATT:]: backends.latency_table.attention_params (all 0: mean KV lookups)
 NCF = CF_ATT + NATT
 
-POL_PAD = 0
-POL_SPLIT = 1
-POL_BUCKET = 2
-POL_TRUNCATE = 3
-POL_FIXED = 4
-POL_RAGGED = 5
-POL_UNSAFE = 6
-POLICY_CODES = {"pad": POL_PAD, "split": POL_SPLIT, "bucket": POL_BUCKET,
-                "truncate": POL_TRUNCATE, "fixed": POL_FIXED, "ragged": POL_RAGGED,
-                "unsafe-derived": POL_UNSAFE}
+# verify policies: codes from the registry (simulator.registry.VERIFY_POLICIES)
+POL_PAD = VERIFY_POLICIES.code("pad")
+POL_SPLIT = VERIFY_POLICIES.code("split")
+POL_BUCKET = VERIFY_POLICIES.code("bucket")
+POL_TRUNCATE = VERIFY_POLICIES.code("truncate")
+POL_FIXED = VERIFY_POLICIES.code("fixed")
+POL_RAGGED = VERIFY_POLICIES.code("ragged")
+POL_UNSAFE = VERIFY_POLICIES.code("unsafe-derived")
+POLICY_CODES = VERIFY_POLICIES.codes()
 
 # ---------------------------------------------------------------- step buffers, column-major: SI[NSI, c], SF[NSF, c]
 S_REPLICA = 0
@@ -719,14 +724,78 @@ def _update_running(r, clock, R, E, EF, W, WT, RUN, prompt, mnt, CI, CF, rx):
 
 
 @njit
-def _decide_decode(r, clock, R, E, EF, W, WT, RUN, MB, PI, PF, off, draft, prompt, mnt, CI, CF,
-                   padmap, capw, buckets, lw, tmp, rx):
+def _round_width(r, R, E, EF, RUN, MB, PI, PF, off, draft, acc, pacc, output, CI, CF, padmap,
+                 capw, buckets, lw, tmp, KC, KS, tab):
+    """The verify width of replica r's next decode round as a controller other than static
+    chooses it.  Reads what a scheduler sees (batch size and the controller's state from
+    finished rounds); only the oracle reads the round's acceptance.  (The static controller,
+    engine.num_draft_tokens every round, never calls this: the hot loop stays as it was.)"""
+    kind = int(KC[K.K_KIND])
+    n = E[r, E_NRUN]
+    if kind == K.CT_GOODPUT or kind == K.CT_ORACLE:
+        return _choose_by_cost(r, kind == K.CT_ORACLE, R, E, EF, RUN, MB, PI, PF, off, draft,
+                               acc, pacc, output, CI, CF, padmap, capw, buckets, lw, tmp, KC,
+                               KS, tab)
+    bspad = padmap[n] if n <= CI[C_MAXCAPBS] else n
+    return K.choose_width(r, n, bspad, CI[C_FIXED], KC, KS)
+
+
+@njit
+def _choose_by_cost(r, oracle, R, E, EF, RUN, MB, PI, PF, off, draft, acc, pacc, output, CI, CF,
+                    padmap, capw, buckets, lw, tmp, KC, KS, tab):
+    """goodput / oracle: the candidate width committing the most tokens per second of the round,
+    each candidate's round built and timed from the latency table.  goodput expects
+    ``(1 - a^(k+1)) / (1 - a)`` tokens per request from its acceptance estimate ``a``; the
+    oracle counts the tokens the round would really commit (hindsight: an upper bound).  Ties
+    go to the fewer drafts."""
+    seed = CI[C_SEED]
+    a = K.accept_estimate(r, KS)
+    best_w = CI[C_FIXED]
+    best = -1.0
+    for c in range(int(KC[K.K_NCAND])):
+        w = int(KC[K.K_CAND + c]) + 1
+        n = _fill_members(r, R, E, RUN, MB, off, draft, CI)
+        nl = apply_policy(POL_FIXED, MB[r], n, lw, tmp, buckets, w, CI[C_WIDEN])
+        _build_decode_passes(r, n, nl, E, MB, PI, PF, CI, padmap, capw, lw, tmp)
+        _set_lookups(r, PI, PF, E, CF)
+        _time_passes(r, PI, PF, E, tab)
+        last = KS[r, K.KS_LASTW]
+        EF[r, EF_SWITCH] = KC[K.K_SWITCH_COST] if (last != 0 and last != w) else 0.0
+        t = iteration_time(r, E, EF, PF, CI, CF)
+        tokens = 0.0
+        if oracle:
+            for j in range(n):
+                i = MB[r, j, M_REQ]
+                k = R[i, R_STEPK]
+                ns = off[i + 1] - off[i]
+                rec_d = np.int64(0)
+                rec_a = np.int64(0)
+                if ns > 0:
+                    rec_d = np.int64(draft[off[i] + k % ns])
+                    rec_a = np.int64(acc[off[i] + k % ns])
+                got = accepted_under_width(rec_d, rec_a, MB[r, j, M_R], pacc, seed, i, k)
+                tokens += min(got + 1, output[i] - R[i, R_GEN])
+        else:
+            per = float(w) if a >= 1.0 else (1.0 - a ** w) / (1.0 - a)
+            tokens = n * per
+        rate = tokens / t if t > 0 else tokens
+        if rate > best:
+            best = rate
+            best_w = w
+    E[r, E_TIMED] = 0
+    return best_w
+
+
+@njit
+def _decide_decode(r, clock, width, R, E, EF, W, WT, RUN, MB, PI, PF, off, draft, prompt, CI,
+                   padmap, capw, buckets, lw, tmp, KC, KS, rx):
+    """A decode round at ``width`` (the controller's) over the running requests, after
+    :func:`_update_running`: fit it in the KV pool, allocate its slots, build its passes."""
     page = CI[C_PAGE]
     policy = CI[C_POLICY]
-    _update_running(r, clock, R, E, EF, W, WT, RUN, prompt, mnt, CI, CF, rx)
     while True:
         n = _fill_members(r, R, E, RUN, MB, off, draft, CI)
-        nl = apply_policy(policy, MB[r], n, lw, tmp, buckets, CI[C_FIXED], CI[C_WIDEN])
+        nl = apply_policy(policy, MB[r], n, lw, tmp, buckets, width, CI[C_WIDEN])
         need = _verify_need_pages(r, n, MB, R, page)
         if need > E[r, E_FREE]:
             _evict_for(r, need, E, rx)
@@ -750,6 +819,17 @@ def _decide_decode(r, clock, R, E, EF, W, WT, RUN, MB, PI, PF, off, draft, promp
         p = pages_for(R[i, R_KV] + MB[r, j, M_V], page)
         E[r, E_FREE] -= p - R[i, R_PAGES]
         R[i, R_PAGES] = p
+    _build_decode_passes(r, n, nl, E, MB, PI, PF, CI, padmap, capw, lw, tmp)
+    EF[r, EF_SWITCH] = K.note_round(r, width, KC, KS) if policy == POL_FIXED else 0.0
+    E[r, E_PENDING] = 2
+    _mark_kv_used(r, E, PI)
+
+
+@njit
+def _build_decode_passes(r, n, nl, E, MB, PI, PF, CI, padmap, capw, lw, tmp):
+    """The passes of a decode round over members MB[r, :n] whose widths and launches the policy
+    set: a draft row, the verify launches and the draft-extend pass."""
+    policy = CI[C_POLICY]
     # iteration-level width mix (proposed widths)
     for j in range(n):
         tmp[j] = MB[r, j, M_D] + 1
@@ -892,8 +972,6 @@ def _decide_decode(r, clock, R, E, EF, W, WT, RUN, MB, PI, PF, off, draft, promp
         PF[r, p, PF_KVMEAN] = ext_kvsum / n
     E[r, E_NPASS] = np_
     E[r, E_NMEM] = n
-    E[r, E_PENDING] = 2
-    _mark_kv_used(r, E, PI)
 
 
 @njit
@@ -1249,10 +1327,12 @@ def _release_finished(r, R, E, MB, rx):
 def _apply_decode(r, t, R, RF, E, RUN, MB, prompt, output, off, draft, acc, pacc, RSI, RSF,
                   G, CI, committed):
     """Acceptance, KV and finishes of a decode iteration that ended at t; committed[L] gets the
-    tokens committed by launch L."""
+    tokens committed by launch L.  Returns (accepted drafts, requests that saw a rejection)."""
     page = CI[C_PAGE]
     seed = CI[C_SEED]
     nfin = 0
+    acc_sum = 0
+    rejected = 0
     for j in range(E[r, E_NMEM]):
         i = MB[r, j, M_REQ]
         k = R[i, R_STEPK]
@@ -1264,6 +1344,9 @@ def _apply_decode(r, t, R, RF, E, RUN, MB, prompt, output, off, draft, acc, pacc
             rec_d = np.int64(draft[idx])
             rec_a = np.int64(acc[idx])
         a = accepted_under_width(rec_d, rec_a, MB[r, j, M_R], pacc, seed, i, k)
+        acc_sum += a
+        if a < MB[r, j, M_R]:
+            rejected += 1
         c = min(a + 1, output[i] - R[i, R_GEN])
         R[i, R_GEN] += c
         R[i, R_KV] += c
@@ -1292,6 +1375,7 @@ def _apply_decode(r, t, R, RF, E, RUN, MB, prompt, output, off, draft, acc, pacc
                 RUN[r, q] = i
                 q += 1
         E[r, E_NRUN] = q
+    return acc_sum, rejected
 
 
 @njit
@@ -1349,21 +1433,22 @@ def _record_steps(r, t0, PI, PF, E, SI, SF, G, committed):
 
 
 @njit
-def iteration_time(r, E, PF, CI, CF):
+def iteration_time(r, E, EF, PF, CI, CF):
     """Wall time of the pending iteration: its passes back to back, plus the scheduler's host
     time between iterations, or, with overlap scheduling, the longer of the two (the host
-    prepares the next batch while the GPU runs this one)."""
+    prepares the next batch while the GPU runs this one); plus the controller's switching cost
+    when the round changed its draft count."""
     gpu = 0.0
     for p in range(E[r, E_NPASS]):
         gpu += PF[r, p, PF_LAT]
     if CI[C_OVERLAP] == 1:
-        return max(gpu, CF[CF_OVERHEAD])
-    return gpu + CF[CF_OVERHEAD]
+        return max(gpu, CF[CF_OVERHEAD]) + EF[r, EF_SWITCH]
+    return gpu + CF[CF_OVERHEAD] + EF[r, EF_SWITCH]
 
 
 @njit
 def _apply_pending(r, R, RF, E, EF, RUN, MB, PI, PF, prompt, output, off, draft, acc, pacc,
-                   SI, SF, RSI, RSF, G, CI, CF, committed):
+                   SI, SF, RSI, RSF, G, CI, CF, committed, KC, KS):
     t_end = EF[r, EF_PEND_END]
     t0 = EF[r, EF_CLOCK] + (0.0 if CI[C_OVERLAP] == 1 else CF[CF_OVERHEAD])
     for L in range(committed.shape[0]):
@@ -1372,8 +1457,11 @@ def _apply_pending(r, R, RF, E, EF, RUN, MB, PI, PF, prompt, output, off, draft,
         committed[0] = _apply_prefill(r, t_end, R, RF, E, RUN, MB, prompt, output, RSI, RSF,
                                       G, CI)
     else:
-        _apply_decode(r, t_end, R, RF, E, RUN, MB, prompt, output, off, draft, acc, pacc,
-                      RSI, RSF, G, CI, committed)
+        acc_sum, rejected = _apply_decode(r, t_end, R, RF, E, RUN, MB, prompt, output, off,
+                                          draft, acc, pacc, RSI, RSF, G, CI, committed)
+        # the controller learns the round's acceptance only now, after the round has ended
+        K.observe(r, E[r, E_NMEM], acc_sum, rejected, KC, KS)
+    EF[r, EF_SWITCH] = 0.0
     _record_steps(r, t0, PI, PF, E, SI, SF, G, committed)
     EF[r, EF_BUSY] += t_end - t0
     EF[r, EF_CLOCK] = t_end
@@ -1384,8 +1472,8 @@ def _apply_pending(r, R, RF, E, EF, RUN, MB, PI, PF, prompt, output, off, draft,
 
 @njit
 def advance(r, horizon, arrival, prompt, output, mnt, off, draft, acc, pacc, R, RF, E, EF, Q, W,
-            WT, RUN, MB, PI, PF, SI, SF, RSI, RSF, G, CI, CF, padmap, capw, buckets, tab, poff,
-            pids, rx):
+            WT, RUN, MB, PI, PF, SI, SF, RSI, RSF, G, CI, CF, padmap, capw, buckets, tab, KC, KS,
+            poff, pids, rx):
     """Run replica r's iterations until something outside it must happen.
 
     Iterations are decided at the replica's clock, strictly before ``horizon`` (the next
@@ -1410,7 +1498,7 @@ def advance(r, horizon, arrival, prompt, output, mnt, off, draft, acc, pacc, R, 
                     _time_passes(r, PI, PF, E, tab)
                 else:
                     return ADV_TIMING
-                EF[r, EF_PEND_END] = EF[r, EF_CLOCK] + iteration_time(r, E, PF, CI, CF)
+                EF[r, EF_PEND_END] = EF[r, EF_CLOCK] + iteration_time(r, E, EF, PF, CI, CF)
             if EF[r, EF_PEND_END] > horizon:
                 return ADV_PENDING
             if G[G_SFILL] + MAXPASS > SI.shape[1] or G[G_RSFILL] + maxrun > RSI.shape[1]:
@@ -1419,7 +1507,7 @@ def advance(r, horizon, arrival, prompt, output, mnt, off, draft, acc, pacc, R, 
             if radix_on and E[r, E_PENDING] == 1:
                 _cache_prefilled(r, EF[r, EF_PEND_END], R, E, MB, prompt, CI, poff, pids, rx)
             _apply_pending(r, R, RF, E, EF, RUN, MB, PI, PF, prompt, output, off, draft, acc,
-                           pacc, SI, SF, RSI, RSF, G, CI, CF, committed)
+                           pacc, SI, SF, RSI, RSF, G, CI, CF, committed, KC, KS)
             if radix_on:
                 _release_finished(r, R, E, MB, rx)
             applied += 1
@@ -1434,8 +1522,13 @@ def advance(r, horizon, arrival, prompt, output, mnt, off, draft, acc, pacc, R, 
                 pids, rx, cand):
             continue
         if E[r, E_NRUN] > 0:
-            _decide_decode(r, clock, R, E, EF, W, WT, RUN, MB, PI, PF, off, draft, prompt, mnt,
-                           CI, CF, padmap, capw, buckets, lw, tmp, rx)
+            _update_running(r, clock, R, E, EF, W, WT, RUN, prompt, mnt, CI, CF, rx)
+            width = CI[C_FIXED]
+            if KC[K.K_KIND] != K.CT_STATIC:
+                width = _round_width(r, R, E, EF, RUN, MB, PI, PF, off, draft, acc, pacc, output,
+                                     CI, CF, padmap, capw, buckets, lw, tmp, KC, KS, tab)
+            _decide_decode(r, clock, width, R, E, EF, W, WT, RUN, MB, PI, PF, off, draft, prompt,
+                           CI, padmap, capw, buckets, lw, tmp, KC, KS, rx)
             continue
         # idle (SGLang's self_check_during_idle): new_token_ratio back to its initial value
         EF[r, EF_RATIO] = CF[CF_RATIO_INIT]

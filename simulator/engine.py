@@ -31,6 +31,8 @@ from backends.latency_table import LatencyTable, extend_arrays
 from backends.protocol import (VERIFY_MODES, DraftBatch, DraftExtendBatch, Executor, PrefillBatch,
                                VerifyBatch)
 from simulator import cache_ops
+from simulator import controller_config
+from simulator import controllers as K
 from simulator import core as C
 from simulator import sglang
 from simulator.config import SimConfig
@@ -140,7 +142,7 @@ class Simulation:
                 j += 1
             padmap[b] = ladder[j]
         capw = np.zeros(65, np.int64)
-        for w in e.widths_captured:
+        for w in config.verify_widths_captured:
             capw[w] = 1
         self.padmap, self.capw = padmap, capw
         self.buckets = np.array(sorted(set(e.buckets)), np.int64)
@@ -163,7 +165,14 @@ class Simulation:
         spec = e.speculative and trace.acceptance.get("speculation", True) is not False
         self.CI[C.C_SPEC] = 1 if spec else 0
         self.CI[C.C_CLIP] = sglang.CLIP_MAX_NEW_TOKENS
-        self.CI[C.C_DECODE_RESERVE] = sglang.decode_reserve_tokens(e.num_draft_tokens if spec else 1)
+        # with a controller, SGLang sizes the per-decode allocation for the widest candidate
+        self.CI[C.C_DECODE_RESERVE] = sglang.decode_reserve_tokens(
+            config.max_verify_width if spec else 1)
+        self.KC = controller_config.build_kc(e.controller, config.controller,
+                                             e.num_draft_tokens, speculative=spec)
+        if (int(self.KC[K.K_KIND]) in (K.CT_GOODPUT, K.CT_ORACLE) and self.table is None):
+            raise SpecschedError(f"engine.controller '{e.controller}' prices each candidate "
+                                 "from a latency table: use the profile or roofline backend")
         self.CI[C.C_RETRACT_STEPS] = sglang.RETRACT_DECODE_STEPS
         self.CI[C.C_OVERLAP] = 1 if e.overlap else 0
         self.CI[C.C_YIELD] = max(1, CHUNK_WORK // (e.running_cap + ITER_SLOTS))
@@ -191,6 +200,8 @@ class Simulation:
         self.E[:, C.E_CHUNKED] = -1
         self.EF = np.zeros((R, C.NEF), np.float64)
         self.EF[:, C.EF_RATIO] = ratio0
+        self.KS = np.zeros((R, K.NKS), np.float64)
+        K.init_state(self.KC, self.KS)
         self.Q = np.zeros((R, n + 1), np.int64)
         self.W = np.zeros((R, n + 1), np.int64)
         self.WT = np.zeros((R, n + 1), np.float64)
@@ -311,7 +322,7 @@ class Simulation:
         if e.max_draft:
             widest = min(widest, e.max_draft + 1)
         if e.policy == "fixed":
-            widest = max(widest, e.num_draft_tokens)
+            widest = max(widest, self.config.max_verify_width)
         if e.policy == "bucket":
             widest = max(widest, int(max(e.buckets)))
         if widest > 64:
@@ -350,8 +361,8 @@ class Simulation:
                              i.pacc, self.R, self.RF, self.E, self.EF, self.Q, self.W, self.WT,
                              self.RUN, self.MB,
                              self.PI, self.PF, b.SI, b.SF, b.RSI, b.RSF, b.G, self.CI, self.CF,
-                             self.padmap, self.capw, self.buckets, self.tab, self.poff,
-                             self.pids, self.rx))
+                             self.padmap, self.capw, self.buckets, self.tab, self.KC, self.KS,
+                             self.poff, self.pids, self.rx))
 
     def _route(self, i: int) -> int:
         if self.router == "cache-aware":
@@ -499,7 +510,7 @@ class Simulation:
             PI[p, C.P_OOG] = 1 if oog else 0
         self.E[r, C.E_TIMED] = 1
         self.EF[r, C.EF_PEND_END] = self.EF[r, C.EF_CLOCK] + C.iteration_time(
-            r, self.E, self.PF, self.CI, self.CF)
+            r, self.E, self.EF, self.PF, self.CI, self.CF)
 
     # ------------------------------------------------------------------ results
     def prefix_summary(self) -> dict[str, Any]:
@@ -541,4 +552,23 @@ class Simulation:
             "retractions": R[:, C.R_RETRACT].astype(np.int32),
             "cached_tokens": R[:, C.R_HIT].astype(np.int32),
             "max_gap_s": RF[:, C.F_MAXGAP],
+        }
+
+    def controller_stats(self, duration_s: float) -> dict[str, Any]:
+        """The controller's record over all replicas: rounds per draft count, step switches
+        (rounds whose draft count differs from the replica's previous round) and their rate."""
+        ks = self.KS
+        e = self.config.engine
+        rounds = int(ks[:, K.KS_ROUNDS].sum())
+        switches = int(ks[:, K.KS_SWITCHES].sum())
+        hist = ks[:, K.KS_HIST:K.KS_HIST + 65].sum(axis=0)
+        return {
+            "name": e.controller,
+            "rounds": rounds,
+            "rounds_by_draft_tokens": {str(w - 1): int(hist[w]) for w in range(1, 65) if hist[w]},
+            "switches": switches,
+            "switches_per_s": switches / duration_s if duration_s > 0 else None,
+            "switch_cost_s": self.config.controller.switch_cost_s,
+            "switch_time_s": switches * self.config.controller.switch_cost_s,
+            "captured_widths": list(self.config.verify_widths_captured),
         }

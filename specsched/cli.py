@@ -30,6 +30,7 @@ COMMANDS: dict[str, tuple[str, str, str]] = {
     "plan": ("analysis.cli", "plan", "Find the highest rate one replica sustains under an SLO."),
     "uniformity": ("analysis.cli", "uniformity", "How often verify batches mix widths, and what each remedy costs."),
     "sweep": ("analysis.cli", "sweep", "Run a grid of simulations locally or on Ray."),
+    "tune-spec": ("analysis.tune_cli", "tune_spec_cmd", "Tune the speculation controller for a trace under an SLO."),
 }
 
 

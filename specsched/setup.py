@@ -49,7 +49,7 @@ def prepare(config: SimConfig, *, executor: Any = None) -> Prepared:
             # the live executor keeps its KV in AITER's 16-token blocks whatever the engine's
             # page size (which only governs the pool's accounting)
             opts = {"capture_bs": e.ladder,
-                    "capture_widths": e.widths_captured,
+                    "capture_widths": config.verify_widths_captured,
                     "check_unsafe": e.policy == "unsafe-derived"}
         executor = make_executor(config.backend.name, model=model, gpu=config.backend.gpu,
                                  profile=config.backend.profile or None, **opts)

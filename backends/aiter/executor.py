@@ -201,11 +201,12 @@ def make_executor(model: Any, *, page_size: int = 16,
 
         model = load_model(model)
     if getattr(model, "attention", "mha") == "mla" or getattr(model, "experts", 0):
-        kind = "MLA" if getattr(model, "attention", "mha") == "mla" else "MoE"
-        raise SpecschedError(
-            f"model {model.name!r} is {kind}: the live AITER executor times dense MHA/GQA models "
-            f"only; use the roofline backend, and `specsched verify-metadata --mla` for the MLA "
-            f"kernels' constraints")
+        # MLA (+ MoE) models: their own runner (backends/aiter/mla_runner.py)
+        from backends.aiter.mla_runner import make_mla_executor
+
+        return make_mla_executor(model, page_size=page_size, capture_bs=capture_bs,
+                                 capture_widths=capture_widths, max_context=max_context,
+                                 mla_num_draft_tokens=mla_num_draft_tokens, **opts)
     unknown = set(opts) - {"gpu", "check_unsafe", "dtype", "kv_pool_gib", "seed", "capture",
                            "num_draft_tokens", "allreduce_latency_s", "allreduce_bus_bw",
                            "extend_logits"}

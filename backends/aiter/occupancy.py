@@ -85,6 +85,8 @@ def attention_occupancy(runner: Any) -> dict[str, Any]:
 
     if not runner.on_gpu or torch.version.hip:
         raise RuntimeError("attention occupancy is measured on a CUDA GPU")
+    if getattr(runner, "mla", False):
+        raise RuntimeError("MLA model: occupancy is measured for unified_attention only")
     g = runner.geometry
     props = torch.cuda.get_device_properties(runner.device)
     grid = attention_grid(g["heads"], g["kv_heads"], runner.page_size, props.multi_processor_count)

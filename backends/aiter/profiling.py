@@ -36,6 +36,8 @@ _DRAFT_NOTES = {
              "without input norm, LM head)",
     "eagle3": "draft rows: one EAGLE-3 draft decode step (QKV over normed embedding + hidden, "
               "one layer, final norm, LM head)",
+    "mtp": "draft rows: one MTP/NextN draft decode step (eh_proj over the normed embedding and "
+           "hidden state, one MLA + MoE layer, final norm, LM head)",
 }
 
 #: Batch sizes swept by default: points of SGLang's speculative capture ladder -- every one up to
@@ -129,6 +131,19 @@ def run_profile(model: Any, out: str, spec: ProfileSpec, *, executor_opts: dict 
     spec.check()
     opts = dict(executor_opts or {})
     widths = sorted(set(int(w) for w in spec.widths))
+    if not hasattr(model, "layers"):
+        from backends.models import load_model
+
+        model = load_model(model)
+    if getattr(model, "attention", "mha") == "mla" or getattr(model, "experts", 0):
+        # the MLA runner's widths: refuse the ones its kernels lack before anything is built
+        from backends.aiter.mla import mla_kernel_width
+
+        for ws, what in ((spec.widths, "verify"), (spec.eager_widths, "verify"),
+                         (spec.extend_widths if spec.extend else (), "draft-extend"),
+                         (spec.extend_eager_widths if spec.extend else (), "draft-extend")):
+            for w in ws:
+                mla_kernel_width(int(w), what)
     t_start = time.perf_counter()
     ex = make_executor(model, capture_widths=tuple(sorted(set(widths) | set(md.DEFAULT_CAPTURE_WIDTHS))),
                        **opts)

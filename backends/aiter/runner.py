@@ -302,16 +302,7 @@ class Runner:
         self.on_gpu = self.device.type == "cuda"
         self.dtype = getattr(torch, dtype)
         self.shape = shape
-        if getattr(shape, "attention", "mha") != "mha" or getattr(shape, "experts", 0):
-            from traces.errors import SpecschedError
-
-            raise SpecschedError(
-                f"model {shape.name!r}: the live AITER executor times dense MHA/GQA models; "
-                f"MLA and MoE layers are not implemented (their verify metadata and MLA kernel "
-                f"constraints are in backends.aiter.metadata)")
-        self.geometry = dense_shape(shape)
-        d_shape = getattr(shape, "draft", None) if draft else None
-        self.draft_geometry = dense_shape(d_shape) if d_shape is not None else None
+        self.geometry, self.draft_geometry = self._geometries(shape, draft)
         self.page_size = int(page_size)
         self.max_context = int(max_context)
         self.max_blocks = md.max_blocks_per_seq(self.max_context, self.page_size)
@@ -349,7 +340,27 @@ class Runner:
         self.wall_s = {"capture": 0.0, "warmup": 0.0, "timed": 0.0, "rerun": 0.0}
         self.seed = int(seed)
         gen = torch.Generator(device=self.device).manual_seed(self.seed)
+        self._build_model(gen, kv_pool_bytes)
+        self.mempool = torch.cuda.graph_pool_handle() if self.on_gpu else None
+        self._stream = torch.cuda.Stream(device=self.device) if self.on_gpu else None
+        if self.on_gpu:
+            torch.cuda.synchronize(self.device)
 
+    # ---- the model (hooks: backends/aiter/mla_runner.py overrides both) ------------------------
+    def _geometries(self, shape: Any, draft: bool) -> tuple[dict, dict | None]:
+        """(target, draft) geometry of one rank's dense MHA/GQA shard; MLA/MoE shapes are refused
+        here (:class:`backends.aiter.mla_runner.MLARunner` runs them)."""
+        if getattr(shape, "attention", "mha") != "mha" or getattr(shape, "experts", 0):
+            from traces.errors import SpecschedError
+
+            raise SpecschedError(
+                f"model {shape.name!r}: this runner times dense MHA/GQA models; MLA and MoE "
+                f"models run in backends.aiter.mla_runner.MLARunner")
+        d_shape = getattr(shape, "draft", None) if draft else None
+        return dense_shape(shape), (dense_shape(d_shape) if d_shape is not None else None)
+
+    def _build_model(self, gen: Any, kv_pool_bytes: int | None) -> None:
+        """The KV pool, the rotary tables and the target (and draft) models' weights."""
         g = self.geometry
         views = g["layers"] + (1 if self.draft_geometry is not None else 0)
         if kv_pool_bytes is None:
@@ -374,10 +385,6 @@ class Runner:
             self.draft = Transformer(dg, kernels=self.kernels, views=[self.pool.view(g["layers"])],
                                      rope=self.rope, device=self.device, dtype=self.dtype,
                                      generator=gen)
-        self.mempool = torch.cuda.graph_pool_handle() if self.on_gpu else None
-        self._stream = torch.cuda.Stream(device=self.device) if self.on_gpu else None
-        if self.on_gpu:
-            torch.cuda.synchronize(self.device)
 
     # ---- sizing ---------------------------------------------------------------------------------
     def _default_pool_bytes(self) -> int:

@@ -232,31 +232,30 @@ def _failed(report: dict) -> set[str]:
 
 
 @pytest.mark.slow
-@pytest.mark.skip(reason="to re-baseline on benchmarks/results/h200-2026-12-01/live_conv400_a: the "
-                         "2026-11-29 live runs were recorded under the old admission rule, which "
-                         "fidelity now refuses to reproduce")
 def test_degraded_profiles_fail_against_a_shipped_live_run(tmp_path):
-    """Each degraded copy of the shipped 8B profile fails at least one per-step check and one
-    whole-run check against the shipped live run that the shipped profile matches. The shipped
-    profile passes every per-step check there; of the whole-run checks it misses only TTFT p90
-    (-5.1%: the profile's TTFT at p85-p90 sits 2-5% below both same-machine live runs,
-    docs/backends.md)."""
+    """Each degraded copy of the shipped 8B profile fails a whole-run check that the shipped
+    profile passes, and errs more on its worst shape band, against the shipped live run with
+    mixed widths (the first 150 conversation requests under --policy split: a fixed-width run
+    cannot tell a width-blind profile apart).  The shipped profile meets every whole-run check
+    there and every per-step check but its worst band (eager draft-extend, docs/backends.md)."""
     from analysis.fidelity.degrade import DEGRADATIONS, write_degraded
 
-    live = RESULTS / "h200-2026-11-29d" / "live_conv400_a"
+    live = RESULTS / "h200-2026-12-01" / "live_split150"
 
     def judge(path):
-        return run_fidelity(CONV, "llama-3.1-8b", profile=str(path), limit=400,
+        return run_fidelity(CONV, "llama-3.1-8b", profile=str(path), limit=150,
                             reference_run=live)
 
+    def band(report):
+        return abs(report["checks"]["step_mape_worst_band"]["value_pct"])
+
     good = judge(SHIPPED)
-    assert not {n for n in _failed(good) if n.startswith("step_")}
-    assert _failed(good) <= {"ttft_p90"}
+    assert _failed(good) <= {"step_mape_worst_band"}
     for name in DEGRADATIONS:
         bad = judge(write_degraded(SHIPPED, tmp_path / f"{name}.parquet", name))
         failed = _failed(bad) - _failed(good)
-        assert any(n.startswith("step_") for n in failed), (name, failed)
         assert any(not n.startswith("step_") for n in failed), (name, failed)
+        assert band(bad) > band(good), name
 
 
 def test_reports_written_by_earlier_versions_still_render():

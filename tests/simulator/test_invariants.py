@@ -258,7 +258,59 @@ def _changed_acceptance(trace: ToyTrace, i: int, k: int) -> ToyTrace:
 def test_decisions_never_read_the_acceptance_of_the_step_being_decided(sc, data):
     """Changing the recorded acceptance of request i's step k changes nothing the engine did
     up to and including the launch that verifies that step (same batches, widths, latencies)."""
+    _check_blind_to_current_acceptance(*sc, data)
+
+
+#: controllers a real scheduler can run (the oracle reads the round's acceptance by design)
+REAL_CONTROLLERS = ("static", "schedule", "threshold", "sglang-adaptive", "goodput")
+
+
+@st.composite
+def controller_scenarios(draw):
+    """A scenario with a speculation controller on (policy fixed, as the controllers need),
+    switching often: short SGLang warm-up and update interval, a schedule over small batches."""
+    trace, config, capacity = draw(scenarios())
+    name = draw(st.sampled_from(REAL_CONTROLLERS))
+    adaptive = ('{"ema_alpha": 0.5, "update_interval": 1, "warmup_batches": 0, '
+                '"1": {"candidate_steps": [0, 1, 3]}, "3": {"candidate_steps": [1, 2, 5], '
+                '"up_hysteresis": 0.0, "down_hysteresis": 0.0}}')
+    config = config.replace({"engine.policy": "fixed", "engine.controller": name,
+                             "engine.widen": "auto",
+                             "controller.schedule": "1-1:4,2-3:1,5-8:0",
+                             "controller.max_bs": draw(st.integers(0, 4)),
+                             "controller.adaptive_config": adaptive,
+                             "controller.switch_cost_s": draw(st.sampled_from([0.0, 1e-3]))})
+    return trace, config, capacity
+
+
+@SETTINGS
+@given(controller_scenarios(), st.data())
+def test_controllers_never_read_the_acceptance_of_the_round_being_decided(sc, data):
+    """The same with a speculation controller choosing each round's draft count: it learns a
+    round's acceptance only after the round."""
+    _check_blind_to_current_acceptance(*sc, data)
+
+
+@SETTINGS
+@given(controller_scenarios())
+def test_controllers_keep_requests_kv_and_widths_consistent(sc):
+    """With a controller on, requests finish with their output, the pool is whole at the end,
+    every verify is at a width the controller can choose, and its record adds up."""
     trace, config, capacity = sc
+    sim = _simulate(trace, config, capacity)
+    assert np.all(sim.R[:, C.R_GEN] == trace.output_tokens)
+    cached = sim.rx[4][:, radix.S_CACHED] * sim.rx[4][:, radix.S_PPB]  # prefixes stay cached
+    assert np.all(sim.E[:, C.E_FREE] + cached == capacity // config.engine.page_size)
+    steps, _ = sim.sink.close()
+    verify = np.asarray(steps["kind"].to_pylist()) == "verify"
+    widths = set(steps["width"].to_numpy()[verify].tolist())
+    assert widths <= set(config.verify_widths_captured)
+    stats = sim.controller_stats(1.0)
+    assert stats["rounds"] == int(verify.sum())
+    assert sum(stats["rounds_by_draft_tokens"].values()) == stats["rounds"]
+
+
+def _check_blind_to_current_acceptance(trace, config, capacity, data):
     capacity *= 100  # no retractions, so step k is request i's (k+1)-th delivery after prefill
     with_steps = [i for i in range(len(trace.arrival_s))
                   if trace.step_offsets[i + 1] > trace.step_offsets[i]]

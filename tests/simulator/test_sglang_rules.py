@@ -206,8 +206,9 @@ def test_overlap_hides_host_time_behind_the_gpu():
     CI = np.zeros(C.NCI, np.int64)
     CF = np.zeros(C.NCF)
     CF[C.CF_OVERHEAD] = 5e-3
-    assert abs(C.iteration_time(0, E, PF, CI, CF) - 8e-3) < 1e-15
+    EF = np.zeros((1, C.NEF))  # no controller switch cost
+    assert abs(C.iteration_time(0, E, EF, PF, CI, CF) - 8e-3) < 1e-15
     CI[C.C_OVERLAP] = 1
-    assert C.iteration_time(0, E, PF, CI, CF) == 5e-3
+    assert C.iteration_time(0, E, EF, PF, CI, CF) == 5e-3
     CF[C.CF_OVERHEAD] = 1e-3
-    assert abs(C.iteration_time(0, E, PF, CI, CF) - 3e-3) < 1e-15
+    assert abs(C.iteration_time(0, E, EF, PF, CI, CF) - 3e-3) < 1e-15
