@@ -6,7 +6,7 @@ not one) is left out, not drawn empty.  Dense point clouds are rasterized inside
 stay vector.  Output is deterministic: fixed hash salt, no dates in metadata.
 
 The figures live by concern: latency (plots_latency), verify batches and widths (plots_engine),
-engine state over time (plots_state), comparisons and rate sweeps (plots_compare); shared
+engine state over time (plots_state), the prefix cache (plots_prefix), comparisons and rate sweeps (plots_compare); shared
 helpers and the fixed colour maps in plots_base.
 """
 
@@ -38,6 +38,11 @@ def _rate_sweep(runs, sums):
 def _engine_state(runs, sums):
     from analysis.plots_state import fig_engine_state
     return fig_engine_state(runs)
+
+
+def _prefix_cache(runs, sums):
+    from analysis.plots_prefix import fig_prefix_cache
+    return fig_prefix_cache(runs)
 
 
 def _busy(runs, sums):
@@ -92,6 +97,11 @@ FIGURES: list[tuple[str, str, str, Callable[[list[RunResults], list[dict]], str 
      "Per run (the first eight), per replica when there are several: peak KV pool use per time "
      "bin, and the requests running (admitted, not finished) and queued (arrived, not "
      "admitted).", _engine_state),
+    ("prefix-cache", "Prefix cache: hit rate and KV pool split",
+     "Per run whose trace has prefix ids (the first eight): the share of prompt tokens found in "
+     "the radix cache, by first admission time (per bin, since the start, and the trace's ideal "
+     "with an infinite cache), and the mean share of the KV pool held by running requests and by "
+     "cached prefixes.", _prefix_cache),
     ("busy-by-kind", "Busy time by pass kind",
      "Per run (the first eight): seconds of forward passes per second and replica, by the kind "
      "of pass (every kind in steps.parquet).", _busy),

@@ -51,6 +51,7 @@ REQUEST_OPTIONAL: dict[str, str] = {
     "category": "string",
     "tenant": "string",
     "request_id": "string",
+    "cached_tokens": "int",
 }
 STEP_COLUMNS: dict[str, str] = {
     "replica": "int",
@@ -72,6 +73,7 @@ STEP_COLUMNS: dict[str, str] = {
     "violations": "int",
 }
 STEP_OPTIONAL: dict[str, str] = {
+    "kv_pages_cached": "int",
     "min_width": "int",
     "max_width": "int",
     "passes": "int",

@@ -17,7 +17,7 @@ from typing import Callable
 from backends.jit import jit_status
 from backends.protocol import Executor
 from simulator import core as C
-from simulator.config import SimConfig
+from simulator.config import RADIX_OFF_WHAT_IF, SimConfig
 from simulator.engine import Simulation
 from simulator.results import (SimResult, StepSink, requests_table, summarize, write_into,
                                write_results)
@@ -77,6 +77,9 @@ def run(trace, config: SimConfig, executor: Executor, *, kv_capacity_tokens: int
         "speculative": bool(sim.CI[C.C_SPEC]),
         "controller": sim.controller_stats(summary.get("duration_s") or 0.0),
     })
+    summary.update(sim.prefix_summary())
+    if not sim.has_prefix:  # nothing to match: off is what the cache would do anyway
+        summary["what_if"] = [w for w in summary["what_if"] if w != RADIX_OFF_WHAT_IF]
     _engine_warnings(summary, config, sim)
     measured = sim.table is not None and sim.table.source.get("backend") == "profile"
     if measured and config.backend.kv_lookup == "straggler" and not sim.straggler_kv:
@@ -97,12 +100,18 @@ def _engine_warnings(summary: dict, config: SimConfig, sim: Simulation) -> None:
     """What the summary must say about how far this run is SGLang's."""
     e = config.engine
     w = summary["warnings"]
-    for what in config.what_ifs:
+    for what in summary["what_if"]:
         w.append(f"what-if (not something SGLang can run): {what}")
     if e.scheduler_overhead_s == 0:
         w.append("the scheduler's host time is not modelled (engine.scheduler_overhead_s = 0: "
                  "not measured for SGLang here)" + (
                      "; with overlap scheduling SGLang hides most of it" if e.overlap else ""))
+    if e.radix_cache == "on" and not sim.has_prefix:
+        w.append("engine.radix_cache is on but the trace has no prefix_hashes: nothing could be "
+                 "matched (every prompt was prefilled in full)")
+    if e.schedule_policy == "lpm" and not sim.radix_on:
+        w.append("schedule_policy 'lpm' without a radix cache: SGLang then schedules FCFS, and so "
+                 "did this run")
     ctl = summary["controller"]
     if ctl["switches_per_s"] is not None and ctl["switches_per_s"] >= OSCILLATION_PER_S:
         w.append(f"the {ctl['name']} controller switched its draft count "

@@ -171,6 +171,17 @@ def print_summary(summary: dict, out_dir) -> None:
         ("uniformity violations (rows)", str(summary["violations"])),
         ("retractions", str(summary["retractions"])),
         *_controller_rows(summary.get("controller")),
+    ]
+    if summary.get("prefix_ideal_hit_rate") is not None:  # the trace has prefix information
+        hit = summary.get("prefix_cache_hit_rate") or 0.0
+        rows += [
+            ("prefix cache hit rate (ideal)",
+             f"{hit:.2%} ({summary['prefix_ideal_hit_rate']:.2%})"
+             + ("" if summary.get("radix_cache") else ", cache off")),
+            ("prefix tokens cached / evicted",
+             f"{summary['prefix_cached_tokens']:,} / {summary['prefix_cache_evicted_tokens']:,}"),
+        ]
+    rows += [
         ("engine wall time", f"{summary['wall_s']:.2f} s ({summary['requests'] / summary['wall_s']:,.0f} req/s)"),
     ]
     t2 = Table(show_header=False)

@@ -17,7 +17,7 @@ TOML layout (every key optional)::
 
     [cluster]
     replicas = 1
-    router = "round-robin"     # round-robin | least-outstanding-tokens
+    router = "round-robin"     # round-robin | least-outstanding-tokens | cache-aware
 
     [model]
     name = "llama-3.1-8b"      # a preset, or the path of a Hugging Face config.json
@@ -50,7 +50,9 @@ __all__ = ["EngineConfig", "ClusterConfig", "ModelConfig", "BackendConfig", "Con
 NOSPEC_MAX_RUNNING = 256
 POLICIES = VERIFY_POLICIES.names()
 CONTROLLER_NAMES = CONTROLLERS.names()
-ROUTERS = ("round-robin", "least-outstanding-tokens")
+ROUTERS = ("round-robin", "least-outstanding-tokens", "cache-aware")
+RADIX_MODES = ("auto", "on", "off")
+SCHEDULE_POLICIES = ("fcfs", "lpm")
 #: query lengths per request that AITER's MLA decode kernels support (3 is padded to 4)
 MLA_WIDTHS = (1, 2, 3, 4)
 #: configuration keys of earlier versions: the key that replaced each, or None (removed; the
@@ -59,6 +61,11 @@ RENAMED = {"engine.fixed_width": "engine.num_draft_tokens",
            "engine.admission_reserve_tokens": None}
 REMOVED_WHY = {"engine.admission_reserve_tokens": "SGLang's new_token_ratio reservation "
                                                   "(engine.schedule_conservativeness) replaced it"}
+
+
+#: the what-if of ``engine.radix_cache = "off"`` (dropped from a run whose trace has no prefix
+#: information: there the cache could match nothing anyway)
+RADIX_OFF_WHAT_IF = "radix_cache 'off': SGLang serves with its radix prefix cache on"
 
 
 def _f(default, help: str, **kw):
@@ -116,6 +123,12 @@ class EngineConfig:
                             "('draft') or padding ('pad'); 'auto' = draft for fixed, pad otherwise")
     mla: bool = _f(False, "the model uses MLA attention (set from the model; restricts fixed widths)")
     record_request_steps: bool = _f(True, "write request_steps.parquet (one row per request step)")
+    radix_cache: str = _f("auto", "SGLang's radix prefix cache: auto (on when the trace has "
+                                  "prefix_hashes, as SGLang's cache is on by default), on, or "
+                                  "off (a what-if when the trace has prefix information)")
+    schedule_policy: str = _f("fcfs", "order of the waiting queue (SGLang --schedule-policy): "
+                                      "fcfs, or lpm (longest cached prefix first; FCFS while "
+                                      "more than 128 requests wait, and without a radix cache)")
     context_overflow: str = _f("refuse", "requests longer than the model's context: refuse (as "
                                          "SGLang does), drop, or truncate (SGLang's "
                                          "--allow-auto-truncate)")
@@ -167,6 +180,8 @@ class EngineConfig:
                        "tokens for every request")
         if self.max_draft:
             out.append(f"max_draft {self.max_draft}: a per-request draft cap")
+        if self.radix_cache == "off":
+            out.append(RADIX_OFF_WHAT_IF)
         return out
 
     @property
@@ -304,6 +319,12 @@ class SimConfig:
         if e.context_overflow not in ("refuse", "drop", "truncate"):
             raise SpecschedError(f"engine.context_overflow: must be refuse, drop or truncate "
                                  f"(got '{e.context_overflow}')")
+        if e.radix_cache not in RADIX_MODES:
+            raise SpecschedError(f"engine.radix_cache: must be auto, on or off (got "
+                                 f"'{e.radix_cache}')")
+        if e.schedule_policy not in SCHEDULE_POLICIES:
+            raise SpecschedError(f"engine.schedule_policy: must be fcfs or lpm (got "
+                                 f"'{e.schedule_policy}')")
         if e.widen not in ("auto", "draft", "pad"):
             raise SpecschedError(f"engine.widen: must be auto, draft or pad (got '{e.widen}')")
         positive = {"engine.page_size": e.page_size,

@@ -13,6 +13,11 @@ Semantics follow SGLang's scheduler with speculative decoding (chain drafting, t
   while the paged KV cache has room for their whole context plus a growth reserve for every
   running request; a prefill pass holds at most ``chunked_prefill_size`` tokens and the last
   request of a pass may be chunked, continuing in the next pass (SGLang ``chunked_req``).
+  With a radix prefix cache (``simulator.cache_ops``; the trace's prefix block ids) a request
+  matches and locks its cached prefix at admission, needs pages and prefill only for the rest,
+  and inserts its prompt blocks after each prefill pass; unlocked cached pages count as room
+  and are evicted (least recently used first) when the pool needs pages.  ``lpm`` orders the
+  waiting requests by cached prefix instead of FCFS.
   Every completed prefill emits one token (the first token, or the next one after a
   retraction, as SGLang's re-prefill does).
 * Otherwise a decode iteration over the running requests: a draft phase (as many draft-model
@@ -39,6 +44,8 @@ import numpy as np
 from backends.jit import njit
 from backends.latency_table import (ATT_ON, NATT, attention_params, attention_rows, effective_kv,
                                     interp2, interp3, interp_prefill)
+from simulator import cache_ops as X
+from simulator.sglang import LPM_QUEUE_LIMIT
 from simulator import controllers as K
 from simulator.registry import VERIFY_POLICIES
 
@@ -59,7 +66,11 @@ R_TRUNC = 12      # proposed drafts the policy dropped
 R_PADDED = 13     # verify slots holding no token of the request (width padding)
 R_RETRACT = 14    # retractions
 R_ADMITTED = 15   # 1 once admitted for the first time
-NR = 16
+R_NODE = 16       # radix cache: the node the request has locked (0: none)
+R_PROT = 17       # radix cache: prompt blocks of its KV that the cache owns (locked for it)
+R_SHARED = 18     # radix cache: the pages of those blocks (counted in R_PAGES, owned by the cache)
+R_HIT = 19        # prompt tokens its first admission found in the cache
+NR = 20
 
 ST_QUEUED = 0
 ST_PREFILL = 1
@@ -92,7 +103,8 @@ E_CAP = 13        # KV pages in the pool
 E_WHEAD = 14      # retracted queue: ring buffer W[r, :] (entry times WT[r, :]), head index
 E_WLEN = 15       # retracted queue length
 E_XRETRACT = 16   # retractions beyond SGLang's rule, to fit a verify (SGLang would run out of KV)
-NE = 17
+E_CACHED = 17     # KV pages the radix cache holds for no running request (its evictable pages)
+NE = 18
 
 EF_CLOCK = 0      # the replica's clock: the start of its next decision
 EF_PEND_END = 1   # end time of the pending iteration
@@ -121,7 +133,8 @@ P_MSTART = 15     # members [P_MSTART, P_MSTART + P_MCOUNT) of MB
 P_MCOUNT = 16
 P_MAXVW = 17      # widest verify width of a member (buffers of a ragged launch)
 P_KVUSED = 18     # KV pages in use while the pass runs
-NPI = 19
+P_KVCACHED = 19   # of those, pages only the radix cache holds (evictable)
+NPI = 20
 PF_LAT = 0
 PF_KVMEAN = 1
 PF_KVSUM = 2
@@ -168,7 +181,11 @@ C_RETRACT_STEPS = 15  # SGLang SGLANG_RETRACT_DECODE_STEPS (the ratio estimate a
 C_OVERLAP = 16    # 1: the scheduler's host time overlaps the GPU (SGLang's overlap schedule)
 C_YIELD = 17      # return ADV_YIELD after this many iterations in one advance() call (0: never),
                   # so a compiled call is short in wall time and the caller can see Ctrl-C
-NCI = 18
+C_RADIX = 18      # 1: the radix prefix cache is on (simulator.cache_ops)
+C_BLOCK = 19      # tokens per prefix block (the trace's prefix_block_tokens; 1 without a cache)
+C_PPB = 20        # KV pages per block
+C_LPM = 21        # 1: schedule policy lpm (longest prefix match first), else fcfs
+NCI = 22
 CF_OVERHEAD = 0   # scheduler overhead per iteration, seconds
 CF_RATIO_INIT = 1  # SGLang init_new_token_ratio
 CF_RATIO_MIN = 2   # SGLang min_new_token_ratio
@@ -209,7 +226,8 @@ S_VIOL = 18
 S_OOG = 19
 S_MODE = 20
 S_KVUSED = 21
-NSI = 22
+S_KVCACHED = 22
+NSI = 23
 SF_START = 0
 SF_LAT = 1
 SF_KVMEAN = 2
@@ -354,6 +372,85 @@ def _waiting_pop(r, from_retracted, Q, W, E):
         _queue_pop(Q, E, r)
 
 
+@njit
+def _waiting_remove(r, i, from_retracted, Q, W, WT, E):
+    """Take request i out of the waiting queue wherever it stands (``lpm`` admits out of
+    order): the entries before it move back by one."""
+    if from_retracted:
+        cap = W.shape[1]
+        h = E[r, E_WHEAD]
+        m = 0
+        while W[r, (h + m) % cap] != i:
+            m += 1
+        for t in range(m, 0, -1):
+            W[r, (h + t) % cap] = W[r, (h + t - 1) % cap]
+            WT[r, (h + t) % cap] = WT[r, (h + t - 1) % cap]
+        E[r, E_WHEAD] = (h + 1) % cap
+        E[r, E_WLEN] -= 1
+    else:
+        cap = Q.shape[1]
+        h = E[r, E_QHEAD]
+        m = 0
+        while Q[r, (h + m) % cap] != i:
+            m += 1
+        for t in range(m, 0, -1):
+            Q[r, (h + t) % cap] = Q[r, (h + t - 1) % cap]
+        E[r, E_QHEAD] = (h + 1) % cap
+        E[r, E_QLEN] -= 1
+
+
+@njit
+def _lpm_order(r, clock, R, E, Q, W, WT, arrival, prompt, poff, pids, block, rx, cand):
+    """SGLang's ``lpm``: the waiting requests (arrived, in entry order) sorted stably by the
+    length of their cached prefix, longest first, into ``cand[:, 0]`` (request) and
+    ``cand[:, 1]`` (1: from the retracted queue); returns how many, or -1 when more than
+    ``LPM_QUEUE_LIMIT`` wait (SGLang then falls back to FCFS)."""
+    limit = cand.shape[0] - 1
+    qcap = Q.shape[1]
+    wcap = W.shape[1]
+    qpos = 0
+    wpos = 0
+    cnt = 0
+    while True:
+        q = -1
+        if qpos < E[r, E_QLEN]:
+            q = Q[r, (E[r, E_QHEAD] + qpos) % qcap]
+            if arrival[q] > clock:
+                q = -1
+        if wpos < E[r, E_WLEN]:
+            k = (E[r, E_WHEAD] + wpos) % wcap
+            if q < 0 or WT[r, k] < arrival[q]:
+                q = W[r, k]
+                wpos += 1
+                if cnt >= limit:
+                    return -1
+                cand[cnt, 0] = q
+                cand[cnt, 1] = 1
+                cnt += 1
+                continue
+        if q < 0:
+            break
+        qpos += 1
+        if cnt >= limit:
+            return -1
+        cand[cnt, 0] = q
+        cand[cnt, 1] = 0
+        cnt += 1
+    for j in range(cnt):
+        i = cand[j, 0]
+        nm = X.match_blocks(i, prompt[i], R[i, R_GEN], poff, block)
+        cand[j, 2] = X.peek(rx, r, i, nm, poff, pids)
+    for a in range(1, cnt):  # insertion sort: stable, longest prefix first
+        b = a
+        while b > 0 and cand[b - 1, 2] < cand[b, 2]:
+            for f in range(3):
+                t = cand[b - 1, f]
+                cand[b - 1, f] = cand[b, f]
+                cand[b, f] = t
+            b -= 1
+    return cnt
+
+
 # ---------------------------------------------------------------- verify policies
 # Each policy fills, for members j < n of MB[r]: M_V (verify width), M_R (real drafts),
 # M_LAUNCH (launch index), and returns the number of launches; lw[L] is launch L's width.
@@ -490,6 +587,7 @@ def _mark_kv_used(r, E, PI):
         raise RuntimeError("specsched engine bug: KV pages allocated beyond capacity")
     for p in range(E[r, E_NPASS]):
         PI[r, p, P_KVUSED] = E[r, E_CAP] - E[r, E_FREE]
+        PI[r, p, P_KVCACHED] = E[r, E_CACHED]
 
 
 @njit
@@ -514,10 +612,13 @@ def _verify_need_pages(r, n, MB, R, page):
 
 
 @njit
-def _retract(r, i, t, R, E, W, WT, RUN):
-    """Free request i's pages and put it back in the waiting queue (at its end)."""
-    E[r, E_FREE] += R[i, R_PAGES]
+def _retract(r, i, t, R, E, W, WT, RUN, rx):
+    """Free request i's pages and put it back in the waiting queue (at its end).  Its prompt
+    blocks in the radix cache stay there, unlocked (SGLang ``release_kv_cache`` with
+    ``is_insert=False``): its re-admission matches whatever is still cached."""
+    E[r, E_FREE] += R[i, R_PAGES] - R[i, R_SHARED]
     R[i, R_PAGES] = 0
+    _release_node(r, i, R, E, rx)
     R[i, R_KV] = 0
     R[i, R_STATUS] = ST_QUEUED
     R[i, R_PDONE] = 0
@@ -533,6 +634,31 @@ def _retract(r, i, t, R, E, W, WT, RUN):
 
 
 @njit
+def _sync_cached(r, E, rx):
+    E[r, E_CACHED] = X.evictable_pages(rx, r)
+
+
+@njit
+def _release_node(r, i, R, E, rx):
+    """Release request i's lock on the radix cache (finish, retraction)."""
+    if R[i, R_NODE] != 0:
+        X.unlock(rx, r, R[i, R_NODE])
+        _sync_cached(r, E, rx)
+    R[i, R_NODE] = 0
+    R[i, R_PROT] = 0
+    R[i, R_SHARED] = 0
+
+
+@njit
+def _evict_for(r, need, E, rx):
+    """Evict from the radix cache until ``need`` pages are free, if it can (SGLang evicts the
+    tree cache before it allocates, and before it retracts: ``evict_from_tree_cache``)."""
+    if need > E[r, E_FREE]:
+        E[r, E_FREE] += X.evict(rx, r, need - E[r, E_FREE])
+        _sync_cached(r, E, rx)
+
+
+@njit
 def _fill_members(r, R, E, RUN, MB, off, draft, CI):
     n = E[r, E_NRUN]
     for j in range(n):
@@ -544,7 +670,7 @@ def _fill_members(r, R, E, RUN, MB, off, draft, CI):
 
 
 @njit
-def _decode_mem_ok(r, n, R, E, RUN, CI):
+def _decode_mem_ok(r, n, R, E, RUN, CI, rx):
     """SGLang's ``check_decode_mem``: the pool has the pages that the next decode may need, each
     running request growing by ``C_DECODE_RESERVE`` tokens past its KV (with speculative decoding
     ``2 * max(num_steps * topk, num_draft_tokens)``; one token without)."""
@@ -553,6 +679,8 @@ def _decode_mem_ok(r, n, R, E, RUN, CI):
     for j in range(n):
         i = RUN[r, j]
         need += pages_for(R[i, R_KV] + CI[C_DECODE_RESERVE], page) - R[i, R_PAGES]
+    if need > E[r, E_FREE]:
+        _evict_for(r, need, E, rx)
     return E[r, E_FREE] >= need
 
 
@@ -570,22 +698,22 @@ def _retract_victim(r, n, R, RUN, prompt):
 
 
 @njit
-def _update_running(r, clock, R, E, EF, W, WT, RUN, prompt, mnt, CI, CF):
+def _update_running(r, clock, R, E, EF, W, WT, RUN, prompt, mnt, CI, CF, rx):
     """SGLang's ``update_running_batch`` before a decode: when ``check_decode_mem`` fails, retract
     (at least one request, until it passes or one is left) and re-estimate ``new_token_ratio``
     as ``min(1, (decoded + RETRACT_DECODE_STEPS x running) / (sum of max_new_tokens + 1))``; else
     decay the ratio towards its minimum."""
     n = E[r, E_NRUN]
-    if _decode_mem_ok(r, n, R, E, RUN, CI):
+    if _decode_mem_ok(r, n, R, E, RUN, CI, rx):
         EF[r, EF_RATIO] = max(EF[r, EF_RATIO] - CF[CF_RATIO_DECAY], CF[CF_RATIO_MIN])
         return
     first = True
-    while first or not _decode_mem_ok(r, E[r, E_NRUN], R, E, RUN, CI):
+    while first or not _decode_mem_ok(r, E[r, E_NRUN], R, E, RUN, CI, rx):
         n = E[r, E_NRUN]
         if n <= 1:
             break
         first = False
-        _retract(r, _retract_victim(r, n, R, RUN, prompt), clock, R, E, W, WT, RUN)
+        _retract(r, _retract_victim(r, n, R, RUN, prompt), clock, R, E, W, WT, RUN, rx)
     decoded = 0
     maxnew = 0
     for j in range(E[r, E_NRUN]):
@@ -660,7 +788,7 @@ def _choose_by_cost(r, oracle, R, E, EF, RUN, MB, PI, PF, off, draft, acc, pacc,
 
 @njit
 def _decide_decode(r, clock, width, R, E, EF, W, WT, RUN, MB, PI, PF, off, draft, prompt, CI,
-                   padmap, capw, buckets, lw, tmp, KC, KS):
+                   padmap, capw, buckets, lw, tmp, KC, KS, rx):
     """A decode round at ``width`` (the controller's) over the running requests, after
     :func:`_update_running`: fit it in the KV pool, allocate its slots, build its passes."""
     page = CI[C_PAGE]
@@ -669,6 +797,8 @@ def _decide_decode(r, clock, width, R, E, EF, W, WT, RUN, MB, PI, PF, off, draft
         n = _fill_members(r, R, E, RUN, MB, off, draft, CI)
         nl = apply_policy(policy, MB[r], n, lw, tmp, buckets, width, CI[C_WIDEN])
         need = _verify_need_pages(r, n, MB, R, page)
+        if need > E[r, E_FREE]:
+            _evict_for(r, need, E, rx)
         if need <= E[r, E_FREE]:
             break
         if n == 1:
@@ -678,11 +808,11 @@ def _decide_decode(r, clock, width, R, E, EF, W, WT, RUN, MB, PI, PF, off, draft
             if c < 0:
                 break
             E[r, E_CHUNKED] = -1
-            _retract(r, c, clock, R, E, W, WT, RUN)
+            _retract(r, c, clock, R, E, W, WT, RUN, rx)
             continue
         # beyond SGLang's rule (which would run out of KV slots here): retract its next victim
         E[r, E_XRETRACT] += 1
-        _retract(r, _retract_victim(r, n, R, RUN, prompt), clock, R, E, W, WT, RUN)
+        _retract(r, _retract_victim(r, n, R, RUN, prompt), clock, R, E, W, WT, RUN, rx)
     # allocate the verify slots
     for j in range(n):
         i = MB[r, j, M_REQ]
@@ -845,19 +975,37 @@ def _build_decode_passes(r, n, nl, E, MB, PI, PF, CI, padmap, capw, lw, tmp):
 
 
 @njit
-def _decide_prefill(r, clock, R, RF, E, EF, Q, W, WT, RUN, MB, PI, PF, arrival, prompt, mnt, CI):
+def _wants_prefill(r, clock, arrival, Q, E):
+    """Whether anything could be prefilled now: a chunked prefill to continue, a retracted
+    request, or an arrived one (else :func:`_decide_prefill` would find nothing; skipping it
+    keeps decode-only iterations cheap)."""
+    if E[r, E_CHUNKED] >= 0 or E[r, E_WLEN] > 0:
+        return True
+    return E[r, E_QLEN] > 0 and arrival[Q[r, E[r, E_QHEAD]]] <= clock
+
+
+@njit
+def _decide_prefill(r, clock, R, RF, E, EF, Q, W, WT, RUN, MB, PI, PF, arrival, prompt, mnt, CI,
+                    poff, pids, rx, cand):
     """Build a prefill pass if anything can be prefilled now; returns whether one was built.
 
-    Admission follows SGLang's ``PrefillAdder``: the pool's free tokens, less every running
-    request's remaining ``min(max_new_tokens - output, CLIP) * new_token_ratio``, must exceed a
-    new request's prompt plus its remaining ``min(max_new_tokens, CLIP)``; each admitted request
-    then counts its paged prompt and ``min(max_new_tokens, CLIP)``; a pass holds at most
+    Admission follows SGLang's ``PrefillAdder``: the pool's free tokens plus the radix cache's
+    evictable tokens, less every running request's remaining ``min(max_new_tokens - output,
+    CLIP) * new_token_ratio``, must exceed a new request's extend tokens (those past its cached
+    prefix) plus its remaining ``min(max_new_tokens, CLIP)``; each admitted request then counts
+    its paged extend tokens and ``min(max_new_tokens, CLIP)``; a pass holds at most
     ``chunked_prefill_size`` (and ``max_prefill_tokens``) tokens, the last request chunked at a
-    page boundary.  The queue is strictly FCFS: the first request that does not fit stops it.
-    KV pages are allocated for the tokens each pass computes.
+    page boundary.  The queue is strictly FCFS (or, with ``lpm``, longest cached prefix first
+    while at most ``LPM_QUEUE_LIMIT`` requests wait): the first request that does not fit stops
+    it.  A request matches and locks its cached prefix first (released again if it does not
+    fit); KV pages are allocated for the tokens each pass computes, evicting unlocked cache
+    leaves when the free pages fall short.
     """
     page = CI[C_PAGE]
     clip = CI[C_CLIP]
+    block = CI[C_BLOCK]
+    ppb = CI[C_PPB]
+    radix_on = CI[C_RADIX] == 1
     ratio = EF[r, EF_RATIO]
     rem_chunk = CI[C_CHUNK]
     rem_input = CI[C_MAXPREFILL]
@@ -868,10 +1016,11 @@ def _decide_prefill(r, clock, R, RF, E, EF, Q, W, WT, RUN, MB, PI, PF, arrival, 
     kvmax = 0
     nrun = E[r, E_NRUN]
     offset = 0.0
+    alloc = 0      # pages allocated by this decision (SGLang allocates after the adder loop)
     for j in range(nrun):
         i = RUN[r, j]
         offset += min(mnt[i] - R[i, R_GEN], clip) * ratio
-    avail = float(E[r, E_FREE] * page)
+    avail = float((E[r, E_FREE] + X.evictable_pages(rx, r)) * page)
     # continue a chunked prefill first (SGLang add_chunked_req)
     c = E[r, E_CHUNKED]
     if c >= 0:
@@ -882,8 +1031,10 @@ def _decide_prefill(r, clock, R, RF, E, EF, Q, W, WT, RUN, MB, PI, PF, arrival, 
             if truncated:
                 take = take // page * page
             grow = pages_for(R[c, R_PDONE] + take, page) - R[c, R_PAGES]
+            _evict_for(r, grow, E, rx)
             if take > 0 and grow <= E[r, E_FREE]:
                 E[r, E_FREE] -= grow
+                alloc += grow
                 R[c, R_PAGES] += grow
                 MB[r, 0, M_REQ] = c
                 MB[r, 0, M_TOK] = take
@@ -901,43 +1052,77 @@ def _decide_prefill(r, clock, R, RF, E, EF, Q, W, WT, RUN, MB, PI, PF, arrival, 
                     rem_chunk = 0
         if nmem == 0:
             rem_chunk = 0  # the chunked request waits for room; nothing overtakes it
+    # lpm: the waiting requests, longest cached prefix first (SGLang calc_priority)
+    ncand = -1
+    if CI[C_LPM] == 1 and rem_chunk > 0:
+        ncand = _lpm_order(r, clock, R, E, Q, W, WT, arrival, prompt, poff, pids, block, rx, cand)
+    k = 0
     while (rem_chunk > 0 and rem_input > 0 and avail - offset > 0
            and nrun + nmem < CI[C_MAXRUN]):
-        i, from_retracted = _waiting_head(r, clock, arrival, Q, W, WT, E)
-        if i < 0:
-            break
-        target = prompt[i] + R[i, R_GEN]
-        total = target + min(max(mnt[i] - R[i, R_GEN], 0), clip) + page
-        if total >= avail - offset:
-            break  # NO_TOKEN: strict FCFS, the head waits for room
-        ptarget = pages_for(target, page) * page
-        if ptarget >= rem_input and nmem != 0:
-            break
-        if ptarget <= rem_chunk:
-            take = target
-        else:
-            take = rem_chunk // page * page
-            if take <= 0:
+        if ncand >= 0:
+            if k >= ncand:
                 break
+            i = cand[k, 0]
+            from_retracted = cand[k, 1] == 1
+            k += 1
+        else:
+            i, from_retracted = _waiting_head(r, clock, arrival, Q, W, WT, E)
+            if i < 0:
+                break
+        target = prompt[i] + R[i, R_GEN]
+        matched = 0
+        node = 0
+        if radix_on:
+            nm = X.match_blocks(i, prompt[i], R[i, R_GEN], poff, block)
+            matched, node = X.match_lock(rx, r, i, nm, poff, pids, clock)
+            _sync_cached(r, E, rx)
+        cached = matched * block
+        extend = target - cached
+        # SGLang's rem_total_tokens: free + evictable (the lock keeps this prefix out of it)
+        avail = float((E[r, E_FREE] + alloc + X.evictable_pages(rx, r)) * page)
+        total = extend + min(max(mnt[i] - R[i, R_GEN], 0), clip) + page
+        ptarget = pages_for(extend, page) * page
+        take = extend
+        if ptarget > rem_chunk:
+            take = rem_chunk // page * page
         grow = pages_for(take, page)
-        if grow > E[r, E_FREE]:
+        if (total >= avail - offset                       # NO_TOKEN: the head waits for room
+                or (ptarget >= rem_input and nmem != 0) or take <= 0):
+            X.unlock(rx, r, node)
+            _sync_cached(r, E, rx)
             break
-        _waiting_pop(r, from_retracted, Q, W, E)
+        _evict_for(r, grow, E, rx)
+        if grow > E[r, E_FREE]:
+            X.unlock(rx, r, node)
+            _sync_cached(r, E, rx)
+            break
+        if ncand >= 0:
+            _waiting_remove(r, i, from_retracted, Q, W, WT, E)
+        else:
+            _waiting_pop(r, from_retracted, Q, W, E)
         if R[i, R_ADMITTED] == 0:
             R[i, R_ADMITTED] = 1
             RF[i, F_ADMIT] = clock
+            R[i, R_HIT] = cached
         R[i, R_STATUS] = ST_PREFILL
         R[i, R_PTARGET] = target
-        R[i, R_PDONE] = 0
-        R[i, R_PAGES] = grow
+        R[i, R_PDONE] = cached
+        R[i, R_KV] = cached
+        R[i, R_NODE] = node
+        R[i, R_PROT] = matched
+        R[i, R_SHARED] = matched * ppb
+        R[i, R_PAGES] = matched * ppb + grow
         E[r, E_FREE] -= grow
+        alloc += grow
         MB[r, nmem, M_REQ] = i
         MB[r, nmem, M_TOK] = take
-        MB[r, nmem, M_KV] = 0
+        MB[r, nmem, M_KV] = cached
         nmem += 1
         tokens += take
-        pairs += take * (take / 2.0)
-        if take < target:
+        wprefix += take * cached
+        pairs += take * (cached + take / 2.0)
+        kvmax = max(kvmax, cached)
+        if take < extend:
             E[r, E_CHUNKED] = i
             offset += take + page
             rem_chunk = 0
@@ -1066,15 +1251,39 @@ def _deliver(i, t, tokens, RF, RSI, RSF, G, record):
 def _finish(r, i, t, R, RF, E, prompt):
     R[i, R_STATUS] = ST_DONE
     RF[i, F_FINISH] = t
-    E[r, E_FREE] += R[i, R_PAGES]
+    E[r, E_FREE] += R[i, R_PAGES] - R[i, R_SHARED]  # blocks the cache owns stay cached
     R[i, R_PAGES] = 0
+    R[i, R_SHARED] = 0  # its lock (R_NODE) is released after the pass: _release_finished
     E[r, E_OUTSTANDING] -= prompt[i] + R[i, R_GEN]
     E[r, E_FINISHED] += 1
 
 
 @njit
+def _cache_prefilled(r, t, R, E, MB, prompt, CI, poff, pids, rx):
+    """Before a prefill pass is applied: insert the full prompt blocks each member will have
+    computed into the radix cache and move its lock to their end (SGLang
+    ``cache_unfinished_req``, after every prefill pass, the last chunk included): blocks another
+    request cached meanwhile are freed, the new ones pass from the request to the cache (both
+    stay in its ``R_PAGES``, as ``R_SHARED``)."""
+    block = CI[C_BLOCK]
+    ppb = CI[C_PPB]
+    for j in range(E[r, E_NMEM]):
+        i = MB[r, j, M_REQ]
+        done = R[i, R_PDONE] + MB[r, j, M_TOK]
+        k = min(poff[i + 1] - poff[i], min(done, prompt[i]) // block)
+        if k > R[i, R_PROT]:
+            prefix, node = X.insert_move(rx, r, i, k, R[i, R_NODE], poff, pids, t)
+            E[r, E_FREE] += (prefix - R[i, R_PROT]) * ppb
+            R[i, R_NODE] = node
+            R[i, R_PROT] = k
+            R[i, R_SHARED] = k * ppb
+            _sync_cached(r, E, rx)
+
+
+@njit
 def _apply_prefill(r, t, R, RF, E, RUN, MB, prompt, output, RSI, RSF, G, CI):
-    """Prefill chunks computed; completed prefills emit a token.  Returns tokens emitted."""
+    """Prefill chunks computed; completed prefills emit a token.  Returns tokens emitted.
+    (With the radix cache, :func:`_cache_prefilled` has inserted their blocks just before.)"""
     page = CI[C_PAGE]
     emitted = 0
     for j in range(E[r, E_NMEM]):
@@ -1102,6 +1311,16 @@ def _apply_prefill(r, t, R, RF, E, RUN, MB, prompt, output, RSI, RSF, G, CI):
             RUN[r, E[r, E_NRUN]] = i
             E[r, E_NRUN] += 1
     return emitted
+
+
+@njit
+def _release_finished(r, R, E, MB, rx):
+    """Release the radix-cache locks of the requests the applied iteration finished
+    (``_finish`` leaves them, so the decode path needs no cache state)."""
+    for j in range(E[r, E_NMEM]):
+        i = MB[r, j, M_REQ]
+        if R[i, R_STATUS] == ST_DONE and R[i, R_NODE] != 0:
+            _release_node(r, i, R, E, rx)
 
 
 @njit
@@ -1183,6 +1402,7 @@ def _record_steps(r, t0, PI, PF, E, SI, SF, G, committed):
         SI[S_OOG, k] = PI[r, p, P_OOG]
         SI[S_MODE, k] = PI[r, p, P_MODE]
         SI[S_KVUSED, k] = PI[r, p, P_KVUSED]
+        SI[S_KVCACHED, k] = PI[r, p, P_KVCACHED]
         if PI[r, p, P_KIND] == KIND_VERIFY:
             L = p - (1 if E[r, E_NPASS] > 0 and PI[r, 0, P_KIND] == KIND_DRAFT else 0)
             SI[S_LAUNCH, k] = L
@@ -1252,18 +1472,22 @@ def _apply_pending(r, R, RF, E, EF, RUN, MB, PI, PF, prompt, output, off, draft,
 
 @njit
 def advance(r, horizon, arrival, prompt, output, mnt, off, draft, acc, pacc, R, RF, E, EF, Q, W,
-            WT, RUN, MB, PI, PF, SI, SF, RSI, RSF, G, CI, CF, padmap, capw, buckets, tab, KC, KS):
+            WT, RUN, MB, PI, PF, SI, SF, RSI, RSF, G, CI, CF, padmap, capw, buckets, tab, KC, KS,
+            poff, pids, rx):
     """Run replica r's iterations until something outside it must happen.
 
     Iterations are decided at the replica's clock, strictly before ``horizon`` (the next
     external event: an arrival the router may send here); one whose end is at or before the
     horizon is applied at once, one that ends later is left pending (``ADV_PENDING``: the caller
-    waits until its end).  Returns one of the ``ADV_*`` codes.
+    waits until its end).  Returns one of the ``ADV_*`` codes.  ``poff``/``pids`` are the
+    trace's prefix block ids (``TraceArrays.prefix_offsets``/``prefix_ids``) and ``rx`` the
+    replicas' radix caches (``simulator.cache_ops``).
     """
     n_all = R.shape[0]
     lw = np.zeros(MAXPASS, np.int64)
     tmp = np.zeros(2 * RUN.shape[1] + 2, np.int64)
     committed = np.zeros(MAXPASS, np.int64)
+    cand = np.zeros((LPM_QUEUE_LIMIT + 1, 3), np.int64)
     maxrun = RUN.shape[1]
     applied = 0
     while True:
@@ -1279,8 +1503,13 @@ def advance(r, horizon, arrival, prompt, output, mnt, off, draft, acc, pacc, R, 
                 return ADV_PENDING
             if G[G_SFILL] + MAXPASS > SI.shape[1] or G[G_RSFILL] + maxrun > RSI.shape[1]:
                 return ADV_FULL
+            radix_on = CI[C_RADIX] == 1
+            if radix_on and E[r, E_PENDING] == 1:
+                _cache_prefilled(r, EF[r, EF_PEND_END], R, E, MB, prompt, CI, poff, pids, rx)
             _apply_pending(r, R, RF, E, EF, RUN, MB, PI, PF, prompt, output, off, draft, acc,
                            pacc, SI, SF, RSI, RSF, G, CI, CF, committed, KC, KS)
+            if radix_on:
+                _release_finished(r, R, E, MB, rx)
             applied += 1
             if applied == CI[C_YIELD]:  # state is all in the arrays: the next call resumes here
                 return ADV_YIELD
@@ -1288,17 +1517,18 @@ def advance(r, horizon, arrival, prompt, output, mnt, off, draft, acc, pacc, R, 
         clock = EF[r, EF_CLOCK]
         if clock >= horizon:
             return ADV_HORIZON
-        if _decide_prefill(r, clock, R, RF, E, EF, Q, W, WT, RUN, MB, PI, PF, arrival, prompt,
-                           mnt, CI):
+        if _wants_prefill(r, clock, arrival, Q, E) and _decide_prefill(
+                r, clock, R, RF, E, EF, Q, W, WT, RUN, MB, PI, PF, arrival, prompt, mnt, CI, poff,
+                pids, rx, cand):
             continue
         if E[r, E_NRUN] > 0:
-            _update_running(r, clock, R, E, EF, W, WT, RUN, prompt, mnt, CI, CF)
+            _update_running(r, clock, R, E, EF, W, WT, RUN, prompt, mnt, CI, CF, rx)
             width = CI[C_FIXED]
             if KC[K.K_KIND] != K.CT_STATIC:
                 width = _round_width(r, R, E, EF, RUN, MB, PI, PF, off, draft, acc, pacc, output,
                                      CI, CF, padmap, capw, buckets, lw, tmp, KC, KS, tab)
             _decide_decode(r, clock, width, R, E, EF, W, WT, RUN, MB, PI, PF, off, draft, prompt,
-                           CI, padmap, capw, buckets, lw, tmp, KC, KS)
+                           CI, padmap, capw, buckets, lw, tmp, KC, KS, rx)
             continue
         # idle (SGLang's self_check_during_idle): new_token_ratio back to its initial value
         EF[r, EF_RATIO] = CF[CF_RATIO_INIT]

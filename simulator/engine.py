@@ -13,6 +13,8 @@ replica up front and the replica admits it once its clock reaches the arrival ti
 ``least-outstanding-tokens`` reads replica state, so the arrival process routes each request at
 its arrival time, after every replica has applied the iterations that ended by then
 (completions at time t happen before arrivals at time t; decisions at t see arrivals at t).
+``cache-aware`` (SGLang router's ``cache_aware`` policy) does the same, with its own per-replica
+trees of the prefix blocks it routed.
 """
 
 from __future__ import annotations
@@ -28,6 +30,7 @@ import simpy
 from backends.latency_table import LatencyTable, extend_arrays
 from backends.protocol import (VERIFY_MODES, DraftBatch, DraftExtendBatch, Executor, PrefillBatch,
                                VerifyBatch)
+from simulator import cache_ops
 from simulator import controller_config
 from simulator import controllers as K
 from simulator import core as C
@@ -39,6 +42,10 @@ from traces.errors import SpecschedError
 __all__ = ["Simulation", "StepBuffers"]
 
 _INF = math.inf
+#: SGLang router's ``CacheAwareConfig`` defaults (``sgl-router/src/policies/mod.rs``)
+ROUTER_CACHE_THRESHOLD = 0.5
+ROUTER_BALANCE_ABS = 32
+ROUTER_BALANCE_REL = 1.1
 #: Work one compiled ``advance`` call may do before it returns to Python, so that Ctrl-C or
 #: SIGTERM, which Python acts on only between calls, stops a run of any size at once.  Measured
 #: on the 2-core development machine: an iteration costs about 5 us plus 0.025 us per running
@@ -179,6 +186,7 @@ class Simulation:
                              C.set_attention(self.CF, getattr(self.table, "attention", None)))
         self.tab = _table_tuple(self.table)
         self._check_feasible(kv_capacity_tokens)
+        self._setup_radix(trace, e, kv_capacity_tokens // e.page_size)
         # ---- state
         R = self.replicas
         self.capacity_pages = kv_capacity_tokens // e.page_size
@@ -210,8 +218,79 @@ class Simulation:
         self.arrivals_done = False
         self.wake: list[simpy.Event | None] = [None] * R
         self._failed: BaseException | None = None   # the first error (or Ctrl-C) of any process
-        self.state_dependent = config.cluster.router == "least-outstanding-tokens"
+        self.router = config.cluster.router
+        self.state_dependent = self.router in ("least-outstanding-tokens", "cache-aware")
         self._rr = 0
+        if self.router == "cache-aware":
+            self._setup_router()
+
+    # ------------------------------------------------------------------ prefix cache
+    def _setup_radix(self, trace, e, pool_pages: int) -> None:
+        """The replicas' radix caches (``simulator.cache_ops``) and the trace's prefix ids."""
+        n = self.n
+        offsets = getattr(trace, "prefix_offsets", None)
+        self.has_prefix = offsets is not None
+        self.radix_on = self.has_prefix and e.radix_cache in ("auto", "on")
+        self.block = int(trace.prefix_block_tokens) if self.has_prefix else 1
+        if self.has_prefix:
+            self.poff = np.ascontiguousarray(offsets, dtype=np.int64)
+            self.pids = np.ascontiguousarray(trace.prefix_ids, dtype=np.int64)
+        else:
+            self.poff = np.zeros(n + 1, np.int64)
+            self.pids = np.zeros(1, np.int64)
+        ppb = 1
+        capacity_blocks = 0
+        if self.radix_on:
+            if self.block % e.page_size:
+                raise SpecschedError(
+                    f"the trace's prefix blocks ({self.block} tokens) are not a whole number of "
+                    f"KV pages ({e.page_size} tokens): the radix cache matches whole blocks, "
+                    "which must end on a page boundary; set engine.page_size to a divisor of "
+                    f"{self.block}, or engine.radix_cache=off", path=getattr(trace, "path", None))
+            ppb = self.block // e.page_size
+            capacity_blocks = pool_pages // ppb
+        self.rx = cache_ops.new_states(self.replicas, capacity_blocks, ppb)
+        self.CI[C.C_RADIX] = 1 if self.radix_on else 0
+        self.CI[C.C_BLOCK] = self.block
+        self.CI[C.C_PPB] = ppb
+        self.CI[C.C_LPM] = 1 if (self.radix_on and e.schedule_policy == "lpm") else 0
+
+    def _setup_router(self) -> None:
+        """SGLang router's ``cache_aware`` policy, approximated over prefix blocks: one tree per
+        replica of the blocks routed there (never evicted), the tokens each tree holds, and
+        the requests routed and not finished (the router's worker load)."""
+        total = int(self.poff[-1]) if self.has_prefix else 0
+        self.router_trees = [cache_ops.new_states(1, max(total, 1), 1)
+                             for _ in range(self.replicas)]
+        self.router_tokens = np.zeros(self.replicas, np.int64)
+        self.routed = np.zeros(self.replicas, np.int64)
+
+    def _route_cache_aware(self, i: int) -> int:
+        """The replica SGLang's cache-aware router picks (``sgl-router/src/policies/
+        cache_aware.rs``): when loads are imbalanced (max - min > 32 and max > 1.1 x min) the
+        least loaded; else the replica whose tree holds the longest prefix when it covers more
+        than half the prompt, else the one with the smallest tree.  Ties: lowest index."""
+        load = self.routed - self.E[:, C.E_FINISHED]
+        lo, hi = int(load.min()), int(load.max())
+        n_ids = int(self.poff[i + 1] - self.poff[i])
+        prompt = int(self.inp.prompt[i])
+        if hi - lo > ROUTER_BALANCE_ABS and hi > lo * ROUTER_BALANCE_REL:
+            r = int(np.argmin(load))
+        else:
+            hits = [int(cache_ops.peek(t, 0, i, n_ids, self.poff, self.pids))
+                    for t in self.router_trees]
+            best = int(np.argmax(hits))
+            rate = min(hits[best] * self.block, prompt) / prompt if prompt else 0.0
+            r = best if rate > ROUTER_CACHE_THRESHOLD else int(np.argmin(self.router_tokens))
+        # the request joins the chosen replica's tree (both branches, as the router does)
+        tree = self.router_trees[r]
+        prefix = 0
+        if n_ids:
+            prefix, _ = cache_ops.insert_move(tree, 0, i, n_ids, 0, self.poff, self.pids, 0.0)
+            cache_ops.unlock(tree, 0, int(_))
+        self.router_tokens[r] += max(prompt - prefix * self.block, 0)
+        self.routed[r] += 1
+        return r
 
     # ------------------------------------------------------------------ checks
     @staticmethod
@@ -282,9 +361,12 @@ class Simulation:
                              i.pacc, self.R, self.RF, self.E, self.EF, self.Q, self.W, self.WT,
                              self.RUN, self.MB,
                              self.PI, self.PF, b.SI, b.SF, b.RSI, b.RSF, b.G, self.CI, self.CF,
-                             self.padmap, self.capw, self.buckets, self.tab, self.KC, self.KS))
+                             self.padmap, self.capw, self.buckets, self.tab, self.KC, self.KS,
+                             self.poff, self.pids, self.rx))
 
     def _route(self, i: int) -> int:
+        if self.router == "cache-aware":
+            return self._route_cache_aware(i)
         if self.state_dependent:
             return int(np.argmin(self.E[:, C.E_OUTSTANDING]))  # ties: lowest index
         r = self._rr
@@ -431,6 +513,26 @@ class Simulation:
             r, self.E, self.EF, self.PF, self.CI, self.CF)
 
     # ------------------------------------------------------------------ results
+    def prefix_summary(self) -> dict[str, Any]:
+        """The prefix-cache keys of summary.json (docs/simulator.md)."""
+        prompt = int(self.inp.prompt.sum())
+        hit = int(self.R[:, C.R_HIT].sum())
+        out: dict[str, Any] = {
+            "radix_cache": bool(self.radix_on),
+            "schedule_policy": "lpm" if self.CI[C.C_LPM] else "fcfs",
+            "prefix_cached_tokens": hit,
+            "prefix_cache_hit_rate": hit / prompt if prompt else 0.0,
+            "prefix_cache_inserted_tokens": cache_ops.inserted_blocks(self.rx) * self.block,
+            "prefix_cache_evicted_tokens": cache_ops.evicted_blocks(self.rx) * self.block,
+            "prefix_ideal_hit_rate": None,
+        }
+        if self.has_prefix and prompt:
+            from traces.prefix import ideal_hits
+
+            ideal = ideal_hits(self.inp.prompt, self.poff, self.pids, self.block)
+            out["prefix_ideal_hit_rate"] = int(ideal.sum()) * self.block / prompt
+        return out
+
     def request_arrays(self) -> dict[str, Any]:
         R, RF = self.R, self.RF
         return {
@@ -448,6 +550,7 @@ class Simulation:
             "truncated_drafts": R[:, C.R_TRUNC].astype(np.int32),
             "padded_slots": R[:, C.R_PADDED].astype(np.int32),
             "retractions": R[:, C.R_RETRACT].astype(np.int32),
+            "cached_tokens": R[:, C.R_HIT].astype(np.int32),
             "max_gap_s": RF[:, C.F_MAXGAP],
         }
 

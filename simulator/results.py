@@ -94,6 +94,7 @@ def steps_batch(si: np.ndarray, sf: np.ndarray) -> pa.RecordBatch:
         "kv_max": si[C.S_KVMAX],
         "lookup_kv": sf[C.SF_LOOKUP],
         "kv_pages_used": si[C.S_KVUSED],
+        "kv_pages_cached": si[C.S_KVCACHED],
         "committed_tokens": si[C.S_COMMITTED],
         "violations": si[C.S_VIOL],
         "out_of_grid": si[C.S_OOG].astype(bool),

@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING
 if TYPE_CHECKING:
     from simulator.config import EngineConfig
 
-__all__ = ["SPEC_MAX_RUNNING", "CLIP_MAX_NEW_TOKENS", "RETRACT_DECODE_STEPS", "INIT_NEW_TOKEN_RATIO",
+__all__ = ["SPEC_MAX_RUNNING", "LPM_QUEUE_LIMIT", "CLIP_MAX_NEW_TOKENS", "RETRACT_DECODE_STEPS", "INIT_NEW_TOKEN_RATIO",
            "MIN_NEW_TOKEN_RATIO_FACTOR", "NEW_TOKEN_RATIO_DECAY_STEPS", "spec_ladder",
            "capture_ladder", "gpu_memory_defaults", "new_token_ratio_params",
            "decode_reserve_tokens", "default_max_new_tokens", "resolve_engine",
@@ -32,6 +32,9 @@ RETRACT_DECODE_STEPS = 20
 INIT_NEW_TOKEN_RATIO = 0.7
 MIN_NEW_TOKEN_RATIO_FACTOR = 0.14
 NEW_TOKEN_RATIO_DECAY_STEPS = 600
+#: ``SchedulePolicy._determine_active_policy`` (``managers/schedule_policy.py``): with more
+#: waiting requests than this, ``lpm`` skips its prefix matching and sorting (FCFS)
+LPM_QUEUE_LIMIT = 128
 #: the memory the defaults assume when no GPU is named (an H200's, the shipped profiles' GPU)
 FALLBACK_GPU_MEMORY_BYTES = 143771 << 20
 

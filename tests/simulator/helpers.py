@@ -29,6 +29,17 @@ class ToyTrace:
     tpot_slo_s: np.ndarray | None = None
     path: str = "<toy>"
     notes: tuple = ()
+    prefix_offsets: np.ndarray | None = None
+    prefix_ids: np.ndarray | None = None
+    prefix_block_tokens: int | None = None
+
+
+def with_prefix(trace: ToyTrace, ids: list[list[int]], block: int) -> ToyTrace:
+    """``trace`` with prefix block ids (one list per request) of ``block``-token blocks."""
+    off = np.zeros(len(ids) + 1, np.int64)
+    off[1:] = np.cumsum([len(x) for x in ids])
+    flat = np.array([v for x in ids for v in x], np.int64)
+    return replace(trace, prefix_offsets=off, prefix_ids=flat, prefix_block_tokens=block)
 
 
 def make_trace(arrival, prompt, output, steps):

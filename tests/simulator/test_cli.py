@@ -22,16 +22,18 @@ ROOT = Path(__file__).resolve().parents[2]
 REQUEST_COLUMNS = ["request_id", "replica", "arrival_s", "admit_s", "first_token_s", "finish_s",
                    "prompt_tokens", "output_tokens", "steps", "drafted_tokens", "verified_drafts",
                    "accepted_tokens", "truncated_drafts", "padded_slots", "retractions",
-                   "max_gap_s", "category", "tenant", "ttft_slo_s", "tpot_slo_s"]
+                   "cached_tokens", "max_gap_s", "category", "tenant", "ttft_slo_s", "tpot_slo_s"]
 STEP_COLUMNS = ["replica", "iteration", "launch", "kind", "start_s", "latency_s", "bs",
                 "bs_padded", "width", "min_width", "max_width", "distinct_widths",
                 "iter_distinct_widths", "mode", "tokens", "padded_slots", "graph_pad_slots",
-                "graph", "passes", "kv_mean", "kv_max", "lookup_kv", "kv_pages_used", "committed_tokens",
+                "graph", "passes", "kv_mean", "kv_max", "lookup_kv", "kv_pages_used", "kv_pages_cached",
+                "committed_tokens",
                 "violations", "out_of_grid", "max_abs_error"]
 SUMMARY_KEYS = ["requests", "duration_s", "throughput_tok_s", "ttft_s", "tpot_s", "e2e_s",
                 "accept_len_mean", "padding_waste", "width_pad_frac", "graph_pad_frac",
                 "verify_slots", "verify_launches_per_iter", "violations",
-                "retractions", "backend", "policy", "wall_s"]
+                "retractions", "backend", "policy", "wall_s", "radix_cache",
+                "prefix_cache_hit_rate", "prefix_cache_evicted_tokens"]
 
 
 @pytest.fixture(scope="module")

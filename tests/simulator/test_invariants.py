@@ -3,7 +3,10 @@
 - request conservation: every request is admitted, gets its first token and finishes once,
   with exactly its output tokens, in causal order;
 - token conservation: per-step commits follow the acceptance rule; tokens delivered add up;
-- KV pages never exceed capacity, and all are free at the end;
+- KV pages never exceed capacity, and all are free at the end (the radix cache's pages aside);
+- with the radix prefix cache: running + cached + free pages = the pool after every decision
+  and every applied iteration, no request finds more than the ideal cache would give it, and
+  no lock is left at the end;
 - the clock never goes back;
 - a scheduling decision never reads the acceptance of the step it decides;
 - the same trace, config and seed give byte-identical result files.
@@ -23,7 +26,10 @@ from simulator import core as C
 from simulator import run, write_results
 from simulator.config import POLICIES, SimConfig
 from simulator.engine import Simulation
-from tests.simulator.helpers import LiveLike, ToyTrace, random_trace, table_executor
+from simulator import radix
+from tests.simulator.helpers import (LiveLike, ToyTrace, random_trace, table_executor,
+                                     with_prefix)
+from traces.prefix import ideal_hits
 
 SETTINGS = settings(max_examples=40, deadline=None,
                     suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
@@ -40,6 +46,9 @@ def scenarios(draw):
                          output_max=draw(st.sampled_from([1, 20, 80])))
     policy = draw(st.sampled_from(POLICIES))
     page = draw(st.sampled_from([1, 16, 64]))
+    if draw(st.booleans()):  # prefix block ids: a few shared prefixes, then ids of its own
+        block = page * draw(st.sampled_from([1, 2, 4]))
+        trace = _random_prefixes(rng, trace, block, families=draw(st.integers(1, 4)))
     overrides = {
         "engine.policy": policy,
         "engine.page_size": page,
@@ -54,7 +63,10 @@ def scenarios(draw):
         "engine.overlap": draw(st.booleans()),
         "engine.scheduler_overhead_s": draw(st.sampled_from([0.0, 1e-4])),
         "cluster.replicas": draw(st.integers(1, 3)),
-        "cluster.router": draw(st.sampled_from(["round-robin", "least-outstanding-tokens"])),
+        "cluster.router": draw(st.sampled_from(["round-robin", "least-outstanding-tokens",
+                                                "cache-aware"])),
+        "engine.radix_cache": draw(st.sampled_from(["auto", "auto", "off"])),
+        "engine.schedule_policy": draw(st.sampled_from(["fcfs", "lpm"])),
         "seed": draw(st.integers(0, 1000)),
     }
     config = SimConfig.load(None, overrides)
@@ -62,6 +74,39 @@ def scenarios(draw):
     need = int((trace.prompt_tokens + trace.output_tokens).max()) + 66
     capacity = draw(st.sampled_from([need + page, 2 * need + page, 50 * need]))
     return trace, config, capacity
+
+
+@st.composite
+def cache_scenarios(draw):
+    """Scenarios that press the radix cache: shared prefixes always, many requests at once, a
+    pool of one to four of the largest requests, and admission that reserves only each
+    request's own output at a low new_token_ratio (so eviction and retraction both happen)."""
+    trace, config, _ = draw(scenarios())
+    rng = np.random.default_rng(draw(st.integers(0, 2**31 - 1)))
+    trace = random_trace(rng, draw(st.integers(10, 40)), rate=500.0,
+                         prompt_max=draw(st.sampled_from([200, 1500])),
+                         output_max=draw(st.sampled_from([20, 80])))
+    page = config.engine.page_size
+    trace = _random_prefixes(rng, trace, page * draw(st.sampled_from([1, 2, 4])),
+                             families=draw(st.integers(1, 3)))
+    config = config.replace({"engine.radix_cache": "auto", "engine.max_new_tokens": 1,
+                             "engine.schedule_conservativeness": 0.3})
+    need = int((trace.prompt_tokens + trace.output_tokens).max()) + 66
+    return trace, config, draw(st.sampled_from([need + page, 2 * need + page, 4 * need]))
+
+
+def _random_prefixes(rng, trace, block, families):
+    """Each request shares the first blocks of one of ``families`` id sequences (a random
+    number of them), then has ids of its own, at most ``ceil(prompt / block)`` in all."""
+    base = [list(range(1000 * (f + 1), 1000 * (f + 1) + 64)) for f in range(families)]
+    ids, fresh = [], 10**6
+    for p in trace.prompt_tokens:
+        most = -(-int(p) // block)
+        shared = min(int(rng.integers(0, most + 1)), 64)
+        own = int(rng.integers(0, most - shared + 1))
+        ids.append(base[int(rng.integers(families))][:shared] + list(range(fresh, fresh + own)))
+        fresh += own
+    return with_prefix(trace, ids, block)
 
 
 def _simulate(trace, config, capacity, executor=None):
@@ -106,11 +151,14 @@ def test_kv_never_over_capacity_and_all_free_at_the_end(sc):
     trace, config, capacity = sc
     sim = _simulate(trace, config, capacity)
     pages = capacity // config.engine.page_size
-    assert np.all(sim.E[:, C.E_FREE] == pages)
+    cached = sim.rx[4][:, radix.S_CACHED] * sim.rx[4][:, radix.S_PPB]
+    assert np.all(sim.E[:, C.E_FREE] + cached == pages)  # what is not free is cached prefixes
     assert np.all(sim.R[:, C.R_PAGES] == 0)
     steps, _ = sim.sink.close()
     used = steps["kv_pages_used"].to_numpy()
     assert used.max() <= pages and used.min() >= 0
+    in_cache = steps["kv_pages_cached"].to_numpy()
+    assert np.all(in_cache >= 0) and np.all(in_cache <= used)
 
 
 @SETTINGS
@@ -251,7 +299,8 @@ def test_controllers_keep_requests_kv_and_widths_consistent(sc):
     trace, config, capacity = sc
     sim = _simulate(trace, config, capacity)
     assert np.all(sim.R[:, C.R_GEN] == trace.output_tokens)
-    assert np.all(sim.E[:, C.E_FREE] == capacity // config.engine.page_size)
+    cached = sim.rx[4][:, radix.S_CACHED] * sim.rx[4][:, radix.S_PPB]  # prefixes stay cached
+    assert np.all(sim.E[:, C.E_FREE] + cached == capacity // config.engine.page_size)
     steps, _ = sim.sink.close()
     verify = np.asarray(steps["kind"].to_pylist()) == "verify"
     widths = set(steps["width"].to_numpy()[verify].tolist())
@@ -304,3 +353,47 @@ def test_same_inputs_give_byte_identical_files(tmp_path):
     sb = json.loads((tmp_path / "b" / "summary.json").read_text())
     sa.pop("wall_s"), sb.pop("wall_s")
     assert sa == sb
+
+
+class _Checked(Simulation):
+    """A simulation that checks the page pool after every return of the compiled loop (one
+    applied iteration, or one decided iteration, at a time)."""
+
+    def _advance(self, r, horizon):
+        self.CI[C.C_YIELD] = 1
+        status = super()._advance(r, horizon)
+        R, E = self.R, self.E
+        mine = R[:, C.R_REPLICA] == r
+        own = R[mine, C.R_PAGES] - R[mine, C.R_SHARED]
+        assert np.all(own >= 0) and np.all(R[mine, C.R_SHARED] <= R[mine, C.R_PAGES])
+        cached = int(radix.cached_pages(self.rx[4][r]))
+        assert int(own.sum()) + cached + int(E[r, C.E_FREE]) == int(E[r, C.E_CAP])
+        assert int(E[r, C.E_CACHED]) == int(radix.evictable_pages(self.rx[4][r]))
+        self.checks += 1
+        return status
+
+
+@SETTINGS
+@given(st.one_of(scenarios(), cache_scenarios()))
+def test_pool_is_running_plus_cached_plus_free_and_hits_stay_within_the_ideal(sc):
+    trace, config, capacity = sc
+    sim = _Checked(trace, config, table_executor(), kv_capacity_tokens=capacity)
+    sim.checks = 0
+    sim.run()
+    assert sim.checks > 0
+    assert np.all(sim.R[:, C.R_STATUS] == C.ST_DONE)
+    assert np.all(sim.R[:, C.R_NODE] == 0)
+    for r in range(sim.replicas):
+        state = tuple(a[r] for a in sim.rx)
+        assert radix.check_state(state) == []
+        # every request is done: no lock is left, so the whole cache is evictable
+        assert radix.evictable_pages(state[4]) == radix.cached_pages(state[4])
+        assert sim.E[r, C.E_FREE] + radix.cached_pages(state[4]) == sim.E[r, C.E_CAP]
+    if trace.prefix_offsets is not None:
+        ideal = ideal_hits(trace.prompt_tokens, trace.prefix_offsets, trace.prefix_ids,
+                           trace.prefix_block_tokens) * trace.prefix_block_tokens
+        got = sim.R[:, C.R_HIT]
+        if config.engine.schedule_policy == "fcfs":  # lpm may admit a later arrival first
+            assert np.all(got <= ideal)
+        if not sim.radix_on:
+            assert got.sum() == 0

@@ -7,8 +7,11 @@ import pytest
 
 from simulator import core as C
 from simulator import run, sglang
+from simulator.cache_ops import new_states
 from simulator.config import SimConfig
 from tests.simulator.helpers import make_trace, table_executor
+
+NO_CACHE = new_states(1, 0, 1)  # a replica without a radix cache
 
 H200 = 143771 << 20
 
@@ -171,7 +174,7 @@ def test_retraction_victims_fewest_outputs_then_longest_prompt():
                                                        free=5, mnt=[100, 300, 200])
     # needs 3 x 8 = 24 free tokens, has 5: retract request 1 (2 outputs, the longer prompt):
     # 5 + 32 = 37 >= 2 x 8 -> stop
-    C._update_running(0, 1.0, R, E, EF, W, WT, RUN, prompt, mnt, CI, CF)
+    C._update_running(0, 1.0, R, E, EF, W, WT, RUN, prompt, mnt, CI, CF, NO_CACHE)
     assert E[0, C.E_NRUN] == 2 and list(RUN[0, :2]) == [0, 2]
     assert R[1, C.R_STATUS] == C.ST_QUEUED and W[0, 0] == 1 and E[0, C.E_FREE] == 37
     # new ratio over the remaining: (5 + 2 + 20 x 2) / (100 + 200 + 1)
@@ -181,7 +184,7 @@ def test_retraction_victims_fewest_outputs_then_longest_prompt():
 def test_retraction_full_tie_takes_the_latest_and_keeps_one():
     R, E, EF, W, WT, RUN, prompt, mnt, CI, CF = _state([3, 3], [10, 10], [13, 13], free=0,
                                                        mnt=[50, 50])
-    C._update_running(0, 1.0, R, E, EF, W, WT, RUN, prompt, mnt, CI, CF)
+    C._update_running(0, 1.0, R, E, EF, W, WT, RUN, prompt, mnt, CI, CF, NO_CACHE)
     assert list(RUN[0, :E[0, C.E_NRUN]]) == [0]  # the later of two equals went first
     # one request left: kept even if it did not fit; here 13 free >= 8
     assert abs(EF[0, C.EF_RATIO] - (3 + 20) / 51) < 1e-12
@@ -190,7 +193,7 @@ def test_retraction_full_tie_takes_the_latest_and_keeps_one():
 def test_ratio_decays_to_its_minimum_when_nothing_is_retracted():
     R, E, EF, W, WT, RUN, prompt, mnt, CI, CF = _state([3], [10], [13], free=100, mnt=[50])
     EF[0, C.EF_RATIO] = 0.0985
-    C._update_running(0, 1.0, R, E, EF, W, WT, RUN, prompt, mnt, CI, CF)
+    C._update_running(0, 1.0, R, E, EF, W, WT, RUN, prompt, mnt, CI, CF, NO_CACHE)
     assert EF[0, C.EF_RATIO] == 0.098 and E[0, C.E_NRUN] == 1
 
 
