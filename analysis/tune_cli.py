@@ -46,29 +46,49 @@ def parse_thresholds(text: str) -> tuple[float | None, float | None]:
 @click.option("--jobs", type=int, help="Simulations at once (default: one per CPU).")
 @click.option("--ray", "ray_address", metavar="ADDRESS",
               help="Run the simulations on a Ray cluster ('local' starts one here).")
+@click.option("--attainment", type=float, default=0.9, show_default=True,
+              help="Share of requests within the thresholds that meets the SLO (max rate).")
+@click.option("--max-rate/--no-max-rate", default=True, show_default=True,
+              help="Also search the highest rate meeting the SLO for the winner and the best "
+                   "static k.")
+@click.option("--plot", "plot_path", type=click.Path(dir_okay=False),
+              help="Write the figure (throughput and TPOT against k per batch-size range) "
+                   "to this PNG.")
 @click.option("--json", "as_json", is_flag=True, help="Print the result as one JSON object.")
 @click.option("--progress/--no-progress", default=None,
               help="Report each simulation on stderr (default: when stderr is a terminal).")
 def tune_spec_cmd(trace_path, config_path, backend, model, gpu, profile_path, acceptance, seed,
-                  sets, slo, rate_scale, max_k, jobs, ray_address, as_json, progress):
+                  sets, slo, rate_scale, max_k, jobs, ray_address, attainment, max_rate, plot_path,
+                  as_json, progress):
     """Search static k, vLLM schedules, thresholds and SGLang adaptive settings for the best
     goodput under an SLO; print the winner as engine flags.
 
     \b
     Example:
-      specsched tune-spec --trace traces/samples/azure_conv_eagle_2k.parquet --slo tpot=20ms
+      specsched tune-spec --trace traces/samples/azure_conv_eagle_2k.parquet \
+          --slo ttft=2s,tpot=5ms --plot tune.png
     """
     from analysis.parallel import make_backend
     from analysis.tune_spec import tune_spec
 
     ttft, tpot = parse_thresholds(slo)
+    trace_path = _check_trace(trace_path)
+    if plot_path:
+        from traces.atomic import check_output_file
+
+        check_output_file(plot_path, inputs=[trace_path], what="--plot")
     config = _build_config(config_path, backend, model, gpu, profile_path, seed, sets,
                            {"rate_scale": rate_scale})
     show = _show_progress(progress)
     with make_backend(jobs=jobs, ray=ray_address) as be:
-        res = tune_spec(_check_trace(trace_path), config, ttft_s=ttft, tpot_s=tpot,
-                        max_k=max_k, acceptance=acceptance, backend=be,
+        res = tune_spec(trace_path, config, ttft_s=ttft, tpot_s=tpot,
+                        max_k=max_k, acceptance=acceptance, backend=be, attainment=attainment,
+                        max_rate=max_rate,
                         progress=(lambda m: print(m, file=sys.stderr)) if show else None)
+    if plot_path:
+        from analysis.tune_plot import write_plot
+
+        write_plot(res, plot_path, inputs=[trace_path])
     if as_json:
         click.echo(json.dumps(res, indent=2))
         return
@@ -78,6 +98,14 @@ def tune_spec_cmd(trace_path, config_path, backend, model, gpu, profile_path, ac
     click.echo(f"  goodput {res['best_goodput']:.3f} req/s; best static k={res['best_static']['k']}"
                f" {res['best_static']['goodput']:.3f}; no speculation "
                f"{res['no_spec_goodput']:.3f} ({res['simulations']} simulations)")
+    if "max_rate" in res:
+        for label, m in (("best", res["max_rate"]), ("best static", res["best_static"]["max_rate"])):
+            if m["rate_scale"] is None:
+                click.echo(f"  highest rate meeting the SLO ({label}): none found ({m['status']}"
+                           f"{': ' + m['notes'][-1] if m['notes'] else ''})")
+            else:
+                click.echo(f"  highest rate meeting the SLO ({label}): x{m['rate_scale']:.4g} = "
+                           f"{m['rate_req_s']:.3f} req/s ({m['status']})")
     if res["sglang_args"]:
         click.echo("  SGLang: " + " ".join(res["sglang_args"]))
     if res["sglang_adaptive_config"]:
