@@ -53,8 +53,9 @@ from simulator import controllers as K
 from simulator.sglang import LPM_QUEUE_LIMIT
 from simulator.layout import *  # noqa: F401,F403  (the state layout, re-exported)
 from simulator.layout import pages_for  # noqa: F401
-from simulator.policies import (_distinct_sorted, _mix32, accepted_under_width,  # noqa: F401
-                                apply_policy, misattributed_rows, uniform_draw)
+from simulator.policies import (_distinct_sorted, _mix32, accepted_at_step,  # noqa: F401
+                                accepted_under_width, apply_policy, misattributed_rows,
+                                uniform_draw)
 from simulator.waiting import (_lpm_order, _queue_pop, _requeue, _waiting_head,  # noqa: F401
                                _waiting_pop, _waiting_remove, queue_push_back)
 
@@ -246,14 +247,8 @@ def _choose_by_cost(r, oracle, R, E, EF, RUN, MB, PI, PF, off, draft, acc, pacc,
         if oracle:
             for j in range(n):
                 i = MB[r, j, M_REQ]
-                k = R[i, R_STEPK]
-                ns = off[i + 1] - off[i]
-                rec_d = np.int64(0)
-                rec_a = np.int64(0)
-                if ns > 0:
-                    rec_d = np.int64(draft[off[i] + k % ns])
-                    rec_a = np.int64(acc[off[i] + k % ns])
-                got = accepted_under_width(rec_d, rec_a, MB[r, j, M_R], pacc, seed, i, k)
+                got = accepted_at_step(i, R[i, R_STEPK], MB[r, j, M_R], off, draft, acc, pacc,
+                                       seed)
                 tokens += min(got + 1, output[i] - R[i, R_GEN])
         else:
             per = float(w) if a >= 1.0 else (1.0 - a ** w) / (1.0 - a)
@@ -816,14 +811,7 @@ def _apply_decode(r, t, R, RF, E, RUN, MB, prompt, output, off, draft, acc, pacc
     for j in range(E[r, E_NMEM]):
         i = MB[r, j, M_REQ]
         k = R[i, R_STEPK]
-        ns = off[i + 1] - off[i]
-        rec_d = np.int64(0)
-        rec_a = np.int64(0)
-        if ns > 0:
-            idx = off[i] + k % ns
-            rec_d = np.int64(draft[idx])
-            rec_a = np.int64(acc[idx])
-        a = accepted_under_width(rec_d, rec_a, MB[r, j, M_R], pacc, seed, i, k)
+        a = accepted_at_step(i, k, MB[r, j, M_R], off, draft, acc, pacc, seed)
         acc_sum += a
         if a < MB[r, j, M_R]:
             rejected += 1
@@ -963,7 +951,6 @@ def advance(r, horizon, arrival, prompt, output, mnt, off, draft, acc, pacc, R, 
     trace's prefix block ids (``TraceArrays.prefix_offsets``/``prefix_ids``) and ``rx`` the
     replicas' radix caches (``simulator.cache_ops``).
     """
-    n_all = R.shape[0]
     lw = np.zeros(MAXPASS, np.int64)
     tmp = np.zeros(2 * RUN.shape[1] + 2, np.int64)
     committed = np.zeros(MAXPASS, np.int64)

@@ -8,8 +8,9 @@ the unsafe derived-width metadata gets wrong.
 
 from __future__ import annotations
 
-from backends.jit import njit
+import numpy as np
 
+from backends.jit import njit
 from simulator.layout import M_D, M_LAUNCH, M_R, M_V, MASK32, POL_BUCKET, POL_FIXED, POL_PAD, \
     POL_SPLIT, POL_TRUNCATE
 
@@ -51,6 +52,21 @@ def accepted_under_width(rec_d, rec_a, r, pacc, seed, req, step):
         else:
             break
     return a
+
+
+@njit
+def accepted_at_step(i, k, r, off, draft, acc, pacc, seed):
+    """Drafts request i accepts at its step k when verified with r real drafts: the width rule
+    (:func:`accepted_under_width`) on its recorded step, its lists reused cyclically (a request
+    with no recorded steps proposed nothing)."""
+    ns = off[i + 1] - off[i]
+    rec_d = np.int64(0)
+    rec_a = np.int64(0)
+    if ns > 0:
+        idx = off[i] + k % ns
+        rec_d = np.int64(draft[idx])
+        rec_a = np.int64(acc[idx])
+    return accepted_under_width(rec_d, rec_a, r, pacc, seed, i, k)
 
 
 @njit

@@ -119,6 +119,18 @@ def new_cache(capacity_blocks: int, pages_per_block: int = 1):
 
 
 @njit
+def _edge_match(N, K, child, ids, pos, n):
+    """Blocks of ``ids[pos:n]`` that ``child``'s edge holds, from its first (already matched by
+    the child lookup): at least 1, at most the edge's length."""
+    ks = N[child, N_KSTART]
+    kl = N[child, N_KLEN]
+    m = 1
+    while m < kl and pos + m < n and K[ks + m] == ids[pos + m]:
+        m += 1
+    return m
+
+
+@njit
 def _walk(N, T, K, H, S, Q, ids, n, now):
     """Follow ``ids[:n]`` from the root, touching the nodes passed; a match that ends inside a
     node splits it there.  Returns (blocks matched, last node)."""
@@ -132,13 +144,9 @@ def _walk(N, T, K, H, S, Q, ids, n, now):
         if child < 0:
             break
         _touch(N, T, S, Q, child, touch, now)
-        ks = N[child, N_KSTART]
-        kl = N[child, N_KLEN]
-        m = 1
-        while m < kl and pos + m < n and K[ks + m] == ids[pos + m]:
-            m += 1
+        m = _edge_match(N, K, child, ids, pos, n)
         pos += m
-        if m < kl:
+        if m < N[child, N_KLEN]:
             node = _split(N, T, K, H, S, child, m)
             break
         node = child
@@ -169,13 +177,9 @@ def peek(N, T, K, H, S, Q, ids, n):
         child = _child(H, node, ids[pos])
         if child < 0:
             break
-        ks = N[child, N_KSTART]
-        kl = N[child, N_KLEN]
-        m = 1
-        while m < kl and pos + m < n and K[ks + m] == ids[pos + m]:
-            m += 1
+        m = _edge_match(N, K, child, ids, pos, n)
         pos += m
-        if m < kl:
+        if m < N[child, N_KLEN]:
             break
         node = child
     return pos

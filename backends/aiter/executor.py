@@ -174,6 +174,17 @@ def gpu_info() -> dict[str, Any]:
             "capability": f"{props.major}.{props.minor}"}
 
 
+def capture_all(runner: Any) -> None:
+    """Capture every graph a runner can replay now (``capture="all"``): verify at each captured
+    batch size and width, the draft pass and the draft-extend pass at ``num_draft_tokens``."""
+    for bs in runner.capture_bs:
+        for w in runner.capture_widths:
+            runner.capture(("verify", bs, w))
+        if runner.draft is not None:
+            runner.capture(("draft", bs))
+            runner.capture(("extend", bs, runner.num_draft_tokens))
+
+
 def make_executor(model: Any, *, page_size: int = 16,
                   capture_bs: Sequence[int] = md.SPEC_CAPTURE_BS,
                   capture_widths: Sequence[int] = md.DEFAULT_CAPTURE_WIDTHS,
@@ -225,10 +236,5 @@ def make_executor(model: Any, *, page_size: int = 16,
                     seed=int(opts.get("seed", 0)), comm=comm,
                     extend_logits=opts.get("extend_logits", "last"))
     if opts.get("capture", "lazy") == "all":
-        for bs in runner.capture_bs:
-            for w in runner.capture_widths:
-                runner.capture(("verify", bs, w))
-            if runner.draft is not None:
-                runner.capture(("draft", bs))
-                runner.capture(("extend", bs, runner.num_draft_tokens))
+        capture_all(runner)
     return AiterExecutor(runner, model=model, gpu=gpu, check_unsafe=bool(opts.get("check_unsafe", False)))

@@ -18,7 +18,7 @@ import math
 from typing import Any
 
 from backends.aiter.mla import ExtendPlan, MLAAttention, row_metadata
-from backends.aiter.model import AttnInputs, silu_and_mul
+from backends.aiter.model import AttnInputs, RMSNorms, silu_and_mul
 from backends.aiter.moe import MoE
 
 __all__ = ["MLATransformer"]
@@ -28,7 +28,7 @@ class _Layer:
     __slots__ = ("norm1", "attn", "norm2", "gu", "down", "moe")
 
 
-class MLATransformer:
+class MLATransformer(RMSNorms):
     """One GPU's DeepSeek-shaped decoder stack (``geometry`` from
     :func:`backends.aiter.mla.mla_geometry`); ``caches`` are the layers' latent views.
 
@@ -88,16 +88,6 @@ class MLATransformer:
         self.lm_head = w(g["vocab"], h)
 
     # -- pieces ---------------------------------------------------------------------------------
-    def _norm(self, x, weight):
-        return self.k.rms_norm(x, weight, self.eps)
-
-    def _add_norm(self, x, residual, weight):
-        import torch
-
-        out = torch.empty_like(x)
-        res = torch.empty_like(x)
-        self.k.rmsnorm_add(out, x, residual, res, weight, self.eps)
-        return out, res
 
     def _mlp(self, lw: _Layer, x):
         import torch.nn.functional as F

@@ -30,7 +30,7 @@ from typing import Any, Sequence
 import numpy as np
 
 from backends.aiter import metadata as md
-from backends.aiter.executor import AiterExecutor, comm_model_for
+from backends.aiter.executor import AiterExecutor, capture_all, comm_model_for
 from backends.aiter.mla import (MLA_WIDTHS, ExtendPlan, LatentPool, load_mla_kernels,
                                 mla_geometry, mla_kernel_width, plan_latent_pool, row_index_count)
 from backends.aiter.model import Rope
@@ -275,10 +275,5 @@ def make_mla_executor(model: Any, *, page_size: int = 16,
                        routing_skew=float(opts.get("routing_skew", 1.0)),
                        extend_logits=opts.get("extend_logits", "last"))
     if opts.get("capture", "lazy") == "all":
-        for bs in runner.capture_bs:
-            for w in runner.capture_widths:
-                runner.capture(("verify", bs, w))
-            if runner.draft is not None:
-                runner.capture(("draft", bs))
-                runner.capture(("extend", bs, runner.num_draft_tokens))
+        capture_all(runner)
     return MLAExecutor(runner, model=model, gpu=opts.get("gpu", "H200"), check_unsafe=False)

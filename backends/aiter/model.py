@@ -156,7 +156,23 @@ class _Layer:
     __slots__ = ("norm1", "qkv", "o", "norm2", "gu", "down", "k_cache", "v_cache")
 
 
-class Transformer:
+class RMSNorms:
+    """The RMSNorm steps of a decoder stack (AITER's Triton kernels ``self.k``, epsilon
+    ``self.eps``), shared by the dense and the MLA transformers."""
+
+    def _norm(self, x, weight):
+        return self.k.rms_norm(x, weight, self.eps)
+
+    def _add_norm(self, x, residual, weight):
+        import torch
+
+        out = torch.empty_like(x)
+        res = torch.empty_like(x)
+        self.k.rmsnorm_add(out, x, residual, res, weight, self.eps)
+        return out, res
+
+
+class Transformer(RMSNorms):
     """One rank's shard of a dense (MHA/GQA) decoder stack with random weights.
 
     ``geometry`` comes from :func:`dense_shape`.  ``views`` are ``(k_cache, v_cache)`` per layer
@@ -209,16 +225,6 @@ class Transformer:
         self.lm_head = w(g["vocab"], h)
 
     # -- pieces ---------------------------------------------------------------------------------
-    def _norm(self, x, weight):
-        return self.k.rms_norm(x, weight, self.eps)
-
-    def _add_norm(self, x, residual, weight):
-        import torch
-
-        out = torch.empty_like(x)
-        res = torch.empty_like(x)
-        self.k.rmsnorm_add(out, x, residual, res, weight, self.eps)
-        return out, res
 
     def _attention(self, lw: _Layer, x, a: AttnInputs):
         import torch
