@@ -25,6 +25,11 @@
 #   live-conv:N  live `simulate --backend aiter` of the first N requests of the conversation sample
 #   live-split:N the same with --policy split (a what-if: widths other than 4 run eagerly)
 #   live-code    live `simulate --backend aiter` of the whole code sample
+#   live-adaptive:N  live run of the first N conversation requests with --controller sglang-adaptive
+#                (SGLang PR #24055's per-bs candidates: widths 2, 4 and 8 below bs 64)
+#   live-schedule:N  the same with --controller schedule and SCHEDULE (vLLM's per-bs format)
+#   profile-v2lite  `specsched profile` for DeepSeek-V2-Lite (MLA + MoE, MTP draft) up to bs 48
+#   live-v2lite:N   live run of the first N conversation requests on DeepSeek-V2-Lite, fixed policy
 #   fidelity-conv:N, fidelity-code
 #                `specsched fidelity` (live run and shipped profile) on the same traces
 # Live runs are packed as OUT_DIR/live_<name>.tar.gz (summary.json, steps.parquet, ...), to be
@@ -47,6 +52,9 @@ BS="1,2,3,4,5,6,7,8,10,12,14,16,24,32,48,64,96,128,160,192,256"
 KV="128,512,2048,4096,8192,16384,32768"
 CONV=traces/samples/azure_conv_eagle_2k.parquet
 CODE=traces/samples/azure_code_sps_2k.parquet
+# a schedule that switches on the conversation sample (k is capped at num_draft_tokens - 1 = 3,
+# as vLLM caps it at num_speculative_tokens; batches there are mostly 1-7 requests)
+SCHEDULE=${SCHEDULE:-1-2:3,3-4096:1}
 job() {  # job NAME SECONDS COMMAND...
   local name=$1 secs=$2; shift 2
   local left=$((deadline - SECONDS)); [ "$secs" -gt "$left" ] && secs=$left
@@ -59,7 +67,7 @@ job() {  # job NAME SECONDS COMMAND...
 live() {  # live NAME TRACE [LIMIT [SIMULATE OPTIONS...]]
   local name=$1 trace=$2 lim=${3:-}; shift 3 2>/dev/null || shift $#
   job "live-$name" 580 python3 -m specsched simulate --trace "$trace" --backend aiter \
-    --model llama-3.1-8b ${lim:+--limit $lim} --no-report --progress --out "/tmp/live_$name" "$@"
+    --model "${MODEL:-llama-3.1-8b}" ${lim:+--limit $lim} --no-report --progress --out "/tmp/live_$name" "$@"
   [ -d "/tmp/live_$name" ] && tar -czf "$out/live_$name.tar.gz" -C /tmp "live_$name"
 }
 fid() {  # fid NAME TRACE [LIMIT]
@@ -113,6 +121,16 @@ PY
     live-conv:*) live "conv${j#live-conv:}" "$CONV" "${j#live-conv:}" ;;
     live-split:*) live "split${j#live-split:}" "$CONV" "${j#live-split:}" --policy split ;;
     live-code) live code "$CODE" ;;
+    live-adaptive:*) live "adaptive${j#live-adaptive:}" "$CONV" "${j#live-adaptive:}" \
+        --controller sglang-adaptive ;;
+    live-schedule:*) live "schedule${j#live-schedule:}" "$CONV" "${j#live-schedule:}" \
+        --controller schedule --set "controller.schedule=$SCHEDULE" ;;
+    profile-v2lite) job profile-v2lite 560 python3 -m specsched profile --model deepseek-v2-lite --progress \
+        --bs 1,2,4,8,16,24,32,48 --kv-lens 128,512,2048,8192,32768 --eager-bs 1,16,48 \
+        --prefill-tokens 64,256,1024,4096,8192 --prefill-prefix 0,8192 \
+        -o "$out/deepseek-v2-lite__H200.parquet" ;;
+    live-v2lite:*) MODEL=deepseek-v2-lite live "v2lite${j#live-v2lite:}" "$CONV" "${j#live-v2lite:}" \
+        --policy fixed ;;
     fidelity-conv:*) fid "conv${j#fidelity-conv:}" "$CONV" "${j#fidelity-conv:}" ;;
     fidelity-code) fid code "$CODE" ;;
     *) echo "unknown job $j" | tee -a "$log" ;;

@@ -938,7 +938,7 @@ def _apply_pending(r, R, RF, E, EF, RUN, MB, PI, PF, prompt, output, off, draft,
     E[r, E_TIMED] = 0
 
 
-@njit
+@njit(_nrt=True)
 def advance(r, horizon, arrival, prompt, output, mnt, off, draft, acc, pacc, R, RF, E, EF, Q, W,
             WT, RUN, MB, PI, PF, SI, SF, RSI, RSF, G, CI, CF, padmap, capw, buckets, tab, KC, KS,
             poff, pids, rx):

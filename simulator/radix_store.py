@@ -255,7 +255,7 @@ def _split(N, T, K, H, S, child, m):
     return top
 
 
-@njit
+@njit(_nrt=True)
 def _compact(N, K, S):
     """Move the live nodes' block ids to the front of the arena, in arena order."""
     rows = S[S_ROWS]
