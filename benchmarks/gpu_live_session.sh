@@ -127,7 +127,7 @@ PY
         --controller schedule --set "controller.schedule=$SCHEDULE" ;;
     profile-v2lite) job profile-v2lite 560 python3 -m specsched profile --model deepseek-v2-lite --progress \
         --bs 1,2,4,8,16,24,32,48 --kv-lens 128,512,2048,8192,32768 --eager-bs 1,16,48 \
-        --prefill-tokens 64,256,1024,4096,8192 --prefill-prefix 0,8192 \
+        --prefill-tokens 64,128,256,512,768,1024,2048,4096,8192 --prefill-prefix 0,8192 \
         -o "$out/deepseek-v2-lite__H200.parquet" ;;
     live-v2lite:*) MODEL=deepseek-v2-lite live "v2lite${j#live-v2lite:}" "$CONV" "${j#live-v2lite:}" \
         --policy fixed ;;

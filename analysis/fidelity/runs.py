@@ -39,7 +39,7 @@ REMOVED_KEYS: dict[str, Any] = {
 ADDED_KEYS: dict[str, Any] = {}
 #: the parts of a recorded configuration a comparison re-simulates under (the backend section
 #: belongs to the reference backend, not to the profile side)
-RECORDED_SECTIONS = ("seed", "rate_scale", "engine", "cluster", "model")
+RECORDED_SECTIONS = ("seed", "rate_scale", "engine", "cluster", "model", "controller")
 
 
 def _flatten(tree: dict[str, Any], prefix: str = "") -> dict[str, Any]:

@@ -32,7 +32,7 @@ import numpy as np
 
 from traces.errors import SpecschedError
 
-__all__ = ["ROUTINGS", "routing_plan", "moe_config", "MoE"]
+__all__ = ["ROUTINGS", "TILE_THRESHOLDS", "routing_plan", "moe_config", "MoE"]
 
 ROUTINGS = ("uniform", "skewed")
 
@@ -51,9 +51,14 @@ _MOE_CONFIGS = {
 }
 
 
+#: the row counts from which the next larger tile is used (AITER's table)
+TILE_THRESHOLDS = (256, 1024)
+
+
 def moe_config(tokens: int) -> dict:
     """The fused-MoE tile for ``tokens`` rows (AITER's thresholds: < 256, < 1024, else)."""
-    key = "small_M" if tokens < 256 else ("medium_M" if tokens < 1024 else "large_M")
+    key = ("small_M" if tokens < TILE_THRESHOLDS[0] else
+           ("medium_M" if tokens < TILE_THRESHOLDS[1] else "large_M"))
     return dict(_MOE_CONFIGS[key])
 
 

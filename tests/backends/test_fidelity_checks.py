@@ -195,6 +195,25 @@ def test_recorded_configuration_is_what_the_profile_side_runs(prof, recorded):
     assert not (prof / "contradicted").exists()
 
 
+def test_the_recorded_controller_and_its_settings_are_re_simulated(prof):
+    """A live run under a non-default controller setting is compared under that setting (a run
+    recorded with a batch-size schedule was once re-simulated under the default schedule)."""
+    from specsched.cli import cli as cli_main
+
+    schedule = "1-2:3,3-4096:1"
+    assert SimConfig().to_dict()["controller"]["schedule"] != schedule
+    rec = prof / "recorded_schedule"
+    r = CliRunner().invoke(cli_main, ["simulate", "--trace", str(prof / "t.parquet"), "--backend",
+                                      "roofline", "--model", "llama-3.1-8b", "--no-report",
+                                      "--controller", "schedule", "--set",
+                                      f"controller.schedule={schedule}", "--out", str(rec)],
+                           standalone_mode=False)
+    assert r.exception is None, r.output
+    cfg = _resim_config(prof, rec, prof / "same_schedule")
+    assert cfg["engine"]["controller"] == "schedule"
+    assert cfg["controller"]["schedule"] == schedule
+
+
 def test_renamed_removed_and_added_keys(prof, recorded, monkeypatch):
     import analysis.fidelity.runs as runs
 

@@ -1,0 +1,40 @@
+"""`simulate` of an MLA + MoE model on a CPU with the shipped DeepSeek-V2-Lite H200 profile."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pyarrow.parquet as pq
+
+ROOT = Path(__file__).resolve().parents[2]
+SAMPLE = ROOT / "traces" / "samples" / "azure_conv_eagle_2k.parquet"
+
+
+def _simulate(out: Path, *args: str) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "specsched", "simulate", "--trace", str(SAMPLE),
+                           "--model", "deepseek-v2-lite", "--limit", "60", "--no-report",
+                           "--out", str(out), *args],
+                          cwd=ROOT, capture_output=True, text=True, timeout=600)
+
+
+def test_fixed_policy_runs_on_the_shipped_profile_and_width_8_is_refused(tmp_path):
+    proc = _simulate(tmp_path / "fixed", "--policy", "fixed")
+    assert proc.returncode == 0, proc.stderr
+    summary = json.loads((tmp_path / "fixed" / "summary.json").read_text())
+    assert summary["backend"] == "profile" and summary["config"]["engine"]["mla"] is True
+    assert summary["backend_detail"]["profile"].endswith("deepseek-v2-lite__H200.parquet")
+    verify = pq.read_table(tmp_path / "fixed" / "steps.parquet").to_pandas()
+    verify = verify[verify.kind.astype(str) == "verify"]
+    assert set(verify.width) == {4} and verify.graph.all()
+    # the straggler rule is the unified-attention kernel's: an MLA run says it used mean KV
+    assert any(w.startswith("MLA model: batches were looked up at their mean KV length")
+               for w in summary["warnings"])
+
+    proc = _simulate(tmp_path / "w8", "--set", "engine.num_draft_tokens=8")
+    assert proc.returncode == 2 and not (tmp_path / "w8").exists()
+    assert proc.stderr.strip().splitlines()[-1] == (
+        "error: engine.num_draft_tokens: 8 is not a width the AITER MLA decode kernels support "
+        "(query lengths 1, 2 and 4 per request; 3 is padded to 4)")
