@@ -34,7 +34,7 @@ def main() -> int:
     args = ap.parse_args()
 
     from traces import read_trace_arrays
-    from traces.acceptance import load_specbench
+    from traces.specbench import load_specbench
     from traces.convert import convert
 
     source_mean = float(load_specbench(args.answers).all_lengths.mean())

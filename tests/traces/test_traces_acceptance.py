@@ -12,12 +12,11 @@ from hypothesis import strategies as st
 from traces.acceptance import (
     DynamicModel,
     GeometricModel,
-    SpecBenchModel,
     estimate_position_accept_prob,
-    load_specbench,
     multi_range,
     parse_acceptance,
 )
+from traces.specbench import SpecBenchModel, load_specbench
 from traces.errors import SpecschedError
 
 from tracekit import SAMPLES
