@@ -8,6 +8,7 @@ from typing import Any
 
 import click
 
+from backends.heldout import DEFAULT_HELDOUT
 from traces.errors import SpecschedError
 
 __all__ = ["verify_metadata", "profile", "parse_int_list", "verify_metadata_json"]
@@ -163,22 +164,36 @@ def verify_metadata(widths, kv_lens, mla, num_draft_tokens, page_size, capture_b
 @click.option("--gpu", "gpu_sheet", default="H200", show_default=True,
               help="GPU sheet for the modelled tensor-parallel all-reduce.")
 @click.option("--progress", is_flag=True, help="Show progress on stderr even when it is not a terminal.")
+@click.option("--heldout", type=int, default=DEFAULT_HELDOUT, show_default=True, metavar="N",
+              help="After the grid, measure N random shapes off it (split=heldout, kept out of "
+                   "the tables, scored by `specsched fidelity`); 0 turns it off.")
+@click.option("--heldout-seed", type=int, default=0, show_default=True, metavar="S",
+              help="Seed the held-out shapes are drawn from.")
+@click.option("--heldout-only", is_flag=True,
+              help="Measure only held-out points, off the grid of --base, and write the base's "
+                   "rows plus them to -o (a new file).")
+@click.option("--base", type=click.Path(dir_okay=False), default=None, metavar="PROFILE.parquet",
+              help="With --heldout-only: the profile whose grid the points are held out from.")
 def profile(model, tp, out, bs, widths, kv_lens, eager_bs, eager_widths, eager_kv_lens, prefill_tokens,
             prefill_prefix, no_draft, extend_widths, extend_eager_widths, no_extend, draft_kind,
             extend_logits, reps, warmup, eager_reps, settle_s, page_size, max_context,
-            kv_pool_gib, gpu_sheet, progress):
+            kv_pool_gib, gpu_sheet, progress, heldout, heldout_seed, heldout_only, base):
     """Record a latency profile of MODEL on this machine's GPU (AITER executor).
 
     \b
     Examples:
       specsched profile --model llama-3.1-8b -o backends/profiles/llama-3.1-8b__H200.parquet
       specsched profile --model llama-3.1-70b --tp 8 --bs 1,8,32,128 -o 70b.parquet
+      specsched profile --model llama-3.1-8b --heldout-only --heldout 48 \\
+          --base backends/profiles/llama-3.1-8b__H200.parquet -o 8b_heldout.parquet
 
     Sweeps verify graph replays over batch sizes x widths x KV lengths (one graph per batch
     size and width, KV varied through the metadata), eager verify launches, draft-model steps,
     draft-extend passes (graphs over batch sizes x --extend-widths x KV lengths, eager at a few
     points) and prefill passes, each repeated; writes the median and the 10th/90th percentiles
-    per point (schema: docs/aiter.md).  Needs a CUDA or ROCm GPU (exit 2 without one).
+    per point (schema: docs/aiter.md).  Then measures --heldout shapes off that grid, drawn from
+    --heldout-seed (docs/backends.md, "Held-out points").  Needs a CUDA or ROCm GPU (exit 2
+    without one).
     """
     from backends.aiter import bridge
     from backends.aiter.profiling import DEFAULT_BS, DEFAULT_KV, ProfileSpec, run_profile
@@ -189,9 +204,29 @@ def profile(model, tp, out, bs, widths, kv_lens, eager_bs, eager_widths, eager_k
     from traces.atomic import check_output_file
 
     inputs = (model,) if Path(model).is_file() else ()
+    if heldout < 0:
+        raise SpecschedError(f"--heldout must be >= 0, got {heldout}")
+    if heldout_only:
+        grid_opts = {"--bs": bs, "--widths": widths, "--kv-lens": kv_lens, "--eager-bs": eager_bs,
+                     "--eager-widths": eager_widths, "--eager-kv-lens": eager_kv_lens,
+                     "--prefill-tokens": prefill_tokens, "--prefill-prefix": prefill_prefix,
+                     "--extend-widths": extend_widths, "--extend-eager-widths": extend_eager_widths,
+                     "--no-draft": no_draft or None, "--no-extend": no_extend or None}
+        _check_heldout_only(out, base, heldout, [k for k, v in grid_opts.items() if v is not None])
+        inputs += (base,)
+    elif base is not None:
+        raise SpecschedError("--base is read only with --heldout-only (a full profile measures "
+                             "its own grid)")
     check_output_file(out, inputs=inputs, kind="parquet")  # before the measurements, not after
     bridge.require_gpu()
     shape = load_model(model, tp=tp, draft_kind=draft_kind)
+    if heldout_only:
+        _profile_heldout_only(shape, out, base, heldout, heldout_seed, progress,
+                              ProfileSpec(reps=reps, warmup=warmup, eager_reps=eager_reps,
+                                          settle_s=settle_s),
+                              _executor_opts(gpu_sheet, page_size, extend_logits, max_context,
+                                             kv_pool_gib))
+        return
 
     def lst(text, name, default, minimum=1):
         return default if text is None else parse_int_list(text, option=name, minimum=minimum)
@@ -223,29 +258,79 @@ def profile(model, tp, out, bs, widths, kv_lens, eager_bs, eager_widths, eager_k
         if spec.extend:
             for w in sorted(set(spec.extend_widths) | set(spec.extend_eager_widths)):
                 mla_kernel_width(w, "draft-extend")
+    opts = _executor_opts(gpu_sheet, page_size, extend_logits, max_context, kv_pool_gib)
+    summary = _with_progress(progress, lambda prog, log: run_profile(
+        shape, out, spec, executor_opts=opts, command=_command(), progress=prog, log=log,
+        heldout=heldout, heldout_seed=heldout_seed))
+    click.echo(json.dumps({k: summary[k] for k in ("rows", "out", "skipped", "heldout", "wall_s")}))
+
+
+def _executor_opts(gpu_sheet, page_size, extend_logits, max_context, kv_pool_gib) -> dict[str, Any]:
     opts: dict[str, Any] = {"gpu": gpu_sheet, "page_size": page_size, "extend_logits": extend_logits}
     if max_context is not None:
         opts["max_context"] = max_context
     if kv_pool_gib is not None:
         opts["kv_pool_gib"] = kv_pool_gib
+    return opts
+
+
+def _command() -> str:
+    return "specsched profile " + " ".join(sys.argv[2:]) if len(sys.argv) > 2 else "specsched profile"
+
+
+def _with_progress(progress: bool, work):
+    """``work(progress_callback, log)`` with a progress bar and log lines on stderr when it is a
+    terminal or ``--progress`` was given (both silent otherwise)."""
     show = progress or sys.stderr.isatty()
-    command = "specsched profile " + " ".join(sys.argv[2:]) if len(sys.argv) > 2 else "specsched profile"
 
     def log(msg: str) -> None:
         if show:
             click.echo(msg, err=True)
 
-    if show:
-        from rich.progress import Progress
+    if not show:
+        return work(None, log)
+    from rich.progress import Progress
 
-        with Progress(transient=True) as bar:
-            task = bar.add_task("profiling", total=None)
+    with Progress(transient=True) as bar:
+        task = bar.add_task("profiling", total=None)
 
-            def prog(what, done, total):
-                bar.update(task, completed=done, total=total, description=what)
+        def prog(what, done, total):
+            bar.update(task, completed=done, total=total, description=what)
 
-            summary = run_profile(shape, out, spec, executor_opts=opts, command=command,
-                                  progress=prog, log=log)
-    else:
-        summary = run_profile(shape, out, spec, executor_opts=opts, command=command, log=log)
-    click.echo(json.dumps({k: summary[k] for k in ("rows", "out", "skipped", "wall_s")}))
+        return work(prog, log)
+
+
+def _check_heldout_only(out: str, base: str | None, heldout: int, grid_opts: list[str]) -> None:
+    """Refuse a ``--heldout-only`` call that cannot do what it says, before the GPU is touched;
+    the base file is read and validated here."""
+    import os
+    from pathlib import Path
+
+    from backends.profile import read_profile
+
+    if base is None:
+        raise SpecschedError("--heldout-only needs --base PROFILE.parquet: the profile whose grid "
+                             "the points are held out from")
+    if heldout == 0:
+        raise SpecschedError("--heldout-only with --heldout 0 would measure nothing")
+    if grid_opts:
+        raise SpecschedError(f"{', '.join(grid_opts)}: the grid is the --base file's with "
+                             "--heldout-only (no grid is measured)")
+    same = Path(out).resolve() == Path(base).resolve()
+    if not same and Path(out).exists() and Path(base).exists():
+        same = os.path.samefile(out, base)
+    if same:
+        raise SpecschedError(f"-o {out} is the --base file: --heldout-only writes the base's rows "
+                             "and the held-out points to a new file and never overwrites the base")
+    read_profile(base)
+
+
+def _profile_heldout_only(shape, out, base, heldout, seed, progress, spec, opts) -> None:
+    from backends.aiter.heldout_sweep import run_heldout_only
+
+    spec.check()
+    summary = _with_progress(progress, lambda prog, log: run_heldout_only(
+        shape, out, base, spec, n=heldout, seed=seed, executor_opts=opts, command=_command(),
+        progress=prog, log=log))
+    click.echo(json.dumps({k: summary[k] for k in ("rows", "out", "base_rows", "heldout",
+                                                   "wall_s")}))

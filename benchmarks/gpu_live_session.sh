@@ -20,7 +20,11 @@
 #   straggler    benchmarks/bench_aiter_straggler.py         -> straggler.json
 #   coarse8b     a quick, coarse Llama-3.1-8B profile       -> coarse-llama-3.1-8b__H200.parquet
 #   profile8b    `specsched profile` for Llama-3.1-8B: the ladder x widths 1-8 x KV to 32k and the
-#                default eager and prefill grids              -> llama-3.1-8b__H200.parquet
+#                default eager and prefill grids, then 40 held-out shapes off that grid (the
+#                default --heldout; split=heldout rows)  -> llama-3.1-8b__H200.parquet
+#   heldout8b    48 held-out shapes off the shipped Llama-3.1-8B profile's grid, measured now and
+#                written with the shipped rows (`profile --heldout-only --base`; about 1-2 min)
+#                                                             -> llama-3.1-8b__H200.parquet
 #   profile70b   the same for the Llama-3.1-70B tp-8 shard    -> llama-3.1-70b__H200.parquet
 #   live-conv:N  live `simulate --backend aiter` of the first N requests of the conversation sample
 #   live-split:N the same with --policy split (a what-if: widths other than 4 run eagerly)
@@ -28,7 +32,8 @@
 #   live-adaptive:N  live run of the first N conversation requests with --controller sglang-adaptive
 #                (SGLang PR #24055's per-bs candidates: widths 2, 4 and 8 below bs 64)
 #   live-schedule:N  the same with --controller schedule and SCHEDULE (vLLM's per-bs format)
-#   profile-v2lite  `specsched profile` for DeepSeek-V2-Lite (MLA + MoE, MTP draft) up to bs 48
+#   profile-v2lite  `specsched profile` for DeepSeek-V2-Lite (MLA + MoE, MTP draft) up to bs 48,
+#                with the default 40 held-out shapes
 #   live-v2lite:N   live run of the first N conversation requests on DeepSeek-V2-Lite, fixed policy
 #   fidelity-conv:N, fidelity-code
 #                `specsched fidelity` (live run and shipped profile) on the same traces
@@ -116,6 +121,8 @@ PY
         -o "$out/coarse-llama-3.1-8b__H200.parquet" ;;
     profile8b) job profile8b 560 python3 -m specsched profile --model llama-3.1-8b --progress \
         --bs "$BS" --kv-lens "$KV" -o "$out/llama-3.1-8b__H200.parquet" ;;
+    heldout8b) job heldout8b 150 python3 -m specsched profile --model llama-3.1-8b --heldout-only --progress \
+        --base backends/profiles/llama-3.1-8b__H200.parquet --heldout 48 -o "$out/llama-3.1-8b__H200.parquet" ;;
     profile70b) job profile70b 560 python3 -m specsched profile --model llama-3.1-70b --tp 8 --progress \
         --bs "$BS" --kv-lens "$KV" -o "$out/llama-3.1-70b__H200.parquet" ;;
     live-conv:*) live "conv${j#live-conv:}" "$CONV" "${j#live-conv:}" ;;

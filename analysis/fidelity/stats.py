@@ -259,6 +259,8 @@ def heldout_errors(table, *, worst: int = 10) -> dict[str, Any] | None:
             pred[i] = table.verify_s(bs, float(c["width"][i]), kv, g)[0]
         elif k == "draft":
             pred[i] = table.draft_pass_s(bs, kv, g)[0]
+        elif k == "draft_extend":
+            pred[i] = table.extend_s(bs, float(c["width"][i]), kv, g)[0]
         elif k == "prefill":
             per = float(c["tokens"][i]) / bs  # bs requests of equal length after the same prefix
             batch = PrefillBatch(tokens=np.full(int(bs), per), prefix=np.full(int(bs), kv))

@@ -14,6 +14,9 @@ median and the 10th/90th percentiles):
   replayed through it; eager at a few points (``extend_eager_widths`` over the eager grid);
 * prefill: eager ragged passes over (tokens, cached prefix).
 
+Then, with ``heldout`` > 0, shapes off that grid (``backends.heldout`` chooses them,
+``backends.aiter.heldout_sweep`` measures them the same way), kept out of the tables.
+
 Shapes whose KV cannot exist on the profiled GPU (``bs * (kv_len + width)`` above the model's KV
 capacity there, as SGLang sizes its pool) are skipped; the engine can never produce them.  Every
 skipped point is listed in the file's ``specsched.notes``.
@@ -135,12 +138,42 @@ def _settle(seconds: float, once: Callable[[], Any]) -> None:
             return
 
 
+def open_runner(model: Any, widths: Sequence[int], opts: dict,
+                say: Callable[[str], None]) -> tuple[Any, Any, int | None, Callable[[int, int, int], bool]]:
+    """The live executor's runner for ``model`` with graphs for ``widths`` (and the default
+    capture widths): (runner, model shape, KV capacity in tokens, ``fits(bs, kv, width)``, true
+    when the GPU can hold ``bs`` requests of ``kv + width`` tokens, as SGLang sizes its pool)."""
+    from backends.aiter.executor import make_executor
+
+    t0 = time.perf_counter()
+    ex = make_executor(model, capture_widths=tuple(sorted(set(int(w) for w in widths)
+                                                          | set(md.DEFAULT_CAPTURE_WIDTHS))),
+                       **opts)
+    runner = ex.runner
+    cap = runner.kv_capacity_tokens()
+    say(f"model {ex.model.name} tp {ex.model.tp}: KV capacity on an H200 "
+        f"{cap if cap is not None else 'unknown'} tokens; pool {runner.pool.plan.bytes / 2**30:.1f} GiB; "
+        f"setup {time.perf_counter() - t0:.1f} s")
+
+    def fits(bs: int, kv: int, width: int) -> bool:
+        if kv + width > runner.max_context:
+            return False
+        return cap is None or bs * (kv + width) <= cap
+
+    return runner, ex.model, cap, fits
+
+
 def run_profile(model: Any, out: str, spec: ProfileSpec, *, executor_opts: dict | None = None,
                 command: str = "", progress: Callable[[str, int, int], None] | None = None,
-                log: Callable[[str], None] | None = None) -> dict[str, Any]:
-    """Run the sweep on this machine's GPU and write the profile to ``out``; returns a summary."""
+                log: Callable[[str], None] | None = None, heldout: int = 0,
+                heldout_seed: int = 0) -> dict[str, Any]:
+    """Run the sweep on this machine's GPU and write the profile to ``out``; returns a summary.
+
+    ``heldout`` > 0: after the grid, measure that many shapes off it (``backends.heldout``,
+    drawn from ``heldout_seed``) and store them with ``split = "heldout"``, the grid's rows with
+    ``split = "grid"``; 0 writes no ``split`` column."""
     from backends.aiter import bridge
-    from backends.aiter.executor import gpu_info, make_executor
+    from backends.aiter.executor import gpu_info
     from backends.profile import write_profile
 
     spec.check()
@@ -160,20 +193,8 @@ def run_profile(model: Any, out: str, spec: ProfileSpec, *, executor_opts: dict 
             for w in ws:
                 mla_kernel_width(int(w), what)
     t_start = time.perf_counter()
-    ex = make_executor(model, capture_widths=tuple(sorted(set(widths) | set(md.DEFAULT_CAPTURE_WIDTHS))),
-                       **opts)
-    runner = ex.runner
-    shape = ex.model
-    cap = runner.kv_capacity_tokens()
     say = log or (lambda s: None)
-    say(f"model {shape.name} tp {shape.tp}: KV capacity on an H200 "
-        f"{cap if cap is not None else 'unknown'} tokens; pool {runner.pool.plan.bytes / 2**30:.1f} GiB; "
-        f"setup {time.perf_counter() - t_start:.1f} s")
-
-    def fits(bs: int, kv: int, width: int) -> bool:
-        if kv + width > runner.max_context:
-            return False
-        return cap is None or bs * (kv + width) <= cap
+    runner, shape, cap, fits = open_runner(model, widths, opts, say)
 
     rows: list[dict] = []
     skipped: dict[str, list] = {"verify_graph": [], "verify_eager": [], "draft_graph": [],
@@ -324,6 +345,18 @@ def run_profile(model: Any, out: str, spec: ProfileSpec, *, executor_opts: dict 
             rows.append(_row("prefill", False, 1, 0, pre, tok, [t.latency_s for t in ts]))
     timing["prefill_s"] = time.perf_counter() - t0
 
+    # ---- held-out points off the grid (backends.heldout) ---------------------------------------
+    held_note = None
+    if heldout:
+        from backends.aiter.heldout_sweep import measure_heldout
+
+        t0 = time.perf_counter()
+        held, held_note = measure_heldout(runner, rows, spec, n=heldout, seed=heldout_seed,
+                                          fits=fits, shape=shape, progress=progress)
+        rows = [dict(r, split="grid") for r in rows] + held
+        timing["heldout_s"] = time.perf_counter() - t0
+        say(f"held-out: {len(held)} points in {timing['heldout_s']:.1f} s")
+
     r = runner.describe()
     notes = [
         "latency_s = median of GPU time (CUDA events around the graph replay or the eager "
@@ -349,6 +382,8 @@ def run_profile(model: Any, out: str, spec: ProfileSpec, *, executor_opts: dict 
         {"timing_s": {k: round(v, 2) for k, v in timing.items()},
          "spec": {k: list(v) if isinstance(v, (tuple, list)) else v for k, v in asdict(spec).items()}},
     ]
+    if held_note is not None:
+        notes.append(held_note)
     if r["geometry"]["tp"] > 1:
         notes.append(f"tp {r['geometry']['tp']}: one GPU's shard was run; all-reduces modelled "
                      f"({r['comm_model']['latency_s'] * 1e6:.1f} us + bytes x 2(tp-1)/tp / "
@@ -375,6 +410,7 @@ def run_profile(model: Any, out: str, spec: ProfileSpec, *, executor_opts: dict 
             "kernels": kernels, "notes": notes, "attention": attention}
     write_profile(rows, out, meta)
     summary = {"rows": len(rows), "out": str(out), "skipped": {k: len(v) for k, v in skipped.items()},
+               "heldout": sum(1 for x in rows if x.get("split") == "heldout"),
                "timing_s": timing, "wall_s": time.perf_counter() - t_start}
     say(f"wrote {len(rows)} rows to {out} in {summary['wall_s']:.1f} s")
     return summary

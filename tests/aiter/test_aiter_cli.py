@@ -91,3 +91,59 @@ def test_parse_int_list():
         parse_int_list("3-1", option="--x")
     with pytest.raises(SpecschedError, match="empty"):
         parse_int_list("1,,2", option="--x")
+
+
+def _base_profile(tmp_path: Path) -> Path:
+    sys.path.insert(0, str(ROOT / "tests" / "backends"))
+    from backends_helpers import roofline_profile_rows
+    from backends.profile import profile_metadata, write_profile
+
+    m, rows = roofline_profile_rows()
+    base = tmp_path / "base.parquet"
+    write_profile(rows, base, profile_metadata(m, {"name": "H200"}))
+    return base
+
+
+@pytest.mark.parametrize("case, needle", [
+    ("no-base", "--heldout-only needs --base PROFILE.parquet"),
+    ("same-file", "is the --base file: --heldout-only writes the base's rows and the held-out "
+                  "points to a new file and never overwrites the base"),
+    ("same-file-other-spelling", "is the --base file"),
+    ("zero", "--heldout-only with --heldout 0 would measure nothing"),
+    ("grid-option", "--bs, --no-extend: the grid is the --base file's with --heldout-only"),
+    ("base-alone", "--base is read only with --heldout-only"),
+    ("negative", "--heldout must be >= 0, got -1"),
+    ("not-a-profile", "not a profile parquet"),
+])
+def test_heldout_only_refusals_exit_2_before_the_gpu(tmp_path, case, needle):
+    """Each refusal names what is wrong, exits 2 with no traceback, writes nothing and leaves
+    the base file as it was; all are checked before a GPU is looked for."""
+    base = _base_profile(tmp_path)
+    before = base.read_bytes()
+    out = tmp_path / "out.parquet"
+    args = ["--model", "llama-3.1-8b", "--heldout-only", "--base", str(base), "-o", str(out)]
+    if case == "no-base":
+        args = ["--model", "llama-3.1-8b", "--heldout-only", "-o", str(out)]
+    elif case == "same-file":
+        args[-1] = str(base)
+    elif case == "same-file-other-spelling":
+        (tmp_path / "sub").mkdir()
+        args[-1] = str(tmp_path / "sub" / ".." / "base.parquet")
+    elif case == "zero":
+        args += ["--heldout", "0"]
+    elif case == "grid-option":
+        args += ["--bs", "1,2", "--no-extend"]
+    elif case == "base-alone":
+        args.remove("--heldout-only")
+    elif case == "negative":
+        args = ["--model", "llama-3.1-8b", "--heldout", "-1", "-o", str(out)]
+    elif case == "not-a-profile":
+        bad = tmp_path / "notes.txt"
+        bad.write_text("kind,graph\n")
+        args[args.index(str(base))] = str(bad)
+    r = cli("profile", *args)
+    assert r.returncode == 2, r.stderr
+    assert r.stderr.startswith("error: ") and needle in r.stderr, r.stderr
+    assert "Traceback" not in r.stderr and r.stdout == ""
+    assert not out.exists() and base.read_bytes() == before
+    assert {p.name for p in tmp_path.iterdir()} <= {"base.parquet", "sub", "notes.txt"}

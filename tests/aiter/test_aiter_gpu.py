@@ -314,3 +314,38 @@ def test_profile_sweep_records_draft_extend_graph_rows(tmp_path):
     assert t.extend_graph.axes[0].tolist() == [1.0, 4.0] and t.extend_eager.axes[1].tolist() == [1.0, 2.0, 4.0]
     value, outside = t.extend_s(4, 3, 500, True)
     assert value > 0 and not outside
+
+
+def test_profile_heldout_points_with_real_graphs(tmp_path):
+    """``run_profile`` with 8 held-out points at a tiny shape, then ``run_heldout_only`` with 6
+    more: graph points replay graphs captured at ladder sizes the grid skipped (2, 3), every
+    held-out row is off the grid, and ``fidelity`` scores them all (no kind left unpredicted)."""
+    from analysis.fidelity import heldout_errors
+    from backends.aiter.heldout_sweep import run_heldout_only
+    from backends.aiter.profiling import ProfileSpec, run_profile
+    from backends.heldout import HeldoutPoint, grid_span, is_off_grid
+    from backends.models import ModelShape
+    from backends.profile import grid_rows, heldout_rows, load_profile, read_profile
+
+    m = ModelShape(name="gpu-test", layers=2, hidden=1024, heads=8, kv_heads=2, head_dim=128,
+                   intermediate=2048, vocab=4096)
+    spec = ProfileSpec(bs=(1, 4), widths=(1, 4), kv=(128, 1024), eager_bs=(1, 4), eager_widths=(4,),
+                       eager_kv=(128, 1024), extend_widths=(2, 4), extend_eager_widths=(1, 4),
+                       prefill_tokens=(64, 256), prefill_prefix=(0, 512), reps=3, warmup=1,
+                       eager_reps=3, settle_s=0.01)
+    opts = {"max_context": 8192, "kv_pool_gib": 1}
+    first, second = tmp_path / "a.parquet", tmp_path / "b.parquet"
+    s = run_profile(m, str(first), spec, executor_opts=opts, heldout=8, heldout_seed=1)
+    s2 = run_heldout_only(m, str(second), str(first), spec, n=6, seed=2, executor_opts=opts)
+    assert s["heldout"] == 8 and s2["heldout"] == 6 and s2["base_rows"] == s["rows"]
+    rows, _ = read_profile(second)
+    span = grid_span(grid_rows(rows))
+    held = heldout_rows(rows).to_pylist()
+    assert len(held) == 14
+    for r in held:
+        p = HeldoutPoint(r["kind"], r["graph"], r["bs"], r["width"], r["kv_len"], r["tokens"])
+        assert is_off_grid(p, span) and r["latency_s"] > 0
+        if r["graph"]:
+            assert r["bs"] in (1, 2, 3, 4)
+    h = heldout_errors(load_profile(second))
+    assert h["points"] == 14 and math.isfinite(h["mape_pct"])
