@@ -13,6 +13,7 @@ from pathlib import Path
 
 import click
 
+from backends.shipped import shipped_help
 from simulator.config import parse_overrides
 from simulator.registry import VERIFY_POLICIES
 from traces.errors import SpecschedError
@@ -38,7 +39,8 @@ def _config_options(fn):
                      help="TOML configuration (the same file `specsched simulate` takes)."),
         click.option("--backend", type=click.Choice(["profile", "roofline", "aiter"]),
                      help="Executor (default: profile, on the CPU)."),
-        click.option("--model", help="Model preset or config.json path (default llama-3.1-8b)."),
+        click.option("--model", help="Model preset or config.json path (default llama-3.1-8b; "
+                                     f"{shipped_help()})."),
         click.option("--gpu", help="GPU of the profile / hardware sheet (default H200)."),
         click.option("--profile", "profile_path", type=click.Path(dir_okay=False),
                      help="Profile parquet for the profile backend."),

@@ -57,6 +57,8 @@ import pyarrow.parquet as pq
 
 from backends.latency_table import (EXTEND_FALLBACK_CAVEAT, Grid, LatencyTable, TableExecutor,
                                     interp2, interp3)
+from backends.shipped import (PROFILES_DIR, default_profile, profile_status, shipped_profiles,
+                              status_warning)
 from traces.atomic import atomic_output_file
 from traces.errors import ProblemLog, SpecschedError
 
@@ -65,7 +67,6 @@ __all__ = ["PROFILE_SCHEMA", "PROFILE_VERSION", "PROFILES_DIR", "SPLIT_FIELD", "
            "ProfileExecutor", "default_profile", "shipped_profiles", "profile_metadata"]
 
 PROFILE_VERSION = "1"
-PROFILES_DIR = Path(__file__).resolve().parent / "profiles"
 
 PROFILE_SCHEMA = pa.schema([
     pa.field("kind", pa.string(), nullable=False),
@@ -531,7 +532,9 @@ class ProfileExecutor(TableExecutor):
     """A ``TableExecutor`` named ``"profile"`` over a profile file.
 
     ``model`` (optional) is checked against the model the profile was recorded for: a profile of
-    another model or tensor-parallel degree is refused.
+    another model or tensor-parallel degree is refused.  ``describe()["validation"]`` is the
+    file's status (``backends.shipped.profile_status``); an experimental one is a caveat, which
+    the run's summary lists among its warnings.
     """
 
     def __init__(self, path: "str | Path", *, model: Any = None):
@@ -548,7 +551,11 @@ class ProfileExecutor(TableExecutor):
                         "multilinear between them, linear extrapolation beyond (flagged)",
             "holes_filled": src.get("holes_filled"), "eager_derived": src.get("eager_derived"),
             "warnings": list(src.get("warnings", [])),
+            "validation": profile_status(path, src["sha256"]),
         }
+        warn = status_warning(desc["validation"])
+        if warn:
+            desc["caveats"] = [warn]
         super().__init__("profile", table, desc)
         self.path = Path(path)
 
@@ -570,28 +577,3 @@ def _check_model(model: Any, recorded: Any, where: str) -> None:
     if diffs:
         raise SpecschedError(f"recorded for model {recorded.get('name')!r}, not {want.name!r} "
                              f"(tp {want.tp}): " + "; ".join(diffs), path=where)
-
-
-def shipped_profiles(directory: "str | Path | None" = None) -> list[tuple[str, str, Path]]:
-    """(model, gpu, path) of every profile shipped in ``backends/profiles/``."""
-    d = Path(directory) if directory is not None else PROFILES_DIR
-    out = []
-    for p in sorted(d.glob("*__*.parquet")):
-        model, _, gpu = p.stem.rpartition("__")
-        out.append((model, gpu, p))
-    return out
-
-
-def default_profile(model_name: Any, gpu: Any = "H200", *,
-                    directory: "str | Path | None" = None) -> Path:
-    """The shipped profile ``<model>__<gpu>.parquet`` for a model name (or ModelShape) and GPU."""
-    name = getattr(model_name, "name", model_name)
-    gpu_name = getattr(gpu, "name", gpu)
-    for model, g, path in shipped_profiles(directory):
-        if model.lower() == str(name).lower() and g.lower() == str(gpu_name).lower():
-            return path
-    have = ", ".join(f"{m} on {g}" for m, g, _ in shipped_profiles(directory)) or "none"
-    raise SpecschedError(f"no profile shipped for {name} on {gpu_name} (shipped: {have}); record "
-                         "one with `specsched profile` and pass it with --profile, or use the "
-                         "roofline backend")
-

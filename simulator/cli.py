@@ -7,6 +7,7 @@ from pathlib import Path
 
 import click
 
+from backends.shipped import shipped_help
 from simulator.config import CONTROLLER_NAMES, POLICIES, ROUTERS, SimConfig, parse_overrides
 from specsched import __version__
 
@@ -27,7 +28,8 @@ __all__ = ["simulate"]
 @click.option("--controller", type=click.Choice(CONTROLLER_NAMES),
               help="Speculation controller choosing each round's draft count (default static: "
                    "num_draft_tokens every round, as SGLang); settings under [controller].")
-@click.option("--model", help="Model preset or config.json path (default llama-3.1-8b).")
+@click.option("--model", help="Model preset or config.json path (default llama-3.1-8b; "
+                               f"{shipped_help()}).")
 @click.option("--tp", type=int, help="Tensor-parallel degree (default: the preset's).")
 @click.option("--gpu", help="GPU of the profile / hardware sheet (default H200).")
 @click.option("--profile", "profile_path", type=click.Path(dir_okay=False),

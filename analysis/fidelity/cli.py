@@ -9,6 +9,7 @@ from typing import Any
 import click
 
 from analysis.fidelity.render import render_markdown
+from backends.shipped import shipped_help
 from analysis.fidelity.run import run_fidelity
 
 __all__ = ["fidelity"]
@@ -17,7 +18,8 @@ __all__ = ["fidelity"]
 @click.command("fidelity")
 @click.option("--trace", "trace_path", required=True, type=click.Path(dir_okay=False),
               help="Trace parquet to replay (e.g. a sample under traces/samples/).")
-@click.option("--model", required=True, help="Model preset or config.json path.")
+@click.option("--model", required=True,
+              help=f"Model preset or config.json path ({shipped_help()}).")
 @click.option("--out", "out_dir", type=click.Path(file_okay=False),
               help="Folder for reference/, profile/, fidelity.json and fidelity.md "
                    "(default runs/fidelity__<trace>__<model>).")

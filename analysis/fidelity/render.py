@@ -108,6 +108,10 @@ def render_markdown(report: dict, *, reference: str) -> str:
     s = report["steps"]
     reps = report.get("reference_repeats") or []
     lines = ["# Fidelity: profile backend vs " + reference, ""]
+    status = (report.get("profile") or {}).get("validation")
+    if status:  # the shipped profiles' record (backends/profiles/validation.json) at the time
+        lines += [f"Profile status: {status['status']}"
+                  + (f": {status['reason']}" if status.get("reason") else "") + ".", ""]
     lines += _steps_section(s, bool(reps))
     if report.get("heldout"):
         lines += _heldout_section(report["heldout"])

@@ -95,6 +95,7 @@ def run_fidelity(trace_path: str | Path, model: str, *, out_dir: str | Path | No
         mod = simulate_to(trace, prof_cfg, folder / "profile" if folder else None,
                           executor=prof_prep.executor)
         report = build_report(steps, ref_summary, mod.summary, table, worst=worst, repeats=repeats)
+        report["profile"]["validation"] = prof_prep.executor.describe().get("validation")
         # what-if: the same profile without its mean per-kind bias -- how much of the whole-run
         # difference is per-step bias, and how much queueing, transients and shape mix
         dtable, factors = debiased_table(table, report["steps"]["by_kind"])
