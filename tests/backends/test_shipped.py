@@ -2,7 +2,6 @@
 
 import hashlib
 import json
-import re
 import shutil
 from pathlib import Path
 
@@ -38,8 +37,7 @@ def test_record_covers_exactly_the_shipped_profile_files():
 
 def test_each_validated_profile_rests_on_a_report_that_met_every_check():
     validated = {n: e for n, e in validation_record().items() if e["status"] == "validated"}
-    assert validated, "no shipped profile is validated"
-    for name, entry in validated.items():
+    for name, entry in validated.items():  # none today: every shipped profile misses a check
         ev = entry["evidence"]
         md, rep = _report(ev)
         n = len(rep["checks"])
@@ -68,7 +66,7 @@ def test_reports_named_for_other_profiles_say_what_they_missed():
 
 def test_the_shipped_statuses():
     got = {p.name: profile_status(p)["status"] for _, _, p in shipped_profiles()}
-    assert got == {"llama-3.1-8b__H200.parquet": "validated",
+    assert got == {"llama-3.1-8b__H200.parquet": "experimental",
                    "llama-3.1-70b__H200.parquet": "experimental",
                    "deepseek-v2-lite__H200.parquet": "experimental"}
 
@@ -143,7 +141,7 @@ def test_help_lists_each_shipped_profile_with_its_status():
         assert shipped_help() in text
         assert "llama-3.1-70b (H200, experimental)" in text
         assert "deepseek-v2-lite (H200, experimental)" in text
-        assert re.search(r"llama-3\.1-8b \(H200\)", text)
+        assert "llama-3.1-8b (H200, experimental)" in text
 
 
 def _simulate(tmp_path, model):
@@ -156,13 +154,24 @@ def _simulate(tmp_path, model):
     return json.loads((out / "summary.json").read_text()), " ".join(r.output.split())
 
 
-def test_a_summary_warns_for_an_experimental_profile_and_not_for_the_validated_one(tmp_path):
+def test_a_summary_warns_for_an_experimental_profile_and_not_for_a_validated_one(
+        tmp_path, monkeypatch):
     summary, printed = _simulate(tmp_path, "llama-3.1-70b")
     status = summary["backend_detail"]["validation"]
     assert (status["status"], status["file"]) == ("experimental", "llama-3.1-70b__H200.parquet")
     warning = f"experimental profile llama-3.1-70b__H200.parquet: {status['reason']}"
     assert warning in summary["warnings"] and "queued timing" in warning
     assert "warning: experimental profile llama-3.1-70b__H200.parquet" in printed
+    # no shipped profile is validated today: a record of our own validates the 8B one
+    p8 = PROFILES_DIR / "llama-3.1-8b__H200.parquet"
+    d = tmp_path / "shipped"
+    d.mkdir()
+    shutil.copy(p8, d / p8.name)
+    (d / "validation.json").write_text(json.dumps({"rule": RULE, "profiles": {p8.name: {
+        "status": "validated", "evidence": {"report": "r.md", "profile_sha256": _sha(p8)}}}}))
+    import backends.shipped
+
+    monkeypatch.setattr(backends.shipped, "PROFILES_DIR", d)
     summary, printed = _simulate(tmp_path, "llama-3.1-8b")
     assert summary["backend_detail"]["validation"]["status"] == "validated"
     assert not any("experimental" in w for w in summary["warnings"])
