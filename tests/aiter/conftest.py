@@ -43,6 +43,23 @@ def run_interpreted(code: str, timeout: float = 900) -> str:
     return res.stdout
 
 
+def cpu_profiler_prelude(capture_bs: str) -> str:
+    """Python source that lets ``run_profile`` run on a CPU under :func:`run_interpreted`: no GPU
+    check, a tiny float16 runner capturing ``capture_bs`` (a list literal), and graph launches
+    replaced by eager ones (a CPU has no graphs)."""
+    return f"""
+bridge.require_gpu = lambda: None
+def make(model, **kw):
+    r = Runner(model, device='cpu', dtype='float16', max_context=512, capture_bs={capture_bs},
+               kv_pool_bytes=8 << 20, extend_logits='last')
+    return executor.AiterExecutor(r, model=model, gpu='H200')
+executor.make_executor = make
+Runner.capture = lambda self, key: None
+eager_run = Runner.run
+Runner.run = lambda self, key, launch, graph, **kw: eager_run(self, key, launch, graph=False, **kw)
+"""
+
+
 @pytest.fixture
 def interpreted():
     return run_interpreted

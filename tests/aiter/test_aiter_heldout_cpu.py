@@ -8,7 +8,7 @@ import json
 
 import pytest
 
-from tests.aiter.conftest import run_interpreted
+from tests.aiter.conftest import cpu_profiler_prelude, run_interpreted
 
 pytestmark = [
     pytest.mark.slow,
@@ -35,15 +35,7 @@ from backends.heldout import grid_span, is_off_grid, HeldoutPoint
 from backends.models import ModelShape
 from backends.profile import grid_rows, heldout_rows, load_profile, read_profile
 
-bridge.require_gpu = lambda: None
-def make(model, **kw):
-    r = Runner(model, device='cpu', dtype='float16', max_context=512, capture_bs=[1, 2, 3],
-               kv_pool_bytes=8 << 20, extend_logits='last')
-    return executor.AiterExecutor(r, model=model, gpu='H200')
-executor.make_executor = make
-Runner.capture = lambda self, key: None
-eager_run = Runner.run
-Runner.run = lambda self, key, launch, graph, **kw: eager_run(self, key, launch, graph=False, **kw)
+{cpu_profiler_prelude('[1, 2, 3]')}
 m = ModelShape(name='tiny', layers=1, hidden=64, heads=4, kv_heads=2, head_dim=32,
                intermediate=128, vocab=96)
 spec = ProfileSpec(bs=(1, 3), widths=(1,), kv=(16, 64), eager_bs=(1, 3), eager_widths=(1,),

@@ -15,7 +15,7 @@ import sys
 
 import pytest
 
-from tests.aiter.conftest import ROOT, run_interpreted
+from tests.aiter.conftest import ROOT, cpu_profiler_prelude, run_interpreted
 
 pytestmark = [
     pytest.mark.slow,
@@ -245,15 +245,7 @@ from backends.aiter.profiling import ProfileSpec, run_profile
 from backends.models import ModelShape
 from backends.profile import load_profile, read_profile
 
-bridge.require_gpu = lambda: None
-def make(model, **kw):
-    r = Runner(model, device='cpu', dtype='float16', max_context=512, capture_bs=[1, 2],
-               kv_pool_bytes=8 << 20, extend_logits='last')
-    return executor.AiterExecutor(r, model=model, gpu='H200')
-executor.make_executor = make
-Runner.capture = lambda self, key: None
-eager_run = Runner.run
-Runner.run = lambda self, key, launch, graph, **kw: eager_run(self, key, launch, graph=False, **kw)
+{cpu_profiler_prelude('[1, 2]')}
 m = ModelShape(name='tiny', layers=1, hidden=64, heads=4, kv_heads=2, head_dim=32,
                intermediate=128, vocab=96, draft_kind='eagle3')
 spec = ProfileSpec(bs=(1, 2), widths=(1,), kv=(16, 64), eager_bs=(1, 2), eager_widths=(1,),
