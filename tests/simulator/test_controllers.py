@@ -163,3 +163,19 @@ def test_oracle_is_never_worse_than_the_real_controllers(rate_scale):
     for name, (tp, tpot) in got.items():
         assert best_tp >= tp, name
         assert best_tpot <= tpot, name
+
+
+def test_extra_captured_widths_leave_the_kv_pool_as_sglang_sizes_it():
+    """SGLang's KV pool is mem_fraction_static x memory - weights, its reserve set by
+    cuda_graph_max_bs and speculation, not by the number of captured widths: an adaptive
+    controller capturing six widths has the pool of the static one capturing one."""
+    from specsched.setup import load_trace, simulate_to
+
+    trace = load_trace("traces/samples/azure_conv_eagle_2k.parquet", limit=20)
+    pools = {}
+    for name in ("static", "sglang-adaptive"):
+        res = simulate_to(trace, SimConfig.load(None, {"engine.controller": name}), None)
+        pools[name] = res.summary["kv_capacity_tokens"]
+        widths = res.summary["controller"]["captured_widths"]
+        assert len(widths) == (1 if name == "static" else 6), widths
+    assert pools["static"] == pools["sglang-adaptive"]
