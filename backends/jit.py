@@ -42,7 +42,7 @@ from pathlib import Path
 __all__ = ["njit", "JIT_ENABLED", "jit_status", "precompile", "COMPILE_NOTICE"]
 
 #: printed on stderr before the first compilation of specsched's code in a process
-COMPILE_NOTICE = ("specsched: compiling the engine with numba, once per install (10-30 s); "
+COMPILE_NOTICE = ("specsched: compiling the engine with numba, once per install (10-40 s); "
                   "later runs load it from the cache")
 
 _reason = ""
