@@ -481,6 +481,8 @@ def _print_uniformity(rep) -> None:
     for label, key, f in rows:
         t.add_row(label, *[("-" if r.get(key) is None else f(r[key])) for r in rep["policies"]])
     con.print(t)
+    if rep.get("mla"):
+        con.print(f"MLA model: {rep['mla']['note']}.")
     u = rep.get("unsafe_derived")
     if u:
         con.print(f"unsafe-derived: {u['misattributed_rows']} of {u['verified_rows']} query rows "

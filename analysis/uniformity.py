@@ -18,6 +18,10 @@ The same trace and configuration are simulated once per verify policy (``pad``, 
   rebuilt from their recorded shape and run on the GPU by
   ``backends.aiter.uniformity.uniformity_check``, which measures the output error the wrong
   metadata causes against the exact metadata.
+- **MLA models** (DeepSeek-style): SGLang's MLA path fixes the verify width at start-up to one
+  the kernels take, so ``fixed`` runs once per supported width (``fixed@1``, ``fixed@2``,
+  ``fixed@3`` -- padded to 4 and timed as 4 -- and ``fixed@4``); the other policies launch
+  widths the MLA kernels lack and are reported as what-ifs (``report["mla"]``).
 """
 
 from __future__ import annotations
@@ -164,6 +168,37 @@ def _gpu_check(files: dict[str, bytes], model: str, n: int, page_size: int) -> d
     }
 
 
+def _labelled_configs(config, policies) -> tuple[list[tuple[str, Any]], dict | None]:
+    """(label, config) per run: each policy once, and for an MLA model ``fixed`` once per width
+    the MLA kernels take; the MLA note for the report (None for other models)."""
+    from backends.models import load_model
+    from simulator.config import MLA_WIDTHS
+
+    model = load_model(config.model.name, tp=config.model.tp or None)
+    runs = []
+    for p in policies:
+        if p == "fixed" and model.is_mla:
+            for w in MLA_WIDTHS:
+                runs.append((f"fixed@{w}", config.replace({
+                    "engine.policy": "fixed", "engine.num_draft_tokens": w,
+                    "engine.mla": True})))
+            continue
+        try:
+            runs.append((p, config.replace({"engine.policy": p})))
+        except SpecschedError as exc:
+            raise SpecschedError(f"policy {p}: {exc}") from None
+    if not model.is_mla:
+        return runs, None
+    return runs, {
+        "fixed_widths": list(MLA_WIDTHS),
+        "what_if_policies": [p for p in policies if p != "fixed"],
+        "note": ("SGLang's MLA attention path fixes the verify width at start-up to one its "
+                 "kernels take (1, 2 or 4 query rows per request; 3 runs padded to 4): only "
+                 "fixed@w is something SGLang can run; the other policies launch widths the MLA "
+                 "kernels lack and are what-ifs"),
+    }
+
+
 def uniformity(trace: str, *, config=None, acceptance: str | None = None,
                policies: tuple[str, ...] = POLICIES, jobs: int | None = None,
                ray: str | None = None, keep_files: bool = False, gpu_batches: int = 0,
@@ -195,13 +230,11 @@ def uniformity(trace: str, *, config=None, acceptance: str | None = None,
     order = list(dict.fromkeys(list(policies) + ([REFERENCE] if REFERENCE not in policies else [])))
     arrays = load_trace(trace, acceptance, config.seed)
     digest = file_digest(trace)
-    jobs_list = []
-    for p in order:
-        try:
-            cfg = config.replace({"engine.policy": p})
-        except SpecschedError as exc:
-            raise SpecschedError(f"policy {p}: {exc}") from None
-        jobs_list.append((p, RunSpec(trace, cfg, acceptance, digest)))
+    runs, mla = _labelled_configs(config, order)
+    jobs_list = [(label, RunSpec(trace, cfg, acceptance, digest)) for label, cfg in runs]
+    shown = [label for label, _ in runs
+             if label in policies or (label.startswith("fixed@") and "fixed" in policies)]
+    order = [label for label, _ in runs]
     need_files = {p for p in order if keep_files or (gpu_batches > 0 and p == "unsafe-derived")}
     results: dict[str, dict] = {}
     owned = backend is None
@@ -226,7 +259,7 @@ def uniformity(trace: str, *, config=None, acceptance: str | None = None,
         if owned:
             backend.close()
     ref = results[REFERENCE]["summary"]
-    rows = [_row(p, results[p]["summary"], ref) for p in order if p in policies]
+    rows = [_row(p, results[p]["summary"], ref) for p in order if p in shown]
     mix = ref["iterations"]
     dist = {int(k): int(v) for k, v in mix["iter_distinct_widths"].items()}
     total = sum(dist.values()) or 1
@@ -247,6 +280,7 @@ def uniformity(trace: str, *, config=None, acceptance: str | None = None,
         "policies": rows,
         "unsafe_derived": None,
         "gpu_check": None,
+        "mla": mla,
     }
     if "unsafe-derived" in results:
         s = results["unsafe-derived"]["summary"]["verify"]

@@ -236,7 +236,7 @@ def _choose_by_cost(r, oracle, R, E, EF, RUN, MB, PI, PF, off, draft, acc, pacc,
     for c in range(int(KC[K.K_NCAND])):
         w = int(KC[K.K_CAND + c]) + 1
         n = _fill_members(r, R, E, RUN, MB, off, draft, CI)
-        nl = apply_policy(POL_FIXED, MB[r], n, lw, tmp, buckets, w, CI[C_WIDEN])
+        nl = apply_policy(POL_FIXED, MB[r], n, lw, tmp, buckets, w, CI[C_WIDEN], CI[C_MLA])
         _build_decode_passes(r, n, nl, E, MB, PI, PF, CI, padmap, capw, lw, tmp)
         _set_lookups(r, PI, PF, E, CF)
         _time_passes(r, PI, PF, E, tab)
@@ -270,7 +270,7 @@ def _decide_decode(r, clock, width, R, E, EF, W, WT, RUN, MB, PI, PF, off, draft
     policy = CI[C_POLICY]
     while True:
         n = _fill_members(r, R, E, RUN, MB, off, draft, CI)
-        nl = apply_policy(policy, MB[r], n, lw, tmp, buckets, width, CI[C_WIDEN])
+        nl = apply_policy(policy, MB[r], n, lw, tmp, buckets, width, CI[C_WIDEN], CI[C_MLA])
         need = _verify_need_pages(r, n, MB, R, page)
         if need > E[r, E_FREE]:
             _evict_for(r, need, E, rx)

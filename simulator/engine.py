@@ -147,14 +147,13 @@ class Simulation:
         self.padmap, self.capw = padmap, capw
         self.buckets = np.array(sorted(set(e.buckets)), np.int64)
         fixed = e.num_draft_tokens
-        if e.mla and e.policy == "fixed" and fixed == 3:
-            fixed = 4  # AITER's MLA kernels pad a query length of 3 to 4
         self.CI = np.zeros(C.NCI, np.int64)
         self.CI[C.C_PAGE] = e.page_size
         self.CI[C.C_MAXRUN] = e.running_cap
         self.CI[C.C_CHUNK] = e.chunk_size
         self.CI[C.C_POLICY] = C.POLICY_CODES[e.policy]
         self.CI[C.C_FIXED] = fixed
+        self.CI[C.C_MLA] = 1 if e.mla else 0  # 3 drafts' width launches padded to 4
         self.CI[C.C_WIDEN] = 1 if e.widen_drafts else 0
         self.CI[C.C_MAXDRAFT] = e.max_draft
         self.CI[C.C_SEED] = config.seed & 0xFFFFFFFF

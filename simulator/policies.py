@@ -177,12 +177,14 @@ def _policy_truncate(mb, n, lw):
 
 
 @njit
-def _policy_fixed(mb, n, lw, fixed, widen):
+def _policy_fixed(mb, n, lw, fixed, widen, launch):
+    """Every request at ``fixed`` - 1 drafts, verified in one launch of width ``launch`` (the
+    kernel's padded query length: ``fixed`` except 3 -> 4 on AITER's MLA kernels)."""
     for j in range(n):
-        mb[j, M_V] = fixed
+        mb[j, M_V] = launch
         mb[j, M_R] = fixed - 1 if widen == 1 else min(mb[j, M_D], fixed - 1)
         mb[j, M_LAUNCH] = 0
-    lw[0] = fixed
+    lw[0] = launch
     return 1
 
 
@@ -200,8 +202,9 @@ def _policy_exact(mb, n, lw):
 
 
 @njit
-def apply_policy(policy, mb, n, lw, tmp, buckets, fixed, widen):
-    """Turn the members' proposals into verify widths and launches; returns the launch count."""
+def apply_policy(policy, mb, n, lw, tmp, buckets, fixed, widen, mla=0):
+    """Turn the members' proposals into verify widths and launches; returns the launch count.
+    ``mla`` = 1: a fixed width of 3 launches padded to 4 (AITER's MLA decode kernels)."""
     if policy == POL_PAD:
         return _policy_pad(mb, n, lw, widen)
     if policy == POL_SPLIT:
@@ -211,6 +214,6 @@ def apply_policy(policy, mb, n, lw, tmp, buckets, fixed, widen):
     if policy == POL_TRUNCATE:
         return _policy_truncate(mb, n, lw)
     if policy == POL_FIXED:
-        return _policy_fixed(mb, n, lw, fixed, widen)
+        return _policy_fixed(mb, n, lw, fixed, widen, 4 if (mla == 1 and fixed == 3) else fixed)
     return _policy_exact(mb, n, lw)
 

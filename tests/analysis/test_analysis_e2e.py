@@ -180,6 +180,25 @@ def test_uniformity_all_policies(small_trace, roofline, tmp_path):
     assert rep["gpu_check"] is None
 
 
+def test_uniformity_on_an_mla_model_runs_fixed_at_each_kernel_width(small_trace):
+    """DeepSeek-V2-Lite (MLA): `fixed` runs once per width the MLA kernels take; width 1 drafts
+    nothing, width w commits at most w tokens a step, width 3 launches at 4 with one padded row
+    per request; the other policies are labelled what-ifs."""
+    from analysis.uniformity import uniformity
+    from simulator.config import SimConfig
+
+    cfg = SimConfig.load(None, {"model.name": "deepseek-v2-lite"})
+    rep = uniformity(str(small_trace), config=cfg, policies=("fixed", "pad"), jobs=1)
+    rows = {r["policy"]: r for r in rep["policies"]}
+    assert list(rows) == ["fixed@1", "fixed@2", "fixed@3", "fixed@4", "pad"]
+    assert rows["fixed@1"]["accept_len_mean"] == 1.0 and rows["fixed@1"]["padded_slots"] == 0
+    for w in (2, 3, 4):
+        assert 1.0 < rows[f"fixed@{w}"]["accept_len_mean"] <= w
+    assert rows["fixed@3"]["padded_slots"] > 0 and rows["fixed@4"]["padded_slots"] == 0
+    assert rep["mla"]["what_if_policies"] == ["pad", "ragged"]
+    assert rep["mla"]["fixed_widths"] == [1, 2, 3, 4]
+
+
 def test_uniformity_aiter_needs_a_gpu(small_trace):
     from backends.aiter import bridge
 

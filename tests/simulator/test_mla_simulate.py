@@ -38,3 +38,20 @@ def test_fixed_policy_runs_on_the_shipped_profile_and_width_8_is_refused(tmp_pat
     assert proc.stderr.strip().splitlines()[-1] == (
         "error: engine.num_draft_tokens: 8 is not a width the AITER MLA decode kernels support "
         "(query lengths 1, 2 and 4 per request; 3 is padded to 4)")
+
+
+def test_three_draft_tokens_on_mla_run_two_drafts_in_a_width_4_launch(tmp_path):
+    """num_draft_tokens = 3 on an MLA model: SGLang drafts 2 tokens per request (num_steps 2)
+    and the MLA kernels pad the 3-row query to 4, so every verify launch has width 4, each
+    request one padded row, and no request commits more than 3 tokens in a step."""
+    proc = _simulate(tmp_path / "w3", "--set", "engine.num_draft_tokens=3")
+    assert proc.returncode == 0, proc.stderr
+    summary = json.loads((tmp_path / "w3" / "summary.json").read_text())
+    steps = pq.read_table(tmp_path / "w3" / "steps.parquet").to_pandas()
+    verify = steps[steps.kind.astype(str) == "verify"]
+    assert set(verify.width) == {4} and (verify.padded_slots == verify.bs).all()
+    # 2 drafts + the bonus token at most per step; one draft-model decode pass per round
+    assert 1.0 < summary["accept_len_mean"] <= 3.0
+    assert summary["draft_passes"] == summary["decode_iterations"]
+    rs = pq.read_table(tmp_path / "w3" / "request_steps.parquet").to_pandas()
+    assert rs.tokens.max() == 3
