@@ -78,7 +78,8 @@ def choose_anchors(grid: Any, n: int = DEFAULT_ANCHORS, *,
                    graph_bs: Iterable[int] | None = None,
                    kernel_widths: Iterable[int] | None = None
                    ) -> tuple[list[HeldoutPoint], dict[str, dict]]:
-    """Anchors among the grid rows ``grid`` (a pyarrow table or row dicts; grid rows only), as
+    """Anchors among the grid rows of ``grid`` (a pyarrow table or row dicts; rows whose
+    ``split`` is not ``"grid"`` are never anchors), as
     the module docstring says; returns (points sorted, a graph's points adjacent; per group
     ``{"asked", "chosen", "graphs"}``).  ``graph_bs``: the batch sizes graphs can be captured at
     (others dropped); ``kernel_widths``: the widths the model's kernels take."""
@@ -89,7 +90,7 @@ def choose_anchors(grid: Any, n: int = DEFAULT_ANCHORS, *,
     by_group: dict[str, list[HeldoutPoint]] = {}
     for r in _rows_of(grid):
         key = (str(r["kind"]), bool(r["graph"]))
-        if key not in GROUPS:
+        if key not in GROUPS or r.get("split", "grid") != "grid":
             continue
         p = _point(r)
         if p.graph and ladder is not None and p.bs not in ladder:
