@@ -123,3 +123,23 @@ def test_budget_skips_chunks_whose_estimate_does_not_fit(monkeypatch):
     rows, skipped = cs._measure_in_budget(None, pts, None, deadline=6.5, progress=None, what="a")
     assert clock[0] == 6.0 and len(rows) == 6
     assert [(s["kind"], s["bs"]) for s in skipped] == [("prefill", 1), ("prefill", 1), ("draft", 4)]
+
+
+def test_calibration_metadata_is_written_only_when_given_and_loads(tmp_path):
+    """``specsched.calibration`` is an optional metadata key: absent from an ordinary profile,
+    read back as written, and carried into the table's source for ``fidelity``."""
+    import pyarrow.parquet as pq
+
+    from backends.profile import load_profile, profile_metadata, read_profile, write_profile
+    from tests.backends.backends_helpers import roofline_profile_rows
+
+    m, rows = roofline_profile_rows()
+    plain, cal = tmp_path / "plain.parquet", tmp_path / "cal.parquet"
+    write_profile(rows, plain, profile_metadata(m, {"name": "H200"}))
+    assert b"specsched.calibration" not in pq.read_schema(plain).metadata
+    c = {"machine": {"name": "H200"}, "at": "2026-12-01T00:00:00Z",
+         "factors": {"prefill": {"factor": 1.02, "n": 2}}}
+    write_profile(rows, cal, dict(profile_metadata(m, {"name": "H200"}), calibration=c))
+    assert read_profile(cal)[1]["calibration"] == c
+    assert load_profile(cal).source["calibration"] == c
+    assert "calibration" not in load_profile(plain).source
