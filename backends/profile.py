@@ -85,6 +85,9 @@ SPLIT_FIELD = pa.field("split", pa.string(), nullable=False)
 SPLITS = ("grid", "heldout")
 _KINDS = ("verify", "draft", "prefill", "draft_extend")
 _META_KEYS = ("model", "gpu", "versions", "command", "kernels", "notes", "attention")
+#: optional metadata, written only when given: ``calibration`` (``specsched calibrate``: the
+#: anchors, the fit and the machine; ``backends.calibrate``)
+_OPTIONAL_META_KEYS = ("calibration",)
 _MAX_PROBLEMS = 200
 
 
@@ -212,15 +215,16 @@ def profile_metadata(model: Any, gpu: Any, *, versions: Any = None, command: str
 
 
 def _encode_metadata(metadata: Mapping[str, Any], where: str) -> dict[bytes, bytes]:
-    unknown = sorted(set(metadata) - set(_META_KEYS))
+    unknown = sorted(set(metadata) - set(_META_KEYS) - set(_OPTIONAL_META_KEYS))
     if unknown:
-        raise SpecschedError(f"unknown profile metadata key(s) {unknown}; valid: {', '.join(_META_KEYS)}",
-                             path=where)
+        raise SpecschedError(f"unknown profile metadata key(s) {unknown}; valid: "
+                             f"{', '.join(_META_KEYS + _OPTIONAL_META_KEYS)}", path=where)
     for key in ("model", "gpu"):
         if not metadata.get(key):
             raise SpecschedError(f"profile metadata needs '{key}'", path=where)
     out = {b"specsched.profile_version": json.dumps(PROFILE_VERSION).encode()}
-    for key in _META_KEYS:
+    keys = _META_KEYS + tuple(k for k in _OPTIONAL_META_KEYS if metadata.get(k) is not None)
+    for key in keys:
         value = metadata.get(key, {} if key in ("versions", "kernels") else
                              None if key == "attention" else "")
         if hasattr(value, "as_dict"):
@@ -492,6 +496,8 @@ def load_profile(path: "str | Path") -> LatencyTable:
                              "(first value held below the grid); such lookups are flagged "
                              "out_of_grid and counted in the run's summary",
               **stats}
+    if meta.get("calibration") is not None:
+        source["calibration"] = meta["calibration"]  # specsched calibrate: anchors and fit
     return LatencyTable(source=source, attention=meta.get("attention"), **grids)
 
 

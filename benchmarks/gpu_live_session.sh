@@ -25,7 +25,10 @@
 #   heldout8b    48 held-out shapes off the shipped Llama-3.1-8B profile's grid, measured now and
 #                written with the shipped rows (`profile --heldout-only --base`; about 1-2 min)
 #                                                             -> llama-3.1-8b__H200.parquet
-#   profile70b   the same for the Llama-3.1-70B tp-8 shard    -> llama-3.1-70b__H200.parquet
+#   profile70b   `profile8b` for the Llama-3.1-70B tp-8 shard    -> llama-3.1-70b__H200.parquet
+#   calibrate8b  `specsched calibrate` of the shipped Llama-3.1-8B profile on this GPU: 24 of its
+#                grid points re-measured, one factor per pass group, within --budget-s 120
+#                (limit 150 s)                              -> llama-3.1-8b__H200.calibrated.parquet
 #   live-conv:N  live `simulate --backend aiter` of the first N requests of the conversation sample
 #   live-split:N the same with --policy split (a what-if: widths other than 4 run eagerly)
 #   live-code    live `simulate --backend aiter` of the whole code sample
@@ -123,6 +126,8 @@ PY
         --bs "$BS" --kv-lens "$KV" -o "$out/llama-3.1-8b__H200.parquet" ;;
     heldout8b) job heldout8b 150 python3 -m specsched profile --model llama-3.1-8b --heldout-only --progress \
         --base backends/profiles/llama-3.1-8b__H200.parquet --heldout 48 -o "$out/llama-3.1-8b__H200.parquet" ;;
+    calibrate8b) job calibrate8b 150 python3 -m specsched calibrate --model llama-3.1-8b --progress \
+        -o "$out/llama-3.1-8b__H200.calibrated.parquet" --budget-s 120 ;;
     profile70b) job profile70b 560 python3 -m specsched profile --model llama-3.1-70b --tp 8 --progress \
         --bs "$BS" --kv-lens "$KV" -o "$out/llama-3.1-70b__H200.parquet" ;;
     live-conv:*) live "conv${j#live-conv:}" "$CONV" "${j#live-conv:}" ;;

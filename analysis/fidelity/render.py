@@ -112,6 +112,11 @@ def render_markdown(report: dict, *, reference: str) -> str:
     if status:  # the shipped profiles' record (backends/profiles/validation.json) at the time
         lines += [f"Profile status: {status['status']}"
                   + (f": {status['reason']}" if status.get("reason") else "") + ".", ""]
+    cal = (report.get("profile") or {}).get("calibration")
+    if cal:
+        lines += [f"Profile calibrated on {cal['gpu']} at {cal['at']} from {cal['base']} "
+                  f"({cal['anchors']} anchors): factors "
+                  + ", ".join(f"{g} {f:.4f}" for g, f in cal["factors"].items()) + ".", ""]
     lines += _steps_section(s, bool(reps))
     if report.get("heldout"):
         lines += _heldout_section(report["heldout"])

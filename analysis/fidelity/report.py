@@ -157,6 +157,12 @@ def build_report(reference_steps: pa.Table, reference_summary: dict, profile_sum
               "not_captured": nc,
               "profile": {k: table.source.get(k) for k in ("file", "sha256", "gpu", "versions", "kernels")}
               if isinstance(table.source, dict) else {}}
+    cal = table.source.get("calibration") if isinstance(table.source, dict) else None
+    if isinstance(cal, dict):  # a `specsched calibrate` output: where, when, the fit
+        report["profile"]["calibration"] = {
+            "gpu": (cal.get("machine") or {}).get("name"), "at": cal.get("at"),
+            "base": cal.get("base"), "anchors": len(cal.get("anchors") or []),
+            "factors": {g: f.get("factor") for g, f in (cal.get("factors") or {}).items()}}
     if repeats:
         reps = [{"run": path, "runs": compare_runs(reference_summary, summary),
                  "matched_shape_ratio": matched_shape_ratio(reference_steps, steps)}

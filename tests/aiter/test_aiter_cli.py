@@ -147,3 +147,60 @@ def test_heldout_only_refusals_exit_2_before_the_gpu(tmp_path, case, needle):
     assert "Traceback" not in r.stderr and r.stdout == ""
     assert not out.exists() and base.read_bytes() == before
     assert {p.name for p in tmp_path.iterdir()} <= {"base.parquet", "sub", "notes.txt"}
+
+
+@pytest.mark.parametrize("case, needle", [
+    ("same-file", "is the base profile"),
+    ("same-file-other-spelling", "never overwrites the base"),
+    ("missing-base", "no such profile file"),
+    ("not-a-profile", "not a profile parquet"),
+    ("other-model", "recorded for model 'llama-3.1-8b', not 'llama-3.1-70b'"),
+    ("budget", "--budget-s must be > 0, got 0"),
+    ("anchors", "--anchors must be >= 1, got 0"),
+    ("heldout", "--heldout must be >= 0, got -2"),
+])
+def test_calibrate_refusals_exit_2_before_the_gpu(tmp_path, case, needle):
+    """Each refusal of ``specsched calibrate`` names what is wrong, exits 2 with no traceback,
+    writes nothing and leaves the base as it was; all are checked before a GPU is looked for."""
+    base = _base_profile(tmp_path)
+    before = base.read_bytes()
+    out = tmp_path / "out.parquet"
+    args = ["--model", "llama-3.1-8b", "--base", str(base), "-o", str(out)]
+    if case == "same-file":
+        args[-1] = str(base)
+    elif case == "same-file-other-spelling":
+        (tmp_path / "sub").mkdir()
+        args[-1] = str(tmp_path / "sub" / ".." / "base.parquet")
+    elif case == "missing-base":
+        args[3] = str(tmp_path / "nope.parquet")
+    elif case == "not-a-profile":
+        bad = tmp_path / "notes.txt"
+        bad.write_text("kind,graph\n")
+        args[3] = str(bad)
+    elif case == "other-model":
+        args[1] = "llama-3.1-70b"
+    elif case == "budget":
+        args += ["--budget-s", "0"]
+    elif case == "anchors":
+        args += ["--anchors", "0"]
+    elif case == "heldout":
+        args += ["--heldout", "-2"]
+    r = cli("calibrate", *args)
+    assert r.returncode == 2, r.stderr
+    assert r.stderr.startswith("error: ") and needle in r.stderr, r.stderr
+    assert "Traceback" not in r.stderr and r.stdout == ""
+    assert not out.exists() and base.read_bytes() == before
+    assert {p.name for p in tmp_path.iterdir()} <= {"base.parquet", "sub", "notes.txt"}
+
+
+def test_calibrate_default_base_is_the_shipped_profile(tmp_path):
+    """Without --base the shipped profile of the model on --gpu is the base: -o naming it is
+    refused as the base itself; a GPU name nothing is shipped for is refused."""
+    from backends.shipped import default_profile
+
+    shipped = default_profile("llama-3.1-8b", "H200")
+    r = cli("calibrate", "--model", "llama-3.1-8b", "-o", str(shipped))
+    assert r.returncode == 2 and "is the base profile" in r.stderr, r.stderr
+    r = cli("calibrate", "--model", "llama-3.1-8b", "--gpu", "B300", "-o", str(tmp_path / "x.parquet"))
+    assert r.returncode == 2 and "no profile shipped for llama-3.1-8b on B300" in r.stderr, r.stderr
+    assert not (tmp_path / "x.parquet").exists()

@@ -349,3 +349,31 @@ def test_profile_heldout_points_with_real_graphs(tmp_path):
             assert r["bs"] in (1, 2, 3, 4)
     h = heldout_errors(load_profile(second))
     assert h["points"] == 14 and math.isfinite(h["mape_pct"])
+
+
+def test_calibrate_the_shipped_8b_profile_within_120_s(tmp_path):
+    """``specsched calibrate`` of the shipped Llama-3.1-8B profile, as a user runs it: the whole
+    command finishes within its 120 s budget and fits every pass group from its own anchors."""
+    import json
+    import subprocess
+    import sys
+    import time
+    from pathlib import Path
+
+    from backends.profile import load_profile, read_profile
+
+    out = tmp_path / "cal.parquet"
+    t0 = time.perf_counter()
+    r = subprocess.run([sys.executable, "-m", "specsched", "calibrate", "--model", "llama-3.1-8b",
+                        "-o", str(out), "--budget-s", "120"], cwd=Path(__file__).resolve().parents[2],
+                       capture_output=True, text=True, timeout=300)
+    wall = time.perf_counter() - t0
+    assert r.returncode == 0, r.stderr[-4000:]
+    print(r.stdout.strip(), f"wall {wall:.1f} s")
+    assert wall <= 120.0
+    _, meta = read_profile(out)
+    f = meta["calibration"]["factors"]
+    assert set(f) == {"verify_graph", "verify_eager", "draft_graph", "draft_eager", "extend_graph",
+                      "extend_eager", "prefill"}
+    assert all(g["n"] >= 1 and g["source"] == "group" and 0.5 < g["factor"] < 2 for g in f.values()), f
+    assert load_profile(out).source["calibration"]["base"] == "llama-3.1-8b__H200.parquet"

@@ -1,0 +1,166 @@
+"""Calibrating a profile to another machine: choose anchor shapes, fit a scale per pass group.
+
+``specsched calibrate`` re-measures a few of a base profile's own grid points (the *anchors*) on
+this machine's GPU and scales the base's grid to it.  This module chooses the anchors and fits
+the scale; ``backends.aiter.calibrate_sweep`` measures them.  It imports neither torch nor the
+GPU code.
+
+**Groups.**  A group is a (kind, graph) pair, the sections of ``backends.heldout.SECTIONS``:
+verify graph and eager, draft graph and eager, draft-extend graph and eager, prefill.
+
+**Anchors** (:func:`choose_anchors`) are grid rows of the base (measured points, never filled
+ones), so each has a base value to compare with.  ``n`` is spread over the groups present by
+``backends.heldout.allocate`` (verify weighs most), at least :data:`MIN_PER_GROUP` each.  Only
+rows ``fits`` accepts (the GPU can hold the batch) are candidates.  Within a graph group the
+anchors share few captured graphs (a capture costs far more than a replay): the (batch size,
+width) keys are sorted by tokens and ``ceil(q / 3)`` of them (at least 2) are taken evenly from
+the smallest to the largest; each key's share of the anchors is spread evenly over its KV
+lengths, smallest to largest.  An eager or prefill group takes its anchors evenly over its rows
+sorted by (tokens, KV).  The choice is a pure function of the base rows, ``n`` and ``fits``.
+
+**The fit** (:func:`fit_factors`): per group, the factor is the median of measured / base over
+that group's anchors (the median: one disturbed point does not move it).  A group without a
+measured anchor takes the median ratio over all anchors, and the fit says so (``"source":
+"all anchors"``).  :func:`calibrated_rows` multiplies ``latency_s``, ``p10_s`` and ``p90_s`` of
+every base grid row by its group's factor.  A per-group scale is all it can fix: a difference
+between machines that depends on the shape (one kernel slower at long KV only) stays.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any, Callable, Iterable, Sequence
+
+import numpy as np
+
+from backends.heldout import SECTIONS, HeldoutPoint, allocate
+
+__all__ = ["DEFAULT_ANCHORS", "MIN_PER_GROUP", "GROUPS", "group_name", "choose_anchors",
+           "fit_factors", "calibrated_rows"]
+
+#: Anchors ``specsched calibrate`` measures unless told otherwise (``--anchors``).
+DEFAULT_ANCHORS = 24
+#: Fewest anchors asked of each group present.
+MIN_PER_GROUP = 2
+#: (kind, graph) -> group name (the section names of ``backends.heldout``).
+GROUPS: dict[tuple[str, bool], str] = {(k, g): s for s, (k, g, _) in SECTIONS.items()}
+
+
+def group_name(kind: str, graph: bool) -> str:
+    """The group of a row: ``verify_graph``, ``draft_eager``, ``prefill``, ..."""
+    return GROUPS[(str(kind), bool(graph))]
+
+
+def _rows_of(rows: Any) -> list[dict]:
+    return rows.to_pylist() if hasattr(rows, "to_pylist") else list(rows)
+
+
+def _point(r: dict) -> HeldoutPoint:
+    return HeldoutPoint(str(r["kind"]), bool(r["graph"]), int(r["bs"]), int(r["width"]),
+                        int(r["kv_len"]), int(r["tokens"]))
+
+
+def _spread(items: Sequence, m: int) -> list:
+    """``m`` items taken evenly from ``items`` (sorted), first and last included; the middle one
+    for ``m == 1``; all of them when ``m`` reaches their number."""
+    if m >= len(items):
+        return list(items)
+    if m <= 0:
+        return []
+    if m == 1:
+        return [items[(len(items) - 1) // 2]]
+    idx = sorted({round(i * (len(items) - 1) / (m - 1)) for i in range(m)})
+    return [items[i] for i in idx]
+
+
+def choose_anchors(grid: Any, n: int = DEFAULT_ANCHORS, *,
+                   fits: Callable[[HeldoutPoint], bool] | None = None,
+                   graph_bs: Iterable[int] | None = None,
+                   kernel_widths: Iterable[int] | None = None
+                   ) -> tuple[list[HeldoutPoint], dict[str, dict]]:
+    """Anchors among the grid rows of ``grid`` (a pyarrow table or row dicts; rows whose
+    ``split`` is not ``"grid"`` are never anchors), as
+    the module docstring says; returns (points sorted, a graph's points adjacent; per group
+    ``{"asked", "chosen", "graphs"}``).  ``graph_bs``: the batch sizes graphs can be captured at
+    (others dropped); ``kernel_widths``: the widths the model's kernels take."""
+    if n < 0:
+        raise ValueError("n must be >= 0")
+    ladder = None if graph_bs is None else set(int(b) for b in graph_bs)
+    widths = None if kernel_widths is None else set(int(w) for w in kernel_widths)
+    by_group: dict[str, list[HeldoutPoint]] = {}
+    for r in _rows_of(grid):
+        key = (str(r["kind"]), bool(r["graph"]))
+        if key not in GROUPS or r.get("split", "grid") != "grid":
+            continue
+        p = _point(r)
+        if p.graph and ladder is not None and p.bs not in ladder:
+            continue
+        if widths is not None and p.kind != "prefill" and p.kind != "draft" and p.width not in widths:
+            continue
+        if fits is not None and not fits(p):
+            continue
+        by_group.setdefault(GROUPS[key], []).append(p)
+    quota = allocate(n, by_group)
+    report: dict[str, dict] = {}
+    chosen: list[HeldoutPoint] = []
+    for group in SECTIONS:
+        if group not in by_group:
+            continue
+        pts = sorted(set(by_group[group]), key=lambda p: (p.tokens, p.bs, p.width, p.kv_len))
+        q = max(MIN_PER_GROUP, quota[group]) if n > 0 else 0
+        if group.endswith("_graph"):
+            keys = sorted({(p.bs, p.width) for p in pts}, key=lambda k: (k[0] * k[1], k))
+            use = _spread(keys, max(2, math.ceil(q / 3)))
+            got: list[HeldoutPoint] = []
+            for i, k in enumerate(use):
+                share = q // len(use) + (1 if i < q % len(use) else 0)
+                kvs = sorted(p for p in pts if (p.bs, p.width) == k)
+                got += _spread(sorted(kvs, key=lambda p: p.kv_len), share)
+            graphs = len({(p.bs, p.width) for p in got})
+        else:
+            got = _spread(pts, q)
+            graphs = 0
+        chosen += got
+        report[group] = {"asked": q, "chosen": len(got), "graphs": graphs}
+    chosen.sort()
+    return chosen, report
+
+
+def _median(xs: Sequence[float]) -> float:
+    return float(np.median(np.asarray(xs, dtype=np.float64)))
+
+
+def fit_factors(anchors: Iterable[dict], groups: Iterable[str]) -> dict[str, dict]:
+    """The scale per group from ``anchors`` (dicts with ``kind``, ``graph``, ``base_s`` and
+    ``measured_s``), for every group in ``groups``: ``{"factor", "n", "source",
+    "ratio_min", "ratio_max"}``; ``source`` is ``"group"`` (median over its own anchors) or
+    ``"all anchors"`` (it had none).  No anchor at all is a ValueError."""
+    ratios: dict[str, list[float]] = {}
+    for a in anchors:
+        ratios.setdefault(group_name(a["kind"], a["graph"]), []).append(
+            float(a["measured_s"]) / float(a["base_s"]))
+    every = [x for rs in ratios.values() for x in rs]
+    if not every:
+        raise ValueError("no anchor was measured: nothing to fit")
+    overall = _median(every)
+    out: dict[str, dict] = {}
+    for g in [s for s in SECTIONS if s in set(groups) | set(ratios)]:
+        rs = ratios.get(g, [])
+        if rs:
+            out[g] = {"factor": _median(rs), "n": len(rs), "source": "group",
+                      "ratio_min": min(rs), "ratio_max": max(rs)}
+        else:
+            out[g] = {"factor": overall, "n": 0, "source": "all anchors",
+                      "ratio_min": None, "ratio_max": None}
+    return out
+
+
+def calibrated_rows(grid: Any, factors: dict[str, dict]) -> list[dict]:
+    """The grid rows ``grid`` with ``latency_s``, ``p10_s`` and ``p90_s`` multiplied by their
+    group's factor (every other column, and ``split``, dropped or kept as given)."""
+    out = []
+    for r in _rows_of(grid):
+        f = factors[group_name(r["kind"], r["graph"])]["factor"]
+        out.append(dict(r, latency_s=r["latency_s"] * f, p10_s=r["p10_s"] * f,
+                        p90_s=r["p90_s"] * f))
+    return out

@@ -1,0 +1,93 @@
+"""``specsched calibrate`` end to end on the CPU (AITER's Triton kernels under the Triton
+interpreter, graph sections launched eagerly: a CPU has no graphs)."""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+
+import pytest
+
+from tests.aiter.conftest import cpu_profiler_prelude, run_interpreted
+
+pytestmark = [
+    pytest.mark.slow,
+    pytest.mark.skipif(importlib.util.find_spec("triton") is None,
+                       reason="needs Triton (its interpreter runs AITER's kernels on the CPU)"),
+    pytest.mark.skipif(importlib.util.find_spec("aiter") is None,
+                       reason="needs the amd-aiter package (pip install amd-aiter)"),
+]
+
+
+def test_calibrate_scales_the_grid_by_the_fitted_factors(tmp_path):
+    """A tiny base (with 3 held-out rows) is calibrated with 10 anchors and 4 new held-out
+    points: every grid row of the base comes out scaled by its group's factor, which is the
+    median of the group's measured / base ratios; the base's held-out rows are dropped, the new
+    ones are split=heldout; the file loads as a profile and the base is untouched."""
+    base, out = tmp_path / "tiny.parquet", tmp_path / "tiny_cal.parquet"
+    res = run_interpreted(f"""
+import hashlib, json
+from backends.aiter import bridge, executor
+from backends.aiter.runner import Runner
+from backends.aiter.profiling import ProfileSpec, run_profile
+from backends.aiter.calibrate_sweep import run_calibrate
+from backends.models import ModelShape
+from backends.profile import grid_rows, heldout_rows, load_profile, read_profile
+
+{cpu_profiler_prelude('[1, 2, 3]')}
+m = ModelShape(name='tiny', layers=1, hidden=64, heads=4, kv_heads=2, head_dim=32,
+               intermediate=128, vocab=96)
+spec = ProfileSpec(bs=(1, 3), widths=(1,), kv=(16, 64), eager_bs=(1, 3), eager_widths=(1,),
+                   eager_kv=(16, 64), extend_widths=(2,), extend_eager_widths=(1,),
+                   prefill_tokens=(8, 16), prefill_prefix=(0,), reps=1, warmup=0, eager_reps=1,
+                   settle_s=0.0)
+run_profile(m, {str(base)!r}, spec, command='pytest', heldout=3, heldout_seed=3)
+sha = hashlib.sha256(open({str(base)!r}, 'rb').read()).hexdigest()
+s = run_calibrate(m, {str(out)!r}, {str(base)!r}, spec, anchors=10, heldout=4, seed=5,
+                  budget_s=600, command='pytest-cal')
+b_rows, _ = read_profile({str(base)!r})
+o_rows, meta = read_profile({str(out)!r})
+t = load_profile({str(out)!r})
+print(json.dumps({{'s': s, 'base': b_rows.to_pylist(), 'out': o_rows.to_pylist(),
+                  'cal': meta['calibration'], 'notes': meta['notes'],
+                  'src_cal': 'calibration' in t.source,
+                  'sha_after': hashlib.sha256(open({str(base)!r}, 'rb').read()).hexdigest(),
+                  'sha': sha}}))
+""")
+    d = json.loads(res.strip().splitlines()[-1])
+    assert d["sha_after"] == d["sha"] and d["src_cal"]
+    cal = d["cal"]
+    group = {("verify", True): "verify_graph", ("verify", False): "verify_eager",
+             ("draft", True): "draft_graph", ("draft", False): "draft_eager",
+             ("draft_extend", True): "extend_graph", ("draft_extend", False): "extend_eager",
+             ("prefill", False): "prefill"}
+    # anchors: base grid rows, at least 2 in every group present, each ratio measured / base
+    key = lambda r: (r["kind"], r["graph"], r["bs"], r["width"], r["kv_len"], r["tokens"])  # noqa: E731
+    base_grid = {key(r): r for r in d["base"] if r["split"] == "grid"}
+    assert len(cal["anchors"]) == d["s"]["anchors"] and cal["skipped_for_budget"] == []
+    per = {}
+    for a in cal["anchors"]:
+        assert a["base_s"] == base_grid[key(a)]["latency_s"]
+        assert a["ratio"] == pytest.approx(a["measured_s"] / a["base_s"])
+        per.setdefault(group[(a["kind"], a["graph"])], []).append(a["ratio"])
+    assert set(per) == set(group.values()) and all(len(v) >= 2 for v in per.values())
+    for g, rs in per.items():
+        rs = sorted(rs)
+        med = (rs[(len(rs) - 1) // 2] + rs[len(rs) // 2]) / 2
+        assert cal["factors"][g]["factor"] == pytest.approx(med) and cal["factors"][g]["n"] == len(rs)
+    # the output: the base grid scaled per group, the base's 3 held-out rows dropped, 4 new ones
+    out_grid = [r for r in d["out"] if r["split"] == "grid"]
+    out_held = [r for r in d["out"] if r["split"] == "heldout"]
+    assert sorted(map(key, out_grid)) == sorted(base_grid)
+    for r in out_grid:
+        f = cal["factors"][group[(r["kind"], r["graph"])]]["factor"]
+        b = base_grid[key(r)]
+        assert (r["latency_s"], r["p10_s"], r["p90_s"]) == pytest.approx(
+            (b["latency_s"] * f, b["p10_s"] * f, b["p90_s"] * f))
+    assert cal["base_heldout_rows_dropped"] == 3 and len(out_held) == 4 == d["s"]["heldout"]
+    assert not set(map(key, out_held)) & set(base_grid)
+    assert cal["base"] == "tiny.parquet" and cal["base_sha256"] == d["sha"]
+    assert cal["machine"]["name"] and cal["command"] == "pytest-cal"
+    assert any(isinstance(n, str) and n.startswith("calibrated by `specsched calibrate`")
+               for n in d["notes"])
+    assert [n["heldout"]["points"] for n in d["notes"] if isinstance(n, dict) and "heldout" in n] == [4]

@@ -1,0 +1,145 @@
+"""``backends.calibrate`` (anchor choice and the per-group fit) and the calibrate sweep's
+time budget, on a tiny profile worked out by hand (CPU, no torch)."""
+
+from __future__ import annotations
+
+import pytest
+
+from backends.calibrate import calibrated_rows, choose_anchors, fit_factors
+from backends.heldout import HeldoutPoint
+
+
+def _row(kind, graph, bs, width, kv, tokens, lat=1.0, split="grid"):
+    return dict(kind=kind, graph=graph, bs=bs, width=width, kv_len=kv, tokens=tokens,
+                latency_s=lat, p10_s=lat * 0.9, p90_s=lat * 1.2, reps=5, split=split)
+
+
+def tiny():
+    """verify graph (bs 1, 4) x (width 1, 2) x (KV 100, 200); verify eager bs 1 width 1 at KV
+    100 and 300; draft graph (bs 1, 4) x (KV 100, 200); prefill 8 and 16 tokens at prefix 0;
+    and one held-out verify row."""
+    rows = [_row("verify", True, b, w, kv, b * w) for b in (1, 4) for w in (1, 2) for kv in (100, 200)]
+    rows += [_row("verify", False, 1, 1, kv, 1) for kv in (100, 300)]
+    rows += [_row("draft", True, b, 1, kv, b) for b in (1, 4) for kv in (100, 200)]
+    rows += [_row("prefill", False, 1, 0, 0, t) for t in (8, 16)]
+    rows += [_row("verify", True, 2, 1, 150, 2, split="heldout")]
+    return rows
+
+
+def P(kind, graph, bs, width, kv, tokens):
+    return HeldoutPoint(kind, graph, bs, width, kv, tokens)
+
+
+def test_anchors_by_hand():
+    """8 anchors over 4 groups: allocate gives 3, 2, 1, 2 (shares 12, 6, 5, 6, largest
+    remainder), raised to at least 2.  verify graph: keys by tokens (1,1) (1,2) (4,1) (4,2),
+    max(2, ceil(3/3)) = 2 of them, the ends; 2 anchors on (1,1) (both KVs), 1 on (4,2) (the
+    middle of two: the first).  draft graph: both keys, one KV each.  Eager and prefill: every
+    row (2 each).  The held-out row is never an anchor."""
+    pts, rep = choose_anchors(tiny(), 8)
+    assert pts == sorted([
+        P("verify", True, 1, 1, 100, 1), P("verify", True, 1, 1, 200, 1),
+        P("verify", True, 4, 2, 100, 8),
+        P("verify", False, 1, 1, 100, 1), P("verify", False, 1, 1, 300, 1),
+        P("draft", True, 1, 1, 100, 1), P("draft", True, 4, 1, 100, 4),
+        P("prefill", False, 1, 0, 0, 8), P("prefill", False, 1, 0, 0, 16)])
+    assert rep == {"verify_graph": {"asked": 3, "chosen": 3, "graphs": 2},
+                   "verify_eager": {"asked": 2, "chosen": 2, "graphs": 0},
+                   "draft_graph": {"asked": 2, "chosen": 2, "graphs": 2},
+                   "prefill": {"asked": 2, "chosen": 2, "graphs": 0}}
+    assert choose_anchors(list(reversed(tiny())), 8) == (pts, rep)  # order of rows is irrelevant
+
+
+def test_anchors_only_what_fits_and_the_ladder():
+    """A GPU that cannot hold bs 4: verify graph keeps keys (1,1) and (1,2), 2 + 1 anchors;
+    draft graph only key (1,1), both KVs.  A ladder without 4 does the same to graphs only."""
+    pts, _ = choose_anchors(tiny(), 8, fits=lambda p: p.bs < 4)
+    graph = [p for p in pts if p.graph]
+    assert graph == sorted([P("verify", True, 1, 1, 100, 1), P("verify", True, 1, 1, 200, 1),
+                            P("verify", True, 1, 2, 100, 2), P("draft", True, 1, 1, 100, 1),
+                            P("draft", True, 1, 1, 200, 1)])
+    pts2, _ = choose_anchors(tiny(), 8, graph_bs=(1, 2, 3))
+    assert [p for p in pts2 if p.graph] == graph
+    # a kernel that takes width 1 only: verify graph keys (1,1) and (4,1)
+    pts3, _ = choose_anchors(tiny(), 8, kernel_widths=(1,))
+    assert {(p.bs, p.width) for p in pts3 if p.kind == "verify" and p.graph} == {(1, 1), (4, 1)}
+
+
+def _anchor(kind, graph, base, measured):
+    return dict(kind=kind, graph=graph, base_s=base, measured_s=measured)
+
+
+def test_fit_is_the_group_median_and_falls_back_to_all_anchors():
+    """verify graph ratios 1.1, 1.2, 1.6 -> 1.2; verify eager 1.0, 1.1 -> 1.05; prefill 0.9;
+    draft graph has no anchor: the median of all six ratios, (1.1 + 1.1) / 2 = 1.1."""
+    a = [_anchor("verify", True, 2.0, 2.2), _anchor("verify", True, 1.0, 1.2),
+         _anchor("verify", True, 0.5, 0.8), _anchor("verify", False, 3.0, 3.0),
+         _anchor("verify", False, 1.0, 1.1), _anchor("prefill", False, 10.0, 9.0)]
+    f = fit_factors(a, ["verify_graph", "verify_eager", "draft_graph", "prefill"])
+    assert list(f) == ["verify_graph", "verify_eager", "draft_graph", "prefill"]
+    assert f["verify_graph"]["factor"] == pytest.approx(1.2) and f["verify_graph"]["n"] == 3
+    assert f["verify_graph"]["ratio_min"] == pytest.approx(1.1)
+    assert f["verify_graph"]["ratio_max"] == pytest.approx(1.6)
+    assert f["verify_eager"]["factor"] == pytest.approx(1.05)
+    assert f["prefill"]["factor"] == pytest.approx(0.9) and f["prefill"]["source"] == "group"
+    assert f["draft_graph"] == {"factor": pytest.approx(1.1), "n": 0, "source": "all anchors",
+                                "ratio_min": None, "ratio_max": None}
+    with pytest.raises(ValueError):
+        fit_factors([], ["prefill"])
+
+
+def test_calibrated_rows_scale_by_group():
+    rows = [_row("verify", True, 1, 1, 100, 1, lat=2.0), _row("prefill", False, 1, 0, 0, 8, lat=4.0)]
+    f = {"verify_graph": {"factor": 1.5}, "prefill": {"factor": 0.5}}
+    out = calibrated_rows(rows, f)
+    assert [(r["latency_s"], r["p10_s"], r["p90_s"]) for r in out] == [
+        pytest.approx((3.0, 2.7, 3.6)), pytest.approx((2.0, 1.8, 2.4))]
+    assert [r["kv_len"] for r in out] == [100, 0] and rows[0]["latency_s"] == 2.0
+
+
+def test_budget_skips_chunks_whose_estimate_does_not_fit(monkeypatch):
+    """Each point costs 1 s of a fake clock.  Chunks (round-robin, verify graph first): verify
+    graph (1,1) 2 points, verify eager 2, draft graph (1,1) 1, prefill 2, then verify graph
+    (4,2) 1, draft graph (4,1) 1.  Deadline 6.5: the first chunk (no estimate) ends at 2, the
+    eager one (estimate 1.5 x 1 x 2 = 3, 5 <= 6.5) at 4, draft (estimate 1.5) at 5, prefill
+    (estimate 3 from 'any': 8 > 6.5) is skipped, verify graph (4,2) (1.5: 6.5) runs to 6, draft
+    (4,1) (7.5) is skipped."""
+    from backends.aiter import calibrate_sweep as cs
+
+    clock = [0.0]
+    monkeypatch.setattr(cs.time, "perf_counter", lambda: clock[0])
+
+    def fake(runner, points, spec):
+        clock[0] += len(points)
+        return [dict(zip(("kind", "graph", "bs", "width", "kv_len", "tokens"), p.key),
+                     latency_s=1.0) for p in points]
+
+    monkeypatch.setattr(cs, "measure_points", fake)
+    pts, _ = choose_anchors(tiny(), 8)
+    chunks = cs.chunks_round_robin(pts)
+    assert [(c[0].kind, c[0].graph, len(c)) for c in chunks] == [
+        ("verify", True, 2), ("verify", False, 2), ("draft", True, 1), ("prefill", False, 2),
+        ("verify", True, 1), ("draft", True, 1)]
+    rows, skipped = cs._measure_in_budget(None, pts, None, deadline=6.5, progress=None, what="a")
+    assert clock[0] == 6.0 and len(rows) == 6
+    assert [(s["kind"], s["bs"]) for s in skipped] == [("prefill", 1), ("prefill", 1), ("draft", 4)]
+
+
+def test_calibration_metadata_is_written_only_when_given_and_loads(tmp_path):
+    """``specsched.calibration`` is an optional metadata key: absent from an ordinary profile,
+    read back as written, and carried into the table's source for ``fidelity``."""
+    import pyarrow.parquet as pq
+
+    from backends.profile import load_profile, profile_metadata, read_profile, write_profile
+    from tests.backends.backends_helpers import roofline_profile_rows
+
+    m, rows = roofline_profile_rows()
+    plain, cal = tmp_path / "plain.parquet", tmp_path / "cal.parquet"
+    write_profile(rows, plain, profile_metadata(m, {"name": "H200"}))
+    assert b"specsched.calibration" not in pq.read_schema(plain).metadata
+    c = {"machine": {"name": "H200"}, "at": "2026-12-01T00:00:00Z",
+         "factors": {"prefill": {"factor": 1.02, "n": 2}}}
+    write_profile(rows, cal, dict(profile_metadata(m, {"name": "H200"}), calibration=c))
+    assert read_profile(cal)[1]["calibration"] == c
+    assert load_profile(cal).source["calibration"] == c
+    assert "calibration" not in load_profile(plain).source
