@@ -25,7 +25,7 @@ COMMANDS: dict[str, tuple[str, str, str]] = {
     "trace": ("traces.cli", "trace", "Convert, synthesise, inspect and validate traces."),
     "verify-metadata": ("backends.cli", "verify_metadata", "Print the AITER verify metadata a batch would get."),
     "profile": ("backends.cli", "profile", "Record a latency profile on the GPU (AITER executor)."),
-    "calibrate": ("backends.cli", "calibrate", "Fit a recorded profile to this machine's GPU from a few anchors."),
+    "calibrate": ("backends.cli_calibrate", "calibrate", "Fit a recorded profile to this machine's GPU from a few anchors."),
     "fidelity": ("analysis.cli", "fidelity", "Compare the profile backend with live GPU replay."),
     "report": ("analysis.cli", "report", "Summarise results folders as one HTML report."),
     "plan": ("analysis.cli", "plan", "Find the highest rate one replica sustains under an SLO."),

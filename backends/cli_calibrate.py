@@ -1,0 +1,118 @@
+"""The ``calibrate`` command (registered in ``specsched/cli.py``): fit a profile to this GPU."""
+
+from __future__ import annotations
+
+import json
+import sys
+
+import click
+
+from backends.cli import _executor_opts, _with_progress
+from traces.errors import SpecschedError
+
+__all__ = ["calibrate"]
+
+
+@click.command("calibrate")
+@click.option("--model", required=True, help="Preset name (e.g. llama-3.1-8b) or a config.json path.")
+@click.option("--tp", type=int, default=None, help="Tensor-parallel degree (default: the preset's).")
+@click.option("--base", type=click.Path(dir_okay=False), default=None, metavar="PROFILE.parquet",
+              help="The profile to calibrate (default: the one shipped for MODEL on --gpu).")
+@click.option("-o", "--out", required=True, type=click.Path(dir_okay=False),
+              help="Calibrated profile to write (a new file, never the base).")
+@click.option("--budget-s", type=float, default=120.0, show_default=True,
+              help="Wall-clock budget of the whole command: anchors that would pass it are "
+                   "skipped and the fit uses what was measured.")
+@click.option("--anchors", type=int, default=None, metavar="N",
+              help="Base grid points to re-measure (default 24; at least 2 per pass group).")
+@click.option("--heldout", type=int, default=0, show_default=True, metavar="N",
+              help="Also measure N held-out shapes off the grid here (split=heldout).")
+@click.option("--seed", type=int, default=0, show_default=True, help="Seed of the held-out shapes.")
+@click.option("--reps", type=int, default=5, show_default=True, help="Timed repetitions per graph anchor.")
+@click.option("--warmup", type=int, default=2, show_default=True, help="Untimed runs before them.")
+@click.option("--eager-reps", type=int, default=5, show_default=True,
+              help="Timed repetitions per eager and prefill anchor.")
+@click.option("--settle-s", type=float, default=0.2, show_default=True,
+              help="Untimed running before the first point of each graph and eager section.")
+@click.option("--page-size", type=int, default=16, show_default=True)
+@click.option("--max-context", type=int, default=None, help="Context length (default 131072).")
+@click.option("--kv-pool-gib", type=float, default=None, help="Physical KV pool size (default: what fits).")
+@click.option("--gpu", "gpu_sheet", default="H200", show_default=True,
+              help="GPU name of the shipped base profile, and the sheet for the modelled "
+                   "tensor-parallel all-reduce.")
+@click.option("--extend-logits", type=click.Choice(["last", "all"]), default="last", show_default=True,
+              help="Draft-extend logits, as for `specsched profile`.")
+@click.option("--progress", is_flag=True, help="Show progress on stderr even when it is not a terminal.")
+def calibrate(model, tp, base, out, budget_s, anchors, heldout, seed, reps, warmup, eager_reps,
+              settle_s, page_size, max_context, kv_pool_gib, gpu_sheet, extend_logits, progress):
+    """Fit a recorded profile to this machine's GPU from a few re-measured shapes.
+
+    \b
+    Examples:
+      specsched calibrate --model llama-3.1-8b -o 8b_here.parquet
+      specsched calibrate --model llama-3.1-8b --base my8b.parquet --anchors 32 --heldout 16 \\
+          --budget-s 180 -o my8b_here.parquet
+
+    Re-measures --anchors of the base profile's own grid points (spread over verify, draft and
+    draft-extend, graph and eager, and prefill; few captured graphs, several KV lengths each)
+    with the profile's protocol, fits one factor per pass group (the median of measured / base)
+    and writes the base's grid rows scaled by it to -o, with the anchors and the fit in the
+    metadata (specsched.calibration).  The base's held-out rows are not carried over.  Only a
+    scale per group is fitted: a shape-dependent difference between the machines stays
+    (docs/backends.md, "Calibrating a profile").  Needs a CUDA or ROCm GPU (exit 2 without one).
+    """
+    import time
+
+    t_start = time.perf_counter()
+    from backends.aiter import bridge
+    from backends.aiter.profiling import ProfileSpec
+    from backends.calibrate import DEFAULT_ANCHORS
+    from backends.models import load_model
+
+    n = DEFAULT_ANCHORS if anchors is None else anchors
+    base = _check_calibrate(model, tp, base, out, budget_s, n, heldout, gpu_sheet)
+    spec = ProfileSpec(reps=reps, warmup=warmup, eager_reps=eager_reps, settle_s=settle_s)
+    spec.check()
+    bridge.require_gpu()
+    shape = load_model(model, tp=tp)
+    from backends.aiter.calibrate_sweep import run_calibrate
+
+    opts = _executor_opts(gpu_sheet, page_size, extend_logits, max_context, kv_pool_gib)
+    cmd = "specsched calibrate " + " ".join(sys.argv[2:]) if len(sys.argv) > 2 else "specsched calibrate"
+    summary = _with_progress(progress, lambda prog, log: run_calibrate(
+        shape, out, base, spec, anchors=n, heldout=heldout, seed=seed, budget_s=budget_s,
+        t_start=t_start, executor_opts=opts, command=cmd, progress=prog, log=log))
+    click.echo(json.dumps(summary))
+
+
+def _check_calibrate(model, tp, base, out, budget_s, anchors, heldout, gpu_sheet) -> str:
+    """Refuse a ``calibrate`` call that cannot do what it says, before the GPU is touched (the
+    base is read, validated and checked against the model here); returns the base's path."""
+    import os
+    from pathlib import Path
+
+    from backends.models import load_model
+    from backends.profile import _check_model, read_profile
+    from backends.shipped import default_profile
+    from traces.atomic import check_output_file
+
+    if budget_s <= 0:
+        raise SpecschedError(f"--budget-s must be > 0, got {budget_s:g}")
+    if anchors < 1:
+        raise SpecschedError(f"--anchors must be >= 1, got {anchors}")
+    if heldout < 0:
+        raise SpecschedError(f"--heldout must be >= 0, got {heldout}")
+    shape = load_model(model, tp=tp)
+    if base is None:
+        base = str(default_profile(shape.name, gpu_sheet))
+    same = Path(out).resolve() == Path(base).resolve()
+    if not same and Path(out).exists() and Path(base).exists():
+        same = os.path.samefile(out, base)
+    if same:
+        raise SpecschedError(f"-o {out} is the base profile {base}: calibrate writes the "
+                             "calibrated profile to a new file and never overwrites the base")
+    _, meta = read_profile(base)
+    _check_model(shape, meta.get("model"), str(base))
+    inputs = ((model,) if Path(model).is_file() else ()) + (base,)
+    check_output_file(out, inputs=inputs, kind="parquet")
+    return base
