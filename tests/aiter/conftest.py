@@ -43,6 +43,18 @@ def run_interpreted(code: str, timeout: float = 900) -> str:
     return res.stdout
 
 
+#: Python source defining ``m``, a one-layer model, and ``spec``, a tiny profile grid over it
+#: (batch sizes 1 and 3, width 1, KV 16 and 64, prefill 8 and 16 tokens; one repetition each)
+TINY_PROFILE = """
+m = ModelShape(name='tiny', layers=1, hidden=64, heads=4, kv_heads=2, head_dim=32,
+               intermediate=128, vocab=96)
+spec = ProfileSpec(bs=(1, 3), widths=(1,), kv=(16, 64), eager_bs=(1, 3), eager_widths=(1,),
+                   eager_kv=(16, 64), extend_widths=(2,), extend_eager_widths=(1,),
+                   prefill_tokens=(8, 16), prefill_prefix=(0,), reps=1, warmup=0, eager_reps=1,
+                   settle_s=0.0)
+"""
+
+
 def cpu_profiler_prelude(capture_bs: str) -> str:
     """Python source that lets ``run_profile`` run on a CPU under :func:`run_interpreted`: no GPU
     check, a tiny float16 runner capturing ``capture_bs`` (a list literal), and graph launches

@@ -8,7 +8,7 @@ import json
 
 import pytest
 
-from tests.aiter.conftest import cpu_profiler_prelude, run_interpreted
+from tests.aiter.conftest import TINY_PROFILE, cpu_profiler_prelude, run_interpreted
 
 pytestmark = [
     pytest.mark.slow,
@@ -35,12 +35,7 @@ from backends.models import ModelShape
 from backends.profile import grid_rows, heldout_rows, load_profile, read_profile
 
 {cpu_profiler_prelude('[1, 2, 3]')}
-m = ModelShape(name='tiny', layers=1, hidden=64, heads=4, kv_heads=2, head_dim=32,
-               intermediate=128, vocab=96)
-spec = ProfileSpec(bs=(1, 3), widths=(1,), kv=(16, 64), eager_bs=(1, 3), eager_widths=(1,),
-                   eager_kv=(16, 64), extend_widths=(2,), extend_eager_widths=(1,),
-                   prefill_tokens=(8, 16), prefill_prefix=(0,), reps=1, warmup=0, eager_reps=1,
-                   settle_s=0.0)
+{TINY_PROFILE}
 run_profile(m, {str(base)!r}, spec, command='pytest', heldout=3, heldout_seed=3)
 sha = hashlib.sha256(open({str(base)!r}, 'rb').read()).hexdigest()
 s = run_calibrate(m, {str(out)!r}, {str(base)!r}, spec, anchors=10, heldout=4, seed=5,

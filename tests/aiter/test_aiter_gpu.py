@@ -354,7 +354,6 @@ def test_profile_heldout_points_with_real_graphs(tmp_path):
 def test_calibrate_the_shipped_8b_profile_within_120_s(tmp_path):
     """``specsched calibrate`` of the shipped Llama-3.1-8B profile, as a user runs it: the whole
     command finishes within its 120 s budget and fits every pass group from its own anchors."""
-    import json
     import subprocess
     import sys
     import time
