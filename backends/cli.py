@@ -4,7 +4,9 @@
 from __future__ import annotations
 
 import json
+import os
 import sys
+from pathlib import Path
 from typing import Any
 
 import click
@@ -301,12 +303,16 @@ def _with_progress(progress: bool, work):
         return work(prog, log)
 
 
+def same_file(a: str, b: str) -> bool:
+    """Whether two paths name one file (any spelling, links included; a missing file is itself)."""
+    if Path(a).resolve() == Path(b).resolve():
+        return True
+    return Path(a).exists() and Path(b).exists() and os.path.samefile(a, b)
+
+
 def _check_heldout_only(out: str, base: str | None, heldout: int, grid_opts: list[str]) -> None:
     """Refuse a ``--heldout-only`` call that cannot do what it says, before the GPU is touched;
     the base file is read and validated here."""
-    import os
-    from pathlib import Path
-
     from backends.profile import read_profile
 
     if base is None:
@@ -317,10 +323,7 @@ def _check_heldout_only(out: str, base: str | None, heldout: int, grid_opts: lis
     if grid_opts:
         raise SpecschedError(f"{', '.join(grid_opts)}: the grid is the --base file's with "
                              "--heldout-only (no grid is measured)")
-    same = Path(out).resolve() == Path(base).resolve()
-    if not same and Path(out).exists() and Path(base).exists():
-        same = os.path.samefile(out, base)
-    if same:
+    if same_file(out, base):
         raise SpecschedError(f"-o {out} is the --base file: --heldout-only writes the base's rows "
                              "and the held-out points to a new file and never overwrites the base")
     read_profile(base)

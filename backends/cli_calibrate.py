@@ -7,7 +7,7 @@ import sys
 
 import click
 
-from backends.cli import _executor_opts, _with_progress
+from backends.cli import _executor_opts, _with_progress, same_file
 from traces.errors import SpecschedError
 
 __all__ = ["calibrate"]
@@ -88,7 +88,6 @@ def calibrate(model, tp, base, out, budget_s, anchors, heldout, seed, reps, warm
 def _check_calibrate(model, tp, base, out, budget_s, anchors, heldout, gpu_sheet) -> str:
     """Refuse a ``calibrate`` call that cannot do what it says, before the GPU is touched (the
     base is read, validated and checked against the model here); returns the base's path."""
-    import os
     from pathlib import Path
 
     from backends.models import load_model
@@ -105,10 +104,7 @@ def _check_calibrate(model, tp, base, out, budget_s, anchors, heldout, gpu_sheet
     shape = load_model(model, tp=tp)
     if base is None:
         base = str(default_profile(shape.name, gpu_sheet))
-    same = Path(out).resolve() == Path(base).resolve()
-    if not same and Path(out).exists() and Path(base).exists():
-        same = os.path.samefile(out, base)
-    if same:
+    if same_file(out, base):
         raise SpecschedError(f"-o {out} is the base profile {base}: calibrate writes the "
                              "calibrated profile to a new file and never overwrites the base")
     _, meta = read_profile(base)
