@@ -1,0 +1,97 @@
+"""How long a decided iteration takes: each pass looked up in the latency table (at its
+straggler-aware KV coordinate) and the passes combined with the scheduler's host time."""
+
+from __future__ import annotations
+
+import numpy as np
+
+from backends.jit import njit
+from backends.latency_table import (ATT_ON, attention_params, attention_rows, effective_kv,
+                                    interp2, interp3, interp_prefill)
+from simulator.layout import *  # noqa: F401,F403  (the state layout's column names)
+
+
+def set_attention(CF: np.ndarray, att) -> bool:
+    """Put a profile's ``attention`` metadata into ``CF[CF_ATT:]``; without it (``None``, or an
+    older profile) lookups use the mean KV.  True when set."""
+    CF[CF_ATT:] = attention_params(att)
+    return bool(CF[CF_ATT + ATT_ON])
+
+
+@njit
+def pass_kv(r, p, PI, PF, CF):
+    """The KV coordinate pass ``p`` is looked up at (prefill: its attention-equivalent prefix)."""
+    kind = PI[r, p, P_KIND]
+    if kind == KIND_PREFILL:
+        return PF[r, p, PF_PREFIX]
+    nseq = float(PI[r, p, P_BSPAD])
+    draft = kind == KIND_DRAFT  # a draft-extend pass has `width` query rows, like a verify
+    rows = attention_rows(draft, PI[r, p, P_GRAPH] == 1, nseq, float(PI[r, p, P_WIDTH]),
+                          float(PI[r, p, P_TOKENS]))
+    return effective_kv(PF[r, p, PF_KVSUM], float(PI[r, p, P_KVMAX]), nseq,
+                        float(PI[r, p, P_BS]), rows, draft, CF[CF_ATT:])
+
+
+@njit
+def _set_lookups(r, PI, PF, E, CF):
+    """The lookup coordinate of every pending pass, once (both timing paths record it)."""
+    for p in range(E[r, E_NPASS]):
+        PF[r, p, PF_LOOKUP] = pass_kv(r, p, PI, PF, CF)
+
+
+@njit
+def _time_passes(r, PI, PF, E, tab):
+    """Latency of every pending pass from the latency table (the fast path)."""
+    (vg0, vg1, vg2, vgv, ve0, ve1, ve2, vev, dg0, dg1, dgv, de0, de1, dev, pf0, pf1, pfv,
+     xg0, xg1, xg2, xgv, xe0, xe1, xe2, xev) = tab
+    for p in range(E[r, E_NPASS]):
+        kind = PI[r, p, P_KIND]
+        oog = False
+        if kind == KIND_PREFILL:
+            lat, oog = interp_prefill(pf0, pf1, pfv, float(PI[r, p, P_TOKENS]),
+                                      PF[r, p, PF_LOOKUP])
+        elif kind == KIND_DRAFT:
+            bs = float(PI[r, p, P_BSPAD])
+            kv = PF[r, p, PF_LOOKUP]
+            if PI[r, p, P_GRAPH] == 1:
+                lat, oog = interp2(dg0, dg1, dgv, bs, kv)
+            else:
+                lat, oog = interp2(de0, de1, dev, bs, kv)
+            lat = lat * PI[r, p, P_PASSES]
+        elif kind == KIND_EXTEND:
+            bs = float(PI[r, p, P_BSPAD])
+            w = float(PI[r, p, P_WIDTH])
+            kv = PF[r, p, PF_LOOKUP]
+            if PI[r, p, P_GRAPH] == 1:
+                lat, oog = interp3(xg0, xg1, xg2, xgv, bs, w, kv)
+            else:
+                lat, oog = interp3(xe0, xe1, xe2, xev, bs, w, kv)
+        else:
+            bs = float(PI[r, p, P_BSPAD])
+            kv = PF[r, p, PF_LOOKUP]
+            if PI[r, p, P_MODE] == MODE_UNIFORM:
+                w = float(PI[r, p, P_WIDTH])
+            else:
+                w = PI[r, p, P_TOKENS] / float(PI[r, p, P_BS])
+            if PI[r, p, P_GRAPH] == 1:
+                lat, oog = interp3(vg0, vg1, vg2, vgv, bs, w, kv)
+            else:
+                lat, oog = interp3(ve0, ve1, ve2, vev, bs, w, kv)
+        PF[r, p, PF_LAT] = lat
+        PF[r, p, PF_ERR] = np.nan
+        PI[r, p, P_OOG] = 1 if oog else 0
+    E[r, E_TIMED] = 1
+
+
+@njit
+def iteration_time(r, E, EF, PF, CI, CF):
+    """Wall time of the pending iteration: its passes back to back, plus the scheduler's host
+    time between iterations, or, with overlap scheduling, the longer of the two (the host
+    prepares the next batch while the GPU runs this one); plus the controller's switching cost
+    when the round changed its draft count."""
+    gpu = 0.0
+    for p in range(E[r, E_NPASS]):
+        gpu += PF[r, p, PF_LAT]
+    if CI[C_OVERLAP] == 1:
+        return max(gpu, CF[CF_OVERHEAD]) + EF[r, EF_SWITCH]
+    return gpu + CF[CF_OVERHEAD] + EF[r, EF_SWITCH]
