@@ -93,15 +93,12 @@ def misattributed_rows(widths, n):
 
 @njit
 def _policy_pad(mb, n, lw, widen):
+    """One launch at the widest proposed width: the fixed policy at that width (no request
+    proposed more than it, so each keeps its own drafts unless widened)."""
     w = 0
     for j in range(n):
         w = max(w, mb[j, M_D] + 1)
-    for j in range(n):
-        mb[j, M_V] = w
-        mb[j, M_R] = w - 1 if widen == 1 else mb[j, M_D]
-        mb[j, M_LAUNCH] = 0
-    lw[0] = w
-    return 1
+    return _policy_fixed(mb, n, lw, w, widen, w)
 
 
 @njit

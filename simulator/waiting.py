@@ -68,29 +68,38 @@ def _waiting_pop(r, from_retracted, Q, W, E):
 
 
 @njit
+def _ring_offset(A, r, h, i):
+    """How far entry ``i`` stands from the head ``h`` of ring buffer ``A[r]`` (it must be there)."""
+    cap = A.shape[1]
+    m = 0
+    while A[r, (h + m) % cap] != i:
+        m += 1
+    return m
+
+
+@njit
+def _ring_shift(A, r, h, m):
+    """Move the first ``m`` entries of ring buffer ``A[r]`` (head ``h``) back by one slot."""
+    cap = A.shape[1]
+    for t in range(m, 0, -1):
+        A[r, (h + t) % cap] = A[r, (h + t - 1) % cap]
+
+
+@njit
 def _waiting_remove(r, i, from_retracted, Q, W, WT, E):
     """Take request i out of the waiting queue wherever it stands (``lpm`` admits out of
     order): the entries before it move back by one."""
     if from_retracted:
-        cap = W.shape[1]
         h = E[r, E_WHEAD]
-        m = 0
-        while W[r, (h + m) % cap] != i:
-            m += 1
-        for t in range(m, 0, -1):
-            W[r, (h + t) % cap] = W[r, (h + t - 1) % cap]
-            WT[r, (h + t) % cap] = WT[r, (h + t - 1) % cap]
-        E[r, E_WHEAD] = (h + 1) % cap
+        m = _ring_offset(W, r, h, i)
+        _ring_shift(W, r, h, m)
+        _ring_shift(WT, r, h, m)
+        E[r, E_WHEAD] = (h + 1) % W.shape[1]
         E[r, E_WLEN] -= 1
     else:
-        cap = Q.shape[1]
         h = E[r, E_QHEAD]
-        m = 0
-        while Q[r, (h + m) % cap] != i:
-            m += 1
-        for t in range(m, 0, -1):
-            Q[r, (h + t) % cap] = Q[r, (h + t - 1) % cap]
-        E[r, E_QHEAD] = (h + 1) % cap
+        _ring_shift(Q, r, h, _ring_offset(Q, r, h, i))
+        E[r, E_QHEAD] = (h + 1) % Q.shape[1]
         E[r, E_QLEN] -= 1
 
 
