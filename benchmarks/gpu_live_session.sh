@@ -25,7 +25,9 @@
 #   heldout8b    48 held-out shapes off the shipped Llama-3.1-8B profile's grid, measured now and
 #                written with the shipped rows (`profile --heldout-only --base`; about 1-2 min)
 #                                                             -> llama-3.1-8b__H200.parquet
-#   profile70b   `profile8b` for the Llama-3.1-70B tp-8 shard    -> llama-3.1-70b__H200.parquet
+#   profile70b   `profile8b` for the Llama-3.1-70B tp-8 shard on a 14-size ladder x KV to 32k at 5
+#                points (80 layers: the full grid does not fit one call) -> llama-3.1-70b__H200.parquet
+#   live-70b:N   live run of the first N conversation requests on the Llama-3.1-70B tp-8 shard
 #   calibrate8b  `specsched calibrate` of the shipped Llama-3.1-8B profile on this GPU: 24 of its
 #                grid points re-measured, one factor per pass group, within --budget-s 120
 #                (limit 150 s)                              -> llama-3.1-8b__H200.calibrated.parquet
@@ -58,6 +60,9 @@ log="$out/gpu$gpu.log"
 deadline=${DEADLINE:-570}
 BS="1,2,3,4,5,6,7,8,10,12,14,16,24,32,48,64,96,128,160,192,256"
 KV="128,512,2048,4096,8192,16384,32768"
+# the 70B shard has 80 layers: a 14 x 5 graph grid keeps its profile within one call
+BS70="1,2,3,4,6,8,12,16,24,32,48,64,128,256"
+KV70="128,512,2048,8192,32768"
 CONV=traces/samples/azure_conv_eagle_2k.parquet
 CODE=traces/samples/azure_code_sps_2k.parquet
 # a schedule that switches on the conversation sample (k is capped at num_draft_tokens - 1 = 3,
@@ -129,10 +134,11 @@ PY
     calibrate8b) job calibrate8b 150 python3 -m specsched calibrate --model llama-3.1-8b --progress \
         -o "$out/llama-3.1-8b__H200.calibrated.parquet" --budget-s 120 ;;
     profile70b) job profile70b 560 python3 -m specsched profile --model llama-3.1-70b --tp 8 --progress \
-        --bs "$BS" --kv-lens "$KV" -o "$out/llama-3.1-70b__H200.parquet" ;;
+        --bs "$BS70" --kv-lens "$KV70" -o "$out/llama-3.1-70b__H200.parquet" ;;
     live-conv:*) live "conv${j#live-conv:}" "$CONV" "${j#live-conv:}" ;;
     live-split:*) live "split${j#live-split:}" "$CONV" "${j#live-split:}" --policy split ;;
     live-code) live code "$CODE" ;;
+    live-70b:*) MODEL=llama-3.1-70b live "70b${j#live-70b:}" "$CONV" "${j#live-70b:}" --tp 8 ;;
     live-adaptive:*) live "adaptive${j#live-adaptive:}" "$CONV" "${j#live-adaptive:}" \
         --controller sglang-adaptive ;;
     live-schedule:*) live "schedule${j#live-schedule:}" "$CONV" "${j#live-schedule:}" \
