@@ -14,8 +14,11 @@ Building the grids (each documented in ``LatencyTable.source``):
 - **Holes** (points a sweep skipped, typically large batch x long KV that did not fit) are filled,
   in this order: (1) along KV within the same batch size and width, linearly between measured
   points and, beyond the last one, by extending the last measured segment (latency is affine in
-  KV at a fixed shape: the KV read grows linearly); (2) what is left, along the batch axis the
-  same way; (3) then along the width axis.  Every fill is counted in ``source["holes_filled"]``.
+  KV at a fixed shape: the KV read grows linearly) and, below the first one, by extending the
+  first measured segment downwards (held where that would reach zero); (2) what is left, along
+  the batch axis, linearly, the last segment extended above and the first value held below;
+  (3) then along the width axis the same way.  Every fill is counted in
+  ``source["holes_filled"]``.
 - **Eager** grids cover the union of the eager and graph axes.  Measured eager points are used as
   they are; the others are the graph value plus the *measured eager overhead*, the median of
   ``eager - graph`` over the eager points inside the graph grid.  A kind with no eager point at
@@ -312,10 +315,13 @@ def heldout_rows(table: pa.Table) -> pa.Table:
 
 
 # ---- grids ---------------------------------------------------------------------------------
-def _fill_axis(v: np.ndarray, axis_vals: np.ndarray, axis: int, filled: np.ndarray) -> None:
+def _fill_axis(v: np.ndarray, axis_vals: np.ndarray, axis: int, filled: np.ndarray, *,
+               extend_below: bool = False) -> None:
     """Fill NaNs along ``axis`` in place: linear between known points, the last segment extended
-    above, the first known value held below.  Lines with fewer than two known points keep NaNs
-    unless exactly one is known and nothing lies above it (then held)."""
+    above; below the first known point the first known value is held, or, with
+    ``extend_below`` (the KV axis, along which latency is affine at a fixed shape), the first
+    segment is extended downwards (slope clipped at 0; a value it would take to zero or below is
+    held instead).  Lines with fewer than two known points keep NaNs."""
     moved = np.moveaxis(v, axis, -1)
     fmoved = np.moveaxis(filled, axis, -1)
     x = axis_vals
@@ -333,19 +339,28 @@ def _fill_axis(v: np.ndarray, axis_vals: np.ndarray, axis: int, filled: np.ndarr
         if hi.any():
             slope = max(0.0, (ys[-1] - ys[-2]) / (xs[-1] - xs[-2]))
             out[hi] = ys[-1] + slope * (x[hi] - xs[-1])
+        lo = x < xs[0]
+        if extend_below and lo.any():
+            slope = max(0.0, (ys[1] - ys[0]) / (xs[1] - xs[0]))
+            down = ys[0] - slope * (xs[0] - x[lo])
+            out[lo] = np.where(down > 0, down, ys[0])
         line[nan] = out[nan]
         fmoved[idx][nan] = True
 
 
 def _grid_from_points(points: dict[tuple, float], axes: tuple[np.ndarray, ...], name: str,
-                      where: str, fill_order: tuple[int, ...]) -> tuple[np.ndarray, int]:
+                      where: str, fill_order: tuple[int, ...],
+                      kv_axis: int | None = None) -> tuple[np.ndarray, int]:
+    """The grid of ``points`` over ``axes``, holes filled along each axis of ``fill_order`` in
+    turn (:func:`_fill_axis`; along ``kv_axis`` the first segment is extended below), and the
+    number of filled nodes."""
     v = np.full(tuple(len(a) for a in axes), np.nan)
     index = [{float(x): i for i, x in enumerate(a)} for a in axes]
     for key, val in points.items():
         v[tuple(index[d][float(key[d])] for d in range(len(axes)))] = val
     filled = np.zeros(v.shape, dtype=bool)
     for ax in fill_order:
-        _fill_axis(v, axes[ax], ax, filled)
+        _fill_axis(v, axes[ax], ax, filled, extend_below=ax == kv_axis)
     if np.isnan(v).any():
         bad = np.argwhere(np.isnan(v))[0]
         at = ", ".join(f"{a[i]:g}" for a, i in zip(axes, bad))
@@ -406,7 +421,7 @@ def load_profile(path: "str | Path") -> LatencyTable:
         p = pts(k, True, cols)
         graph_pts[k] = p
         axes = axes_of(p, len(cols))
-        vals, n = _grid_from_points(p, axes, f"{k}_graph", where, fill)
+        vals, n = _grid_from_points(p, axes, f"{k}_graph", where, fill, kv_axis=len(cols) - 1)
         stats["holes_filled"][f"{k}_graph"] = n
         mask = ~np.isnan(_grid_from_points_mask(p, axes))
         grids[f"{k}_graph"] = _build(axes, vals, f"{k}_graph", mask, stats)
@@ -456,7 +471,7 @@ def load_profile(path: "str | Path") -> LatencyTable:
             if key not in full and _inside(g, key):
                 full[key] = _lookup(g, key)[0] + overhead[k]
                 derived += 1
-        vals, n = _grid_from_points(full, axes, f"{k}_eager", where, fill)
+        vals, n = _grid_from_points(full, axes, f"{k}_eager", where, fill, kv_axis=len(cols) - 1)
         stats["eager_derived"][k]["derived_points"] = derived
         stats["holes_filled"][f"{k}_eager"] = n
         mask = ~np.isnan(_grid_from_points_mask(p, axes)) if p else np.zeros(vals.shape, bool)

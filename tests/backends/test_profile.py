@@ -248,3 +248,39 @@ def test_split_column_is_validated_and_heldout_rows_stay_out_of_the_grids(tmp_pa
                   profile_metadata(m, {"name": "H200"}))
     assert read_profile(plain)[0].schema.equals(PROFILE_SCHEMA)  # no column, none written
     assert "heldout_rows" not in load_profile(plain).source
+
+
+def _tiny_profile(tmp_path, eager_rows):
+    """A profile of a few hand-set points: verify and draft graphs at bs 1-2, KV 100 and 200
+    (1 ms everywhere), one prefill pair, and the given eager verify rows."""
+    def row(kind, graph, bs, width, kv, ms):
+        tokens = bs * width if kind == "verify" else (bs if kind == "draft" else 64)
+        return dict(kind=kind, graph=graph, bs=bs, width=width, kv_len=kv, tokens=tokens,
+                    latency_s=ms * 1e-3, p10_s=ms * 1e-3, p90_s=ms * 1e-3, reps=3)
+    rows = [row("verify", True, b, w, k, 1.0) for b in (1, 2) for w in (1, 2) for k in (100, 200)]
+    rows += [row("draft", True, b, 1, k, 0.5) for b in (1, 2) for k in (100, 200)]
+    rows += [row("prefill", False, 1, 0, p, 2.0) for p in (0, 100)]
+    rows += [row("verify", False, b, w, k, ms) for b, w, k, ms in eager_rows]
+    p = tmp_path / "tiny.parquet"
+    write_profile(rows, p, profile_metadata(load_model("llama-3.1-8b"), {"name": "H200"}))
+    return load_profile(p)
+
+
+def test_eager_below_its_lowest_kv_follows_the_first_kv_segment(tmp_path):
+    """Worked by hand: eager verify measured only beyond the graph ladder (bs 4), at KV 300 and
+    500.  The eager grid's KV axis also holds the graph's 100 and 200, where nothing was
+    measured at bs 4 and the graph cannot be borrowed (bs 4 lies outside it).  Latency is
+    affine in KV at a fixed shape, so the first segment's slope, (7 - 5) / 200 = 0.01 ms per
+    token, carries down: KV 200 -> 5 - 1 = 4 ms, KV 100 -> 5 - 2 = 3 ms (the rule before held
+    5 ms at both).  At width 2 the segment (1 ms at 300, 6 ms at 500: 0.025 ms per token) would
+    reach zero at KV 260, so there the first value, 1 ms, is held instead."""
+    t = _tiny_profile(tmp_path, [(4, 1, 300, 5.0), (4, 1, 500, 7.0),
+                                 (4, 2, 300, 1.0), (4, 2, 500, 6.0)])
+    assert t.verify_s(4, 1, 200, False)[0] == pytest.approx(4e-3, rel=1e-9)
+    assert t.verify_s(4, 1, 100, False)[0] == pytest.approx(3e-3, rel=1e-9)
+    assert t.verify_s(4, 1, 150, False)[0] == pytest.approx(3.5e-3, rel=1e-9)
+    assert t.verify_s(4, 1, 400, False)[0] == pytest.approx(6e-3, rel=1e-9)   # measured segment
+    assert t.verify_s(4, 2, 100, False)[0] == pytest.approx(1e-3, rel=1e-9)
+    assert t.verify_s(4, 2, 200, False)[0] == pytest.approx(1e-3, rel=1e-9)
+    # filled: these 4 nodes, and bs 1-2 at KV 300 and 500 (beyond the graph's KV, 8 nodes)
+    assert t.source["holes_filled"]["verify_eager"] == 12
