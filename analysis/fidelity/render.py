@@ -154,10 +154,14 @@ def render_markdown(report: dict, *, reference: str) -> str:
     deb = report.get("runs_debiased")
     if deb:
         f = deb["factors"]
-        lines += ["", "## Whole runs, the profile's mean per-kind bias removed (a what-if)", "",
+        timed = any("time_signed_pct" in d
+                    for d in ((report.get("steps") or {}).get("by_kind") or {}).values())
+        lines += ["", "## Whole runs, the profile's per-kind bias removed (a what-if)", "",
                   "The profile's values scaled by "
                   + ", ".join(f"{k} x{v:.4f}" for k, v in f.items())
-                  + ": what remains is not average per-step error but how it is distributed "
+                  + (" (each kind's time-weighted signed error divided out)" if timed else
+                     " (each kind's mean signed step error divided out)")
+                  + ": what remains is not the kinds' bias but how the error is distributed "
                   "(queueing, transients, shape mix).", "",
                   f"| metric | {reference} | profile, debiased | difference |", "|---|---|---|---|"]
         lines += _diff_rows(deb, ("ttft_s", "tpot_s"), ("p50", "p99"))

@@ -223,9 +223,14 @@ def _spread(table) -> float | None:
 
 
 def debiased_table(table, by_kind: dict[str, dict]):
-    """``table`` with each kind's values divided by ``1 + mean signed error`` of that kind (for
-    every kind in ``by_kind`` the table has grids for): the same profile without its average
-    per-kind bias against the reference.  Returns ``(table, factors)``."""
+    """``table`` with each kind's values divided by ``1 + its time-weighted signed error`` (the
+    kind's summed predicted over summed measured time, minus 1: ``time_signed_pct``; reports
+    written before it carry only ``mean_signed_pct``, used then), for every kind in ``by_kind``
+    the table has grids for: the same profile without its per-kind bias in total time against
+    the reference.  Returns ``(table, factors)``.
+
+    Time-weighted, not the mean of per-step errors: when a kind's error grows with its pass
+    length (prefills of many tokens), the mean understates the bias a queue sees."""
     from dataclasses import replace
 
     from backends.latency_table import Grid
@@ -233,7 +238,8 @@ def debiased_table(table, by_kind: dict[str, dict]):
     factors = {}
     for kind in by_kind:
         if kind in _GRIDS_OF_KIND:
-            bias = (by_kind.get(kind) or {}).get("mean_signed_pct")
+            d = by_kind.get(kind) or {}
+            bias = d.get("time_signed_pct", d.get("mean_signed_pct"))
             factors[kind] = 1.0 if bias is None else 1.0 / (1.0 + bias / 100.0)
     grids = {}
     for kind, f in factors.items():

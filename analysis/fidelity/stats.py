@@ -86,6 +86,10 @@ def step_errors(steps: pa.Table, table, *, worst: int = 20, _full: bool = False)
     off = ok & ~on
     kinds = kinds_present(p["kind"][ok])
     by_kind = {k: summarize(err[off & (p["kind"] == k)]) for k in kinds}
+    for k in kinds:  # the kind's total time: what a queue sees (long passes weigh more)
+        m = off & (p["kind"] == k)
+        by_kind[k]["time_signed_pct"] = (float((pred[m].sum() / measured[m].sum() - 1) * 100)
+                                         if m.any() else None)
     axes = {a: summarize(err[off & pos[a]]) for a in AXES}
     bands: dict[tuple, list[int]] = {}
     for i in np.flatnonzero(off):
