@@ -91,6 +91,9 @@ def test_v3_shard_executor_builds_and_times_a_verify():
     assert any("FP8 weights" in c for c in d["caveats"])
     assert d["runner"]["mla"]["experts_local"] == 32 and d["runner"]["mla"]["ep"] == 8
     assert "fp8_gemm" in d["kernels"]
-    # 85 GB of weights are read once per forward: a verify cannot beat the HBM (4.8 TB/s)
-    assert res["verify_bs8_w1_kv2048_ms"] > 85e9 / 4.8e12 * 1e3
+    # every weight but the routed experts' (of which 8 rows touch a few) is read once per
+    # forward: a verify cannot beat reading those at the HBM's 4.8 TB/s
+    bd = m.param_breakdown()
+    rest = m.weight_bytes_per_gpu - bd["moe_experts"][1]
+    assert res["verify_bs8_w1_kv2048_ms"] > rest / 4.8e12 * 1e3
     print(json.dumps(res))
