@@ -40,6 +40,11 @@
 #   profile-v2lite  `specsched profile` for DeepSeek-V2-Lite (MLA + MoE, MTP draft) up to bs 48,
 #                with the default 40 held-out shapes
 #   live-v2lite:N   live run of the first N conversation requests on DeepSeek-V2-Lite, fixed policy
+#   v3-tests     the DeepSeek-V3 shard's GPU tests (tests/aiter/test_aiter_v3_gpu.py: FP8 GEMM and
+#                FP8 EP fused MoE against PyTorch, the tp-8 / ep-8 shard built and a verify timed)
+#   profile-v3   `specsched profile` for the DeepSeek-V3 tp-8 / ep-8 shard (FP8, 61 layers + MTP):
+#                bs 1-64 x KV to 16k at 3 points, 16 held-out shapes -> deepseek-v3__H200.parquet
+#   live-v3:N    live run of the first N conversation requests on the DeepSeek-V3 shard, fixed policy
 #   fidelity-conv:N, fidelity-code
 #                `specsched fidelity` (live run and shipped profile) on the same traces
 # Live runs are packed as OUT_DIR/live_<name>.tar.gz (summary.json, steps.parquet, ...), to be
@@ -149,6 +154,13 @@ PY
         -o "$out/deepseek-v2-lite__H200.parquet" ;;
     live-v2lite:*) MODEL=deepseek-v2-lite live "v2lite${j#live-v2lite:}" "$CONV" "${j#live-v2lite:}" \
         --policy fixed ;;
+    v3-tests) job v3-tests 240 python3 -m pytest tests/aiter/test_aiter_v3_gpu.py -v -s -rfEs \
+        -p no:cacheprovider --junitxml "$out/v3_tests.xml" ;;
+    profile-v3) job profile-v3 420 python3 -m specsched profile --model deepseek-v3 --progress \
+        --bs 1,2,4,8,16,32,64 --kv-lens 512,4096,16384 --eager-bs 1,16 --eager-kv-lens 1024 \
+        --prefill-tokens 128,255,256,1023,1024,4096 --prefill-prefix 0 --heldout 16 \
+        --max-context 32768 -o "$out/deepseek-v3__H200.parquet" ;;
+    live-v3:*) MODEL=deepseek-v3 live "v3${j#live-v3:}" "$CONV" "${j#live-v3:}" --policy fixed ;;
     fidelity-conv:*) fid "conv${j#fidelity-conv:}" "$CONV" "${j#fidelity-conv:}" ;;
     fidelity-code) fid code "$CODE" ;;
     *) echo "unknown job $j" | tee -a "$log" ;;

@@ -31,6 +31,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from backends.aiter import metadata as md
+from backends.aiter.fp8 import linear
 from backends.aiter.mla_kernels import (DECODE_CONFIG, FLASH_CONFIG, MLAKernels, RowMetadata,
                                         decode_splits, load_mla_kernels, row_index_count,
                                         row_metadata)
@@ -58,13 +59,19 @@ def mla_kernel_width(width: int, what: str = "verify") -> int:
 
 
 def mla_geometry(shape: Any) -> dict[str, int]:
-    """One rank's MLA (+ MoE) geometry from a ``ModelShape``.  MoE needs tp 1: expert
-    parallelism is not modelled here."""
+    """One rank's MLA (+ MoE) geometry from a ``ModelShape``.
+
+    At ``tp > 1`` a MoE model runs as rank 0 of tp = ep: attention heads, the dense MLP, the
+    shared expert and the vocabulary split by tp; the routed experts by ep (``experts / ep``
+    whole experts on this GPU).  ``dtype_bytes == 1`` (an FP8 checkpoint) runs the linear layers
+    as FP8 block-scaled GEMMs (:mod:`backends.aiter.fp8`), which need every such GEMM's input
+    width divisible by 128.
+    """
     tp = int(getattr(shape, "tp", 1))
-    if getattr(shape, "experts", 0) and tp != 1:
+    experts = int(getattr(shape, "experts", 0))
+    if experts and experts % tp:
         raise SpecschedError(
-            f"model {shape.name!r} at tp {tp}: the live executor runs MoE layers on one GPU only "
-            f"(tp 1); expert parallelism and its all-to-all are not implemented")
+            f"model {shape.name!r} at tp {tp}: {experts} routed experts do not split over ep {tp}")
     if getattr(shape, "attention", "mha") != "mla":
         raise SpecschedError(f"model {shape.name!r} is not MLA: the MLA runner needs MLA attention "
                              f"(a MoE model with MHA/GQA attention is not supported live)")
@@ -72,14 +79,34 @@ def mla_geometry(shape: Any) -> dict[str, int]:
     if md.mla_heads(heads)[0] is None:
         raise SpecschedError(f"model {shape.name!r}: {heads} query heads per GPU: "
                              f"{md.mla_heads(heads)[1]}")
+    fp8 = int(getattr(shape, "dtype_bytes", 2)) == 1
+    if fp8:
+        from backends.aiter.fp8 import BLOCK
+
+        widths = {"hidden": int(shape.hidden), "q_lora_rank": int(shape.q_lora_rank),
+                  "heads x v_head_dim": heads * int(shape.v_head_dim)}
+        if not shape.q_lora_rank:
+            widths.pop("q_lora_rank")
+        if experts:
+            widths["moe_intermediate"] = int(shape.moe_intermediate)
+            widths["shared expert width / tp"] = (int(shape.shared_experts)
+                                                   * int(shape.moe_intermediate) // tp)
+        if shape.dense_layers or not experts:
+            widths["intermediate / tp"] = int(shape.intermediate) // tp
+        bad = {k: v for k, v in widths.items() if v % BLOCK}
+        if bad:
+            raise SpecschedError(f"model {shape.name!r}: FP8 block-scaled GEMMs need input widths "
+                                 f"divisible by {BLOCK}; not {bad}")
     return {
+        "fp8": fp8, "ep": tp if experts else 1,
+        "experts_local": experts // tp if experts else 0,
         "layers": int(shape.layers), "hidden": int(shape.hidden), "heads": heads,
         "q_lora_rank": int(shape.q_lora_rank), "kv_lora_rank": int(shape.kv_lora_rank),
         "qk_nope": int(shape.qk_nope_head_dim), "qk_rope": int(shape.qk_rope_head_dim),
         "v_head": int(shape.v_head_dim), "vocab": -(-int(shape.vocab) // tp), "tp": tp,
         "intermediate": int(shape.intermediate) // tp, "experts": int(shape.experts),
         "experts_per_token": int(shape.experts_per_token),
-        "shared_intermediate": int(shape.shared_experts) * int(shape.moe_intermediate),
+        "shared_intermediate": int(shape.shared_experts) * int(shape.moe_intermediate) // tp,
         "moe_intermediate": int(shape.moe_intermediate),
         "dense_layers": int(shape.dense_layers) if shape.experts else int(shape.layers),
         "fusion_in": int(getattr(shape, "fusion_in", 0) or 0),
@@ -194,9 +221,10 @@ class MLAAttention:
     """
 
     def __init__(self, g: dict, *, kernels: MLAKernels, cache: Any, device: Any, dtype: Any,
-                 w, ones, eps: float) -> None:
+                 w, ones, eps: float, lin=None) -> None:
         import torch
 
+        lw = lin or w   # the projections an FP8 checkpoint stores in FP8 (kv_b stays bf16)
         self.g = g
         self.k = kernels
         self.cache = cache
@@ -205,34 +233,32 @@ class MLAAttention:
         nope, rope, v, lora = g["qk_nope"], g["qk_rope"], g["v_head"], g["kv_lora_rank"]
         qk = nope + rope
         if g["q_lora_rank"]:
-            self.q_a = w(g["q_lora_rank"], h)
+            self.q_a = lw(g["q_lora_rank"], h)
             self.q_a_norm = ones(g["q_lora_rank"])
-            self.q_b = w(H * qk, g["q_lora_rank"])
+            self.q_b = lw(H * qk, g["q_lora_rank"])
             self.q = None
         else:
-            self.q = w(H * qk, h)
-        self.kv_a = w(lora + rope, h)
+            self.q = lw(H * qk, h)
+        self.kv_a = lw(lora + rope, h)
         self.kv_a_norm = ones(lora)
         self.kv_b = w(H * (nope + v), lora)
         kvb = self.kv_b.view(H, nope + v, lora)
         self.w_kc = kvb[:, :nope, :].contiguous()                   # [H, nope, lora]
         self.w_vc = kvb[:, nope:, :].transpose(1, 2).contiguous()   # [H, lora, v]
-        self.o = w(h, H * v)
+        self.o = lw(h, H * v)
         self.scale = 1.0 / math.sqrt(qk)
         self.k_scale = torch.ones(1, dtype=torch.float32, device=device)
 
     def _q_latent(self, x, norm):
         """``q`` ``[rows, H, nope+rope]``, ``c`` (normed latent) and ``k_pe`` of the new rows."""
-        import torch.nn.functional as F
-
         g = self.g
         rows = x.shape[0]
         if self.q is not None:
-            q = F.linear(x, self.q)
+            q = linear(x, self.q)
         else:
-            q = F.linear(norm(F.linear(x, self.q_a), self.q_a_norm), self.q_b)
+            q = linear(norm(linear(x, self.q_a), self.q_a_norm), self.q_b)
         q = q.view(rows, g["heads"], g["qk_nope"] + g["qk_rope"])
-        lat = F.linear(x, self.kv_a)
+        lat = linear(x, self.kv_a)
         c = norm(lat[:, :g["kv_lora_rank"]], self.kv_a_norm)
         k_pe = lat[:, g["kv_lora_rank"]:]
         return q, c, k_pe
@@ -240,7 +266,6 @@ class MLAAttention:
     def decode(self, x, a, rm: RowMetadata, rope, norm):
         """Absorbed attention for verify/draft rows (``a``: the launch's ``AttnInputs``)."""
         import torch
-        import torch.nn.functional as F
 
         g = self.g
         rows, H = x.shape[0], g["heads"]
@@ -257,7 +282,7 @@ class MLAAttention:
                           rm.kv_indices, None, lora, g["qk_rope"], None, None, rm.logits, rm.splits,
                           self.scale, 0.0, False, False, cfg)
         out = torch.bmm(o_lat.transpose(0, 1), self.w_vc)          # [H, rows, v]
-        return F.linear(out.transpose(0, 1).reshape(rows, H * g["v_head"]), self.o)
+        return linear(out.transpose(0, 1).reshape(rows, H * g["v_head"]), self.o)
 
     def extend(self, x, a, plan: ExtendPlan, rope, norm, block_table, page_size: int):
         """Prefill attention, not absorbed: ``kv_b`` over every key's latent, then AITER's
@@ -289,4 +314,4 @@ class MLAAttention:
         v = kv[..., nope:]
         o = self.k.flash_varlen(q_full, k, v, plan.cu_q, cu_k, plan.max_q, max_k,
                                 softmax_scale=self.scale, causal=True)
-        return F.linear(o.reshape(rows, H * vd), self.o)
+        return linear(o.reshape(rows, H * vd), self.o)

@@ -17,6 +17,7 @@ from __future__ import annotations
 import math
 from typing import Any
 
+from backends.aiter.fp8 import linear
 from backends.aiter.mla import ExtendPlan, MLAAttention, row_metadata
 from backends.aiter.model import AttnInputs, RMSNorms, silu_and_mul
 from backends.aiter.moe import MoE
@@ -62,22 +63,30 @@ class MLATransformer(RMSNorms):
         def ones(n: int):
             return torch.empty(n, device=device, dtype=dtype).normal_(1.0, 0.05, generator=generator)
 
+        def fp8_lin(rows: int, cols: int):
+            from backends.aiter.fp8 import Fp8Linear
+
+            return Fp8Linear(rows, cols, device=device, generator=generator, dtype=dtype)
+
+        # an FP8 checkpoint's projections, dense MLP and experts are FP8 block-scaled GEMMs
+        lin = fp8_lin if g.get("fp8") else w
+
         h = g["hidden"]
         self.layers: list[_Layer] = []
         for i in range(g["layers"]):
             lw = _Layer()
             lw.norm1 = ones(h)
             lw.attn = MLAAttention(g, kernels=mla_kernels, cache=caches[i], device=device,
-                                   dtype=dtype, w=w, ones=ones, eps=self.eps)
+                                   dtype=dtype, w=w, ones=ones, eps=self.eps, lin=lin)
             lw.norm2 = ones(h)
             lw.gu = lw.down = lw.moe = None
             if i < g["dense_layers"]:
-                lw.gu = w(2 * g["intermediate"], h)
-                lw.down = w(h, g["intermediate"])
+                lw.gu = lin(2 * g["intermediate"], h)
+                lw.down = lin(h, g["intermediate"])
             else:
                 lw.moe = MoE(g, kernels=mla_kernels, silu_and_mul=silu_and_mul, w=w,
                              routing=routing, skew=skew, seed=seed * 1000 + i, device=device,
-                             dtype=dtype, generator=generator)
+                             dtype=dtype, generator=generator, lin=lin)
             self.layers.append(lw)
         self.embed = torch.empty((g["vocab"], h), device=device, dtype=dtype).normal_(
             0.0, 1.0, generator=generator)
@@ -90,11 +99,9 @@ class MLATransformer(RMSNorms):
     # -- pieces ---------------------------------------------------------------------------------
 
     def _mlp(self, lw: _Layer, x):
-        import torch.nn.functional as F
-
         if lw.moe is not None:
             return lw.moe.forward(x)
-        return F.linear(silu_and_mul(F.linear(x, lw.gu)), lw.down)
+        return linear(silu_and_mul(linear(x, lw.gu)), lw.down)
 
     def _rows(self, x, a: AttnInputs):
         """The decode-row metadata of this forward (shared by all layers), or ``None`` (prefill)."""

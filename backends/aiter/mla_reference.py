@@ -14,7 +14,7 @@ from __future__ import annotations
 from typing import Any, Sequence
 
 __all__ = ["rope_interleaved", "rms_norm", "mla_reference", "mla_new_latents", "moe_reference",
-           "key_rows"]
+           "key_rows", "fp8_roundtrip"]
 
 
 def rms_norm(x, w, eps: float):
@@ -98,22 +98,37 @@ def mla_reference(attn: Any, x, positions, slots, cache_before, keys: Sequence[A
     return out @ attn.o.float().t()
 
 
-def moe_reference(moe: Any, x, weights, ids):
-    """The MoE layer's output ``[rows, hidden]`` by a loop over experts (float32)."""
+def fp8_roundtrip(x):
+    """``x`` quantised per row and group of 128 values to float8_e4m3fn (scale = the group's
+    largest magnitude / 448) and back, in float32: what an FP8 GEMM's activation input holds."""
     import torch
 
-    xf = x.float()
+    m, k = x.shape
+    g = x.float().reshape(m, k // 128, 128)
+    scale = g.abs().amax(dim=-1, keepdim=True).clamp_min(1e-10) / 448.0
+    return ((g / scale).to(torch.float8_e4m3fn).float() * scale).reshape(m, k)
+
+
+def moe_reference(moe: Any, x, weights, ids):
+    """The MoE layer's output ``[rows, hidden]`` by a loop over this GPU's experts (float32);
+    with FP8 weights (``moe.fp8``) every GEMM input is rounded to FP8 first
+    (:func:`fp8_roundtrip`), as the kernels' inputs are."""
+    import torch
+
+    q = fp8_roundtrip if getattr(moe, "fp8", False) else (lambda t: t.float())
+    xf = q(x)
     out = torch.zeros((x.shape[0], moe.hidden), dtype=torch.float32, device=x.device)
-    for e in range(moe.E):
-        rows, slot = torch.nonzero(ids == e, as_tuple=True)
+    for e in range(getattr(moe, "E_local", moe.E)):   # this GPU's experts (all of them at ep 1)
+        rows, slot = torch.nonzero(ids == getattr(moe, "first_expert", 0) + e, as_tuple=True)
         if len(rows) == 0:
             continue
         h = xf[rows] @ moe.w13[e].float().t()
         a = torch.nn.functional.silu(h[:, :moe.I]) * h[:, moe.I:]
-        y = a @ moe.w2[e].float().t()
+        y = q(a.to(x.dtype)) @ moe.w2[e].float().t()
         out.index_add_(0, rows, y * weights.float()[rows, slot].unsqueeze(1))
     if moe.shared_gu is not None:
         h = xf @ moe.shared_gu.float().t()
         si = h.shape[1] // 2
-        out += (torch.nn.functional.silu(h[:, :si]) * h[:, si:]) @ moe.shared_down.float().t()
+        a = (torch.nn.functional.silu(h[:, :si]) * h[:, si:]).to(x.dtype)
+        out += q(a) @ moe.shared_down.float().t()
     return out

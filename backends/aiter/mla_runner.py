@@ -19,7 +19,19 @@ What differs from the dense runner (:class:`backends.aiter.runner.Runner`):
   4 x the tokens of a layer's KV view (a launch that would need more is refused before it runs).
 
 Options added to the dense executor's: ``routing`` (``"uniform"``, default, or ``"skewed"``) and
-``routing_skew`` (the Zipf exponent of ``skewed``, default 1.0) -- see :mod:`backends.aiter.moe`.
+``routing_skew`` (the Zipf exponent of ``skewed``, default 1.0) -- see :mod:`backends.aiter.moe`;
+``moe_a2a`` for a MoE model at tp > 1 (one GPU's shard at tp = ep, e.g. DeepSeek-V3 at tp 8 /
+ep 8): how the modelled communication combines the experts' outputs --
+
+* ``"deepep"`` (default; SGLang's ``--moe-a2a-backend deepep``): per MoE layer a dispatch and a
+  combine all-to-all (:func:`backends.aiter.moe.ep_comm_time_s`) in place of the MLP's
+  all-reduce; the attention all-reduce stays (the bytes of SGLang's reduce-scatter after
+  attention plus its all-gather before the next);
+* ``"none"`` (``--moe-a2a-backend none``): every GPU holds every token after the attention
+  all-reduce and runs its experts on the pairs that are its own; the MLP all-reduce sums the
+  experts' outputs with the shared expert's, so no all-to-all is modelled.
+
+Neither is run: the GPU runs one rank's shard and the communication is added to its time.
 """
 
 from __future__ import annotations
@@ -43,7 +55,10 @@ __all__ = ["MLARunner", "MLAExecutor", "make_mla_executor", "MLA_OPTIONS"]
 #: executor options (the dense executor's, plus the MoE routing)
 MLA_OPTIONS = frozenset({"gpu", "check_unsafe", "dtype", "kv_pool_gib", "seed", "capture",
                          "num_draft_tokens", "allreduce_latency_s", "allreduce_bus_bw", "routing",
-                         "routing_skew", "extend_logits"})
+                         "routing_skew", "extend_logits", "moe_a2a"})
+
+#: how a MoE model at tp > 1 combines its experts' outputs (module docstring)
+MOE_A2A = ("deepep", "none")
 
 #: the decode-row index buffer holds this many times the tokens of one layer's KV view
 INDEX_ROWS_PER_TOKEN = max(md.MLA_KERNEL_Q_LEN.values())
@@ -55,9 +70,12 @@ class MLARunner(Runner):
     mla = True
 
     def __init__(self, shape: Any, *, routing: str = "uniform", routing_skew: float = 1.0,
-                 kernels: Any = None, **kw: Any) -> None:
+                 kernels: Any = None, moe_a2a: str = "deepep", **kw: Any) -> None:
         from backends.aiter import bridge
 
+        if moe_a2a not in MOE_A2A:
+            raise SpecschedError(f"moe_a2a {moe_a2a!r}: choose one of {', '.join(MOE_A2A)}")
+        self.moe_a2a = str(moe_a2a)
         self.routing = str(routing)
         self.routing_skew = float(routing_skew)
         self.mla_kernels = load_mla_kernels()
@@ -66,19 +84,46 @@ class MLARunner(Runner):
         modules = {"rmsnorm": base.modules["rmsnorm"], **self.mla_kernels.modules,
                    "mla_row_metadata": "specsched Triton kernels (backends/aiter/mla.py): each "
                                        "query row's causal key extent, kv_indptr, kv_indices"}
+        if int(getattr(shape, "dtype_bytes", 2)) == 1:
+            modules.update({
+                "fp8_gemm": "aiter.ops.triton._triton_kernels.gemm_a8w8_blockscale."
+                            "_gemm_a8w8_blockscale_kernel (float8_e4m3fn, 128x128 block scales)",
+                "fp8_act_quant": "aiter.ops.triton._triton_kernels.fused_fp8_quant."
+                                 "_fused_flatten_fp8_group_quant_kernel (per row, 128 values)",
+                "moe_gemm": "aiter.ops.triton.moe_op.fused_moe (use_fp8_w8a8, block [128, 128])"})
         super().__init__(shape, kernels=dataclasses.replace(base, modules=modules), **kw)
 
-    # ---- the model ------------------------------------------------------------------------------
-    def _geometries(self, shape: Any, draft: bool) -> tuple[dict, dict | None]:
-        g = mla_geometry(shape)
-        d_shape = getattr(shape, "draft", None) if draft else None
-        return g, (mla_geometry(d_shape) if d_shape is not None else None)
+    # ---- modelled communication -----------------------------------------------------------------
+    def _comm(self, key: tuple, launch: Any, rows: int | None, logits_rows: int | None) -> float:
+        """The dense runner's all-reduces, and for MoE layers at ep > 1 (``moe_a2a="deepep"``)
+        the dispatch + combine all-to-alls in place of the MLP all-reduce."""
+        from backends.aiter.moe import ep_comm_time_s
+
+        t = super()._comm(key, launch, rows, logits_rows)
+        g = self.draft_geometry if key[0] in ("draft", "extend") else self.geometry
+        if g["ep"] <= 1 or self.moe_a2a == "none":
+            return t
+        r = launch.rows if rows is None else rows
+        moe_layers = g["layers"] - g["dense_layers"]
+        frac = 2.0 * (g["tp"] - 1) / g["tp"]
+        mlp_ar = moe_layers * (self.comm.latency_s + r * g["hidden"] * 2 * frac / self.comm.bus_bw)
+        a2a = ep_comm_time_s(r, ep=g["ep"], top_k=g["experts_per_token"], hidden=g["hidden"],
+                             moe_layers=moe_layers, latency_s=self.comm.latency_s,
+                             bus_bw=self.comm.bus_bw,
+                             dispatch_bytes=1 + 4 / 128 if g["fp8"] else 2.0)
+        return t - mlp_ar + a2a
 
     def _weight_bytes(self) -> int:
         b = int(self.shape.weight_bytes_per_gpu)
         if self.draft_geometry is not None:
             b += int(self.shape.draft.weight_bytes_per_gpu)
         return b
+
+    # ---- the model ------------------------------------------------------------------------------
+    def _geometries(self, shape: Any, draft: bool) -> tuple[dict, dict | None]:
+        g = mla_geometry(shape)
+        d_shape = getattr(shape, "draft", None) if draft else None
+        return g, (mla_geometry(d_shape) if d_shape is not None else None)
 
     def _build_model(self, gen: Any, kv_pool_bytes: int | None) -> None:
         import torch
@@ -187,6 +232,10 @@ class MLARunner(Runner):
         d["mla"] = {"kernel_widths": {str(k): v for k, v in md.MLA_KERNEL_Q_LEN.items()},
                     "verify_as_decode_rows": True, "index_capacity": self.index_capacity,
                     "routing": self.routing, "routing_skew": self.routing_skew,
+                    "weights": "fp8 e4m3fn, 128x128 block scales" if self.geometry["fp8"]
+                               else str(self.dtype).replace("torch.", ""),
+                    "ep": self.geometry["ep"], "experts_local": self.geometry["experts_local"],
+                    "moe_a2a": self.moe_a2a if self.geometry["ep"] > 1 else None,
                     "kv_splits": "clamp(ceil(2 x SMs / rows), 2, 16), frozen per graph"}
         return d
 
@@ -214,6 +263,20 @@ class MLAExecutor(AiterExecutor):
             "cache is read once per query row, SGLang's ROCm kernel reads it once per request",
             f"MoE routing steered to a {self.runner.routing} plan (docs/aiter.md)",
         ]
+        g = self.runner.geometry
+        if g["fp8"]:
+            d["caveats"].append(
+                "FP8 weights (float8_e4m3fn, 128x128 block scales) through AITER's Triton "
+                "block-scale GEMM and fused MoE; kv_b, router, embedding, LM head and eh_proj bf16")
+        if g["ep"] > 1:
+            how = ("dispatch + combine all-to-all per MoE layer modelled (DeepEP-style), in "
+                   "place of the MLP all-reduce" if self.runner.moe_a2a == "deepep" else
+                   "no all-to-all: the MLP all-reduce combines the experts' outputs")
+            d["caveats"].append(
+                f"tp {g['tp']} / ep {g['ep']}: rank 0's shard runs ({g['heads']} heads, "
+                f"{g['experts_local']} of {g['experts']} routed experts, the shared expert's tp "
+                f"shard); tp all-reduces modelled; {how}; nothing of either is run")
+
         if self.runner.draft is not None:
             rows = ("each request's last row" if self.runner.extend_logits == "last"
                     else "every row")
@@ -255,6 +318,9 @@ def make_mla_executor(model: Any, *, page_size: int = 16,
     if opts.get("extend_logits", "last") not in EXTEND_LOGITS:
         raise SpecschedError(f"aiter backend: extend_logits {opts['extend_logits']!r}: choose "
                              f"one of {', '.join(EXTEND_LOGITS)}")
+    if opts.get("moe_a2a", "deepep") not in MOE_A2A:
+        raise SpecschedError(f"aiter backend: moe_a2a {opts['moe_a2a']!r}: choose one of "
+                             f"{', '.join(MOE_A2A)}")
     if not float(opts.get("routing_skew", 1.0)) > 0:
         raise SpecschedError(f"aiter backend: routing_skew must be > 0, got {opts['routing_skew']}")
     ndt = opts.get("num_draft_tokens") or mla_num_draft_tokens
@@ -273,7 +339,8 @@ def make_mla_executor(model: Any, *, page_size: int = 16,
                                            opts.get("allreduce_bus_bw")),
                        routing=opts.get("routing", "uniform"),
                        routing_skew=float(opts.get("routing_skew", 1.0)),
-                       extend_logits=opts.get("extend_logits", "last"))
+                       extend_logits=opts.get("extend_logits", "last"),
+                       moe_a2a=opts.get("moe_a2a", "deepep"))
     if opts.get("capture", "lazy") == "all":
         capture_all(runner)
     return MLAExecutor(runner, model=model, gpu=opts.get("gpu", "H200"), check_unsafe=False)

@@ -14,6 +14,45 @@ TINY = dict(name="tiny-mla", layers=2, hidden=64, heads=4, kv_heads=4, head_dim=
             experts_per_token=2, shared_experts=1, moe_intermediate=32, dense_layers=1)
 
 
+#: a tiny DeepSeek-V3-like shard: FP8 block-scaled weights (every GEMM input width a multiple of
+#: 128), q LoRA, tp 2 = ep 2 (8 routed experts, 4 on this GPU, 2 per token), one dense layer
+TINY_V3 = dict(name="tiny-v3", layers=2, hidden=256, heads=8, kv_heads=8, head_dim=32,
+               intermediate=512, vocab=96, attention="mla", kv_lora_rank=64, q_lora_rank=128,
+               qk_rope_head_dim=16, qk_nope_head_dim=32, v_head_dim=32, experts=8,
+               experts_per_token=2, shared_experts=1, moe_intermediate=256, dense_layers=1, tp=2,
+               dtype_bytes=1)
+
+
+def fp8_gemm_case(m: int, n: int, k: int, device: str = "cpu", seed: int = 3) -> dict:
+    """AITER's block-scale GEMM on activations quantised by torch (per row and 128 values) and
+    random FP8 block weights, against the dequantised product in float32."""
+    import torch
+
+    from backends.aiter import fp8
+    from backends.aiter.mla_reference import fp8_roundtrip
+
+    g = torch.Generator(device=device).manual_seed(seed)
+    w_q, w_s = fp8.random_block_weight((), n, k, device=device, generator=g)
+    x = torch.randn((m, k), generator=g, device=device)
+    grp = x.view(m, k // fp8.BLOCK, fp8.BLOCK)
+    x_s = grp.abs().amax(-1).clamp_min(1e-10) / fp8.FP8_MAX
+    x_q = (grp / x_s[..., None]).to(fp8.fp8_dtype()).view(m, k)
+    dtype = torch.float16 if device == "cpu" else torch.bfloat16
+    out = torch.empty((m, n), dtype=dtype, device=device)
+    fp8.blockscale_gemm(x_q, x_s, w_q, w_s, out)
+    ref = fp8.dequant_act(x_q, x_s) @ fp8.dequant_weight(w_q, w_s).t()
+    # the kernel's own activation quantisation: scales exact; values as torch's cast
+    k_q, k_s = fp8.quant_groups(x.to(dtype))
+    want = fp8_roundtrip(x.to(dtype))
+    same = (fp8.dequant_act(k_q, k_s) == want)
+    return {"max_abs_error": float((out.float() - ref).abs().max()),
+            "output_scale": float(ref.abs().max()),
+            "scale_error": float((k_s - x.to(dtype).float().view(m, k // 128, 128).abs()
+                                  .amax(-1) / fp8.FP8_MAX).abs().max()),
+            "quant_same_frac": float(same.float().mean()),
+            "w_scale_shape": list(w_s.shape)}
+
+
 def tiny_runner(device: str = "cpu", dtype: str = "float16", sms: int = 4, **kw: Any):
     """An :class:`MLARunner` of a 2-layer MLA model (by default tiny: one dense layer, one MoE
     layer of 8 experts; ``shape=`` overrides ``ModelShape`` fields)."""

@@ -248,8 +248,12 @@ def test_make_executor_refuses_models_it_cannot_time():
     from backends.aiter import make_executor
     from traces.errors import SpecschedError
 
-    with pytest.raises(SpecschedError, match="expert parallelism"):
-        make_executor("deepseek-v3")  # MoE at tp 8: MLA + MoE run live at tp 1 only
+    from dataclasses import replace
+
+    from backends.models import load_model
+
+    with pytest.raises(SpecschedError, match="do not split over ep 8"):
+        make_executor(replace(load_model("deepseek-v3"), experts=100))  # 100 experts, tp 8
 
 
 @pytest.mark.parametrize("kind", ["eagle", "eagle3"])

@@ -95,8 +95,10 @@ def test_mla_geometry_refuses_what_the_live_executor_cannot_run():
     g = mla_geometry(load_model("deepseek-v2-lite"))
     assert (g["heads"], g["kv_lora_rank"], g["qk_rope"], g["experts"], g["shared_intermediate"],
             g["dense_layers"], g["head_dim"]) == (16, 512, 64, 64, 2 * 1408, 1, 576)
-    with pytest.raises(SpecschedError, match="expert parallelism"):
-        mla_geometry(load_model("deepseek-v3"))             # MoE at tp 8
+    with pytest.raises(SpecschedError, match="64 routed experts do not split over ep 3"):
+        lite = load_model("deepseek-v2-lite")                 # at ep = tp = 3
+        mla_geometry(type(lite)(**{**lite.as_dict(), "tp": 3, "heads": 48,
+                                   "moe_intermediate": 1407, "intermediate": 10947}))
     with pytest.raises(SpecschedError, match="is not MLA"):
         mla_geometry(load_model("llama-3.1-8b"))
 
