@@ -23,13 +23,14 @@ Options added to the dense executor's: ``routing`` (``"uniform"``, default, or `
 ``moe_a2a`` for a MoE model at tp > 1 (one GPU's shard at tp = ep, e.g. DeepSeek-V3 at tp 8 /
 ep 8): how the modelled communication combines the experts' outputs --
 
-* ``"deepep"`` (default; SGLang's ``--moe-a2a-backend deepep``): per MoE layer a dispatch and a
+* ``"none"`` (default, as SGLang's ``--moe-a2a-backend`` defaults to ``none``): every GPU holds
+  every token after the attention all-reduce and runs its experts on the pairs that are its own;
+  the MLP all-reduce sums the experts' outputs with the shared expert's, so no all-to-all is
+  modelled;
+* ``"deepep"`` (a what-if of SGLang's ``--moe-a2a-backend deepep``): per MoE layer a dispatch and a
   combine all-to-all (:func:`backends.aiter.moe.ep_comm_time_s`) in place of the MLP's
   all-reduce; the attention all-reduce stays (the bytes of SGLang's reduce-scatter after
-  attention plus its all-gather before the next);
-* ``"none"`` (``--moe-a2a-backend none``): every GPU holds every token after the attention
-  all-reduce and runs its experts on the pairs that are its own; the MLP all-reduce sums the
-  experts' outputs with the shared expert's, so no all-to-all is modelled.
+  attention plus its all-gather before the next).
 
 Neither is run: the GPU runs one rank's shard and the communication is added to its time.
 """
@@ -58,7 +59,7 @@ MLA_OPTIONS = frozenset({"gpu", "check_unsafe", "dtype", "kv_pool_gib", "seed", 
                          "routing_skew", "extend_logits", "moe_a2a"})
 
 #: how a MoE model at tp > 1 combines its experts' outputs (module docstring)
-MOE_A2A = ("deepep", "none")
+MOE_A2A = ("none", "deepep")
 
 #: the decode-row index buffer holds this many times the tokens of one layer's KV view
 INDEX_ROWS_PER_TOKEN = max(md.MLA_KERNEL_Q_LEN.values())
@@ -70,7 +71,7 @@ class MLARunner(Runner):
     mla = True
 
     def __init__(self, shape: Any, *, routing: str = "uniform", routing_skew: float = 1.0,
-                 kernels: Any = None, moe_a2a: str = "deepep", **kw: Any) -> None:
+                 kernels: Any = None, moe_a2a: str = "none", **kw: Any) -> None:
         from backends.aiter import bridge
 
         if moe_a2a not in MOE_A2A:
@@ -318,7 +319,7 @@ def make_mla_executor(model: Any, *, page_size: int = 16,
     if opts.get("extend_logits", "last") not in EXTEND_LOGITS:
         raise SpecschedError(f"aiter backend: extend_logits {opts['extend_logits']!r}: choose "
                              f"one of {', '.join(EXTEND_LOGITS)}")
-    if opts.get("moe_a2a", "deepep") not in MOE_A2A:
+    if opts.get("moe_a2a", "none") not in MOE_A2A:
         raise SpecschedError(f"aiter backend: moe_a2a {opts['moe_a2a']!r}: choose one of "
                              f"{', '.join(MOE_A2A)}")
     if not float(opts.get("routing_skew", 1.0)) > 0:
@@ -340,7 +341,7 @@ def make_mla_executor(model: Any, *, page_size: int = 16,
                        routing=opts.get("routing", "uniform"),
                        routing_skew=float(opts.get("routing_skew", 1.0)),
                        extend_logits=opts.get("extend_logits", "last"),
-                       moe_a2a=opts.get("moe_a2a", "deepep"))
+                       moe_a2a=opts.get("moe_a2a", "none"))
     if opts.get("capture", "lazy") == "all":
         capture_all(runner)
     return MLAExecutor(runner, model=model, gpu=opts.get("gpu", "H200"), check_unsafe=False)
