@@ -18,6 +18,8 @@
 #   stability    benchmarks/bench_aiter_eager_stability.py   -> eager_stability.json
 #   mla          benchmarks/bench_aiter_mla_probe.py (AITER's Triton MLA decode)
 #   straggler    benchmarks/bench_aiter_straggler.py         -> straggler.json
+#   rates        benchmarks/bench_aiter_rates.py: V2-Lite's kernel classes alone (GEMM, fused
+#                MoE, MLA decode, element-wise, flash, launch floor)  -> rates.json
 #   coarse8b     a quick, coarse Llama-3.1-8B profile       -> coarse-llama-3.1-8b__H200.parquet
 #   profile8b    `specsched profile` for Llama-3.1-8B: the ladder x widths 1-8 x KV to 32k and the
 #                default eager and prefill grids, then 40 held-out shapes off that grid (the
@@ -123,6 +125,7 @@ PY
     stability) job stability 150 python3 benchmarks/bench_aiter_eager_stability.py --json "$out/eager_stability.json" ;;
     mla) job mla 120 python3 benchmarks/bench_aiter_mla_probe.py ;;
     straggler) job straggler 300 python3 benchmarks/bench_aiter_straggler.py --json "$out/straggler.json" ;;
+    rates) job rates 120 python3 benchmarks/bench_aiter_rates.py --json "$out/rates.json" ;;
     coarse8b) job coarse8b 240 python3 -m specsched profile --model llama-3.1-8b --bs 1,8,64,256 --widths 1,4,8 \
         --kv-lens 512,4096,32768 --eager-bs 1,64,384 --eager-widths 1,4 --eager-kv-lens 1024 \
         --prefill-tokens 256,4096 --prefill-prefix 0,8192 --reps 3 --warmup 1 --eager-reps 2 --progress \

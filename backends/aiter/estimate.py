@@ -51,7 +51,7 @@ from traces.errors import SpecschedError
 
 __all__ = ["Kernel", "RATE_KEYS", "MOE_TILES", "load_rates", "check_rates", "decode_kernels",
            "prefill_kernels", "step_kernels", "kernel_time", "step_time", "expected_experts",
-           "compare_rows", "WITHIN", "moe_tile", "breakdown"]
+           "compare_rows", "WITHIN", "moe_tile", "breakdown", "summarize"]
 
 #: the agreement the issue asks for: |measured / estimate - 1| <= 15%
 WITHIN = 0.15
@@ -345,3 +345,19 @@ def compare_rows(model: Any, rows: Sequence[dict], rates: dict) -> list[dict]:
                     "ratio": float(r["latency_s"]) / est,
                     "kernels": int(sum(k.count for k in ks))})
     return out
+
+
+def summarize(compared: Sequence[dict], within: float = WITHIN) -> dict:
+    """Per pass group (kind, graph) and overall: rows, the median / min / max of
+    ``measured / estimate`` and the share of rows within ``within`` of the estimate."""
+    def stats(rs: list[dict]) -> dict:
+        r = np.array([x["ratio"] for x in rs], dtype=np.float64)
+        return {"rows": int(len(r)), "median_ratio": float(np.median(r)),
+                "min_ratio": float(r.min()), "max_ratio": float(r.max()),
+                "share_within": float(np.mean(np.abs(r - 1.0) <= within))}
+
+    groups: dict[str, list[dict]] = {}
+    for x in compared:
+        groups.setdefault(f"{x['kind']} {'graph' if x['graph'] else 'eager'}", []).append(x)
+    return {"within": within, "all": stats(list(compared)) if compared else None,
+            "groups": {k: stats(v) for k, v in sorted(groups.items())}}
