@@ -42,6 +42,8 @@
 #   profile-v2lite  `specsched profile` for DeepSeek-V2-Lite (MLA + MoE, MTP draft) up to bs 48,
 #                with the default 40 held-out shapes
 #   live-v2lite:N   live run of the first N conversation requests on DeepSeek-V2-Lite, fixed policy
+#   live-v2lite-unsafe:N  the same with --policy unsafe-derived: every mixed launch's output error
+#                (steps.parquet max_abs_error, the MLA path's fixed-width metadata)
 #   fidelity-conv:N, fidelity-code
 #                `specsched fidelity` (live run and shipped profile) on the same traces
 # Live runs are packed as OUT_DIR/live_<name>.tar.gz (summary.json, steps.parquet, ...), to be
@@ -152,6 +154,8 @@ PY
         -o "$out/deepseek-v2-lite__H200.parquet" ;;
     live-v2lite:*) MODEL=deepseek-v2-lite live "v2lite${j#live-v2lite:}" "$CONV" "${j#live-v2lite:}" \
         --policy fixed ;;
+    live-v2lite-unsafe:*) MODEL=deepseek-v2-lite live "v2liteunsafe${j#live-v2lite-unsafe:}" "$CONV" \
+        "${j#live-v2lite-unsafe:}" --policy unsafe-derived ;;
     fidelity-conv:*) fid "conv${j#fidelity-conv:}" "$CONV" "${j#fidelity-conv:}" ;;
     fidelity-code) fid code "$CODE" ;;
     *) echo "unknown job $j" | tee -a "$log" ;;
