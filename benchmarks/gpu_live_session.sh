@@ -18,6 +18,8 @@
 #   stability    benchmarks/bench_aiter_eager_stability.py   -> eager_stability.json
 #   mla          benchmarks/bench_aiter_mla_probe.py (AITER's Triton MLA decode)
 #   straggler    benchmarks/bench_aiter_straggler.py         -> straggler.json
+#   rates        benchmarks/bench_aiter_rates.py: V2-Lite's kernel classes alone (GEMM, fused
+#                MoE, MLA decode, element-wise, flash, launch floor)  -> rates.json
 #   coarse8b     a quick, coarse Llama-3.1-8B profile       -> coarse-llama-3.1-8b__H200.parquet
 #   profile8b    `specsched profile` for Llama-3.1-8B: the ladder x widths 1-8 x KV to 32k and the
 #                default eager and prefill grids, then 40 held-out shapes off that grid (the
@@ -45,6 +47,8 @@
 #   profile-v3   `specsched profile` for the DeepSeek-V3 tp-8 / ep-8 shard (FP8, 61 layers + MTP):
 #                bs 1-64 x KV to 16k at 3 points, 16 held-out shapes -> deepseek-v3__H200.parquet
 #   live-v3:N    live run of the first N conversation requests on the DeepSeek-V3 shard, fixed policy
+#   live-v2lite-unsafe:N  the same with --policy unsafe-derived: every mixed launch's output error
+#                (steps.parquet max_abs_error, the MLA path's fixed-width metadata)
 #   fidelity-conv:N, fidelity-code
 #                `specsched fidelity` (live run and shipped profile) on the same traces
 # Live runs are packed as OUT_DIR/live_<name>.tar.gz (summary.json, steps.parquet, ...), to be
@@ -113,7 +117,8 @@ print("smoke ok in", round(time.time() - t, 1), "s")
 PY
       ;;
     tests) job tests 200 python3 -m pytest tests/aiter/test_aiter_gpu.py -q -rs -p no:cacheprovider ;;
-    mla-tests) job mla-tests 240 python3 -m pytest tests/aiter/test_aiter_mla_gpu.py -v -s -rfEs \
+    mla-tests) job mla-tests 240 python3 -m pytest tests/aiter/test_aiter_mla_gpu.py \
+        tests/aiter/test_aiter_mla_unsafe_gpu.py -v -s -rfEs \
         -p no:cacheprovider --junitxml "$out/mla_tests.xml"
       sed -n '/=== mla-tests (/,$p' "$log" | grep -E 'PASSED|FAILED|ERROR|SKIPPED| in [0-9.]+s|^E |\{"' \
         | cut -c1-240 | tail -40 ;;
@@ -128,6 +133,7 @@ PY
     stability) job stability 150 python3 benchmarks/bench_aiter_eager_stability.py --json "$out/eager_stability.json" ;;
     mla) job mla 120 python3 benchmarks/bench_aiter_mla_probe.py ;;
     straggler) job straggler 300 python3 benchmarks/bench_aiter_straggler.py --json "$out/straggler.json" ;;
+    rates) job rates 120 python3 benchmarks/bench_aiter_rates.py --json "$out/rates.json" ;;
     coarse8b) job coarse8b 240 python3 -m specsched profile --model llama-3.1-8b --bs 1,8,64,256 --widths 1,4,8 \
         --kv-lens 512,4096,32768 --eager-bs 1,64,384 --eager-widths 1,4 --eager-kv-lens 1024 \
         --prefill-tokens 256,4096 --prefill-prefix 0,8192 --reps 3 --warmup 1 --eager-reps 2 --progress \
@@ -161,6 +167,8 @@ PY
         --prefill-tokens 128,255,256,1023,1024,4096 --prefill-prefix 0 --heldout 16 \
         --max-context 32768 -o "$out/deepseek-v3__H200.parquet" ;;
     live-v3:*) MODEL=deepseek-v3 live "v3${j#live-v3:}" "$CONV" "${j#live-v3:}" --policy fixed ;;
+    live-v2lite-unsafe:*) MODEL=deepseek-v2-lite live "v2liteunsafe${j#live-v2lite-unsafe:}" "$CONV" \
+        "${j#live-v2lite-unsafe:}" --policy unsafe-derived ;;
     fidelity-conv:*) fid "conv${j#fidelity-conv:}" "$CONV" "${j#fidelity-conv:}" ;;
     fidelity-code) fid code "$CODE" ;;
     *) echo "unknown job $j" | tee -a "$log" ;;

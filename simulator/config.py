@@ -366,7 +366,8 @@ class SimConfig:
         if not (0 < e.schedule_conservativeness <= 10):
             raise SpecschedError(f"engine.schedule_conservativeness: must be in (0, 10] (got "
                                  f"{e.schedule_conservativeness})")
-        if e.mla and e.policy == "fixed" and e.num_draft_tokens not in MLA_WIDTHS:
+        if e.mla and e.policy in ("fixed", "unsafe-derived") and e.num_draft_tokens not in MLA_WIDTHS:
+            # unsafe-derived on MLA launches at num_draft_tokens too (the path's fixed metadata)
             raise SpecschedError(
                 f"engine.num_draft_tokens: {e.num_draft_tokens} is not a width the AITER MLA decode kernels "
                 f"support (query lengths 1, 2 and 4 per request; 3 is padded to 4)")

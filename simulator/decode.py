@@ -288,14 +288,22 @@ def _build_decode_passes(r, n, nl, E, MB, PI, PF, CI, padmap, capw, lw, tmp):
             mode = MODE_RAGGED
         elif policy == POL_UNSAFE:
             mode = MODE_UNSAFE
-        width = lw[L] if mode == MODE_UNIFORM else toks // bs
-        gw = width if mode == MODE_UNIFORM else maxvw
+        # the MLA path's metadata keeps num_draft_tokens whatever the batch holds (SGLang's
+        # AITER MLA path): an unsafe-derived launch there is the uniform one at that width
+        fixed_meta = mode == MODE_UNSAFE and CI[C_MLA] == 1
+        if mode == MODE_UNIFORM:
+            width = lw[L]
+        elif fixed_meta:
+            width = CI[C_FIXED]
+        else:
+            width = toks // bs
+        gw = width if (mode == MODE_UNIFORM or fixed_meta) else maxvw
         graph = 1 if (bs <= maxcap and gw < capw.shape[0] and capw[gw]) else 0
         viol = 0
         if mode == MODE_UNSAFE:
             for j in range(j0, j1):
                 tmp[j - j0] = MB[r, j, M_V]
-            viol = misattributed_rows(tmp, bs)
+            viol = misattributed_rows(tmp, bs, width)
         PI[r, p, P_KIND] = KIND_VERIFY
         PI[r, p, P_BS] = bs
         PI[r, p, P_BSPAD] = padmap[bs] if graph == 1 else bs

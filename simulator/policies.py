@@ -70,13 +70,16 @@ def accepted_at_step(i, k, r, off, draft, acc, pacc, seed):
 
 
 @njit
-def misattributed_rows(widths, n):
-    """Query rows whose request under the derived ``qo_indptr`` (width ``T // bs``) is not their
-    real request; rows past ``bs * (T // bs)`` belong to no request and count too."""
-    total = 0
-    for j in range(n):
-        total += widths[j]
-    w = total // n
+def misattributed_rows(widths, n, width=0):
+    """Query rows whose request under the uniform ``qo_indptr`` of ``width`` (0: derived as
+    ``T // bs``, the non-MLA path; the MLA path passes its fixed ``num_draft_tokens``) is not
+    their real request; rows past ``bs * width`` belong to no request and count too."""
+    w = width
+    if w == 0:
+        total = 0
+        for j in range(n):
+            total += widths[j]
+        w = total // n
     bad = 0
     row = 0
     for j in range(n):

@@ -74,15 +74,23 @@ class AiterExecutor:
         self.calls["graph" if graph else "eager"] += 1
         mis = err = None
         if batch.mode == "unsafe-derived":
-            v = md.misattribution(widths, int(batch.launch_width), kv)
-            mis = 0 if v is None else v.misattributed_rows
-            if v is not None and self.check_unsafe:
-                from backends.aiter.uniformity import attention_error
-
-                err = attention_error(self.runner, widths, kv, int(batch.launch_width))["max_abs_error"]
+            mis, err = self.unsafe_diagnostic(widths, kv, int(batch.launch_width))
         return VerifyTiming(latency_s=float(t.latency_s), max_abs_error=err, misattributed_rows=mis,
                             extra={"gpu_s": t.gpu_s, "comm_s": t.comm_s, "host_s": t.host_s,
                                    "graph": graph, "key": list(key[:3])})
+
+    def unsafe_diagnostic(self, widths: np.ndarray, kv: np.ndarray,
+                          launch_width: int) -> tuple[int, float | None]:
+        """(misattributed rows, max |output error| or ``None``) of an unsafe-derived launch at
+        ``launch_width``: the error only with ``check_unsafe`` and a mixed batch (layer 0's
+        attention under the derived and the exact metadata)."""
+        v = md.misattribution(widths, launch_width, kv)
+        if v is None or not self.check_unsafe:
+            return (0 if v is None else v.misattributed_rows), None
+        from backends.aiter.uniformity import attention_error
+
+        return v.misattributed_rows, attention_error(self.runner, widths, kv,
+                                                     launch_width)["max_abs_error"]
 
     def draft(self, batch: DraftBatch) -> float:
         kv = np.asarray(batch.kv_lens, dtype=np.int64)

@@ -246,14 +246,27 @@ class MLAExecutor(AiterExecutor):
     the MLA kernels' width (3 as 4; others refused) before it runs."""
 
     def verify(self, batch: VerifyBatch) -> VerifyTiming:
-        if batch.mode != "ragged":
-            lw = mla_kernel_width(int(batch.launch_width))
-            if lw != batch.launch_width:
-                widths = np.asarray(batch.widths)
-                if batch.mode == "uniform":
-                    widths = np.full(len(widths), lw, dtype=np.int64)
-                batch = dataclasses.replace(batch, launch_width=lw, widths=widths)
+        lw = mla_kernel_width(int(batch.launch_width)) if batch.mode != "ragged" else None
+        if batch.mode == "uniform" and lw != batch.launch_width:
+            batch = dataclasses.replace(batch, launch_width=lw,
+                                        widths=np.full(len(batch.widths), lw, dtype=np.int64))
+        # unsafe-derived keeps SGLang's width (num_draft_tokens) for the diagnostic; the runner
+        # launches (and times) it at the kernels' width (3 as 4)
         return super().verify(batch)
+
+    def unsafe_diagnostic(self, widths: np.ndarray, kv: np.ndarray,
+                          launch_width: int) -> tuple[int, float | None]:
+        """The MLA path's metadata keeps ``launch_width`` (SGLang's ``num_draft_tokens``) for
+        every request: rows packed at their real widths are attributed by it.  With
+        ``check_unsafe`` a mixed batch's max |output error| comes from
+        :func:`backends.aiter.mla_uniformity.mla_attention_error` (layer 0)."""
+        v = md.misattribution(widths, launch_width, kv)
+        if v is None or not self.check_unsafe:
+            return (0 if v is None else v.misattributed_rows), None
+        from backends.aiter.mla_uniformity import mla_attention_error
+
+        return v.misattributed_rows, mla_attention_error(self.runner, widths, kv,
+                                                         launch_width)["max_abs_error"]
 
     def describe(self) -> dict[str, Any]:
         d = super().describe()
@@ -299,7 +312,8 @@ def make_mla_executor(model: Any, *, page_size: int = 16,
     ``num_draft_tokens`` (SGLang's start-up count, the padded rows' ``seq_len`` and the
     draft-extend width captured with ``capture="all"``) must be an MLA width.  Options: those of
     :func:`backends.aiter.executor.make_executor` plus ``routing`` and ``routing_skew``;
-    ``check_unsafe`` is not available for MLA models.
+    ``check_unsafe`` measures an unsafe-derived launch's output error on the MLA path
+    (:mod:`backends.aiter.mla_uniformity`).
     """
     from backends.aiter import bridge
 
@@ -307,10 +321,6 @@ def make_mla_executor(model: Any, *, page_size: int = 16,
     unknown = set(opts) - MLA_OPTIONS
     if unknown:
         raise SpecschedError(f"aiter backend: unknown option(s) {sorted(unknown)}")
-    if opts.get("check_unsafe"):
-        raise SpecschedError(
-            f"model {model.name!r} is MLA: the live unsafe-derived error check (check_unsafe) "
-            f"compares unified_attention launches and is not implemented for MLA")
     from backends.aiter.moe import ROUTINGS
 
     if opts.get("routing", "uniform") not in ROUTINGS:
@@ -344,4 +354,5 @@ def make_mla_executor(model: Any, *, page_size: int = 16,
                        moe_a2a=opts.get("moe_a2a", "none"))
     if opts.get("capture", "lazy") == "all":
         capture_all(runner)
-    return MLAExecutor(runner, model=model, gpu=opts.get("gpu", "H200"), check_unsafe=False)
+    return MLAExecutor(runner, model=model, gpu=opts.get("gpu", "H200"),
+                       check_unsafe=bool(opts.get("check_unsafe", False)))

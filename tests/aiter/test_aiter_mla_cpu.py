@@ -290,7 +290,6 @@ print(json.dumps(res, default=str))
 
 
 @pytest.mark.parametrize("opts, message", [
-    ({"check_unsafe": True}, "not implemented for MLA"),
     ({"num_draft_tokens": 5}, "1, 2 or 4 query rows"),
     ({"routing": "zipf"}, "uniform, skewed"),
     ({"routing_skew": 0}, "routing_skew must be > 0"),

@@ -55,3 +55,25 @@ def test_three_draft_tokens_on_mla_run_two_drafts_in_a_width_4_launch(tmp_path):
     assert summary["draft_passes"] == summary["decode_iterations"]
     rs = pq.read_table(tmp_path / "w3" / "request_steps.parquet").to_pandas()
     assert rs.tokens.max() == 3
+
+
+def test_unsafe_derived_on_mla_launches_at_num_draft_tokens(tmp_path):
+    """SGLang's MLA metadata keeps num_draft_tokens (4): an unsafe-derived launch is the width-4
+    launch whatever the requests proposed, and its violations count rows attributed by 4."""
+    proc = _simulate(tmp_path / "u", "--policy", "unsafe-derived")
+    assert proc.returncode == 0, proc.stderr
+    steps = pq.read_table(tmp_path / "u" / "steps.parquet").to_pandas()
+    verify = steps[steps.kind.astype(str) == "verify"]
+    assert set(verify.width) == {4} and verify.graph.all()
+    assert set(verify["mode"].astype(str)) == {"unsafe-derived"}
+    # a launch whose requests all proposed 3 drafts (width 4) is right; rows go wrong only when
+    # some request proposed fewer (the next request's rows shift back into its slots) or more
+    full = verify[(verify.min_width == 4) & (verify.max_width == 4)]
+    assert len(full) and (full.violations == 0).all()
+    wrong = verify[verify.violations > 0]
+    assert len(wrong) and ((wrong.min_width < 4) | (wrong.max_width > 4)).all()
+    assert (wrong.max_width <= 4).any()                  # fewer drafts alone suffice
+    assert (verify.violations <= verify.tokens).all()
+    proc = _simulate(tmp_path / "u5", "--policy", "unsafe-derived", "--set",
+                     "engine.num_draft_tokens=5")
+    assert proc.returncode == 2 and "not a width the AITER MLA decode kernels" in proc.stderr

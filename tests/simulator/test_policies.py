@@ -103,6 +103,17 @@ def test_misattributed_rows_matches_a_brute_force_count(widths):
     assert (got == 0) == (len(set(widths)) == 1)
 
 
+def test_misattributed_rows_at_a_fixed_width():
+    # the MLA path's metadata keeps num_draft_tokens (4) for every request
+    # widths 4,2,4: real rows 0-3 -> 0, 4-5 -> 1, 6-9 -> 2; fixed: r // 4 -> rows 6, 7 land in 1
+    assert C.misattributed_rows(np.array([4, 2, 4]), 3, 4) == 2
+    # widths 2,2: rows 2, 3 (request 1) are read as request 0's positions 2, 3
+    assert C.misattributed_rows(np.array([2, 2]), 2, 4) == 2
+    assert C.misattributed_rows(np.array([4, 4]), 2, 4) == 0
+    # widths 4,4,2 derive 3 (the non-MLA path, width 0) but at a fixed 4 only row 8.. are right
+    assert C.misattributed_rows(np.array([4, 4, 2]), 3, 4) == 0
+
+
 def test_misattributed_rows_example():
     # widths 4,4,2: T=10, derived width 3 -> rows [0..2]->0, [3..5]->1, [6..8]->2, row 9 -> none
     # real: rows 0-3 -> 0, 4-7 -> 1, 8-9 -> 2.  Wrong: 3, 6, 7, 9 -> 4 rows.

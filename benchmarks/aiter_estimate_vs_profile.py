@@ -1,0 +1,77 @@
+"""The live MLA executor's measured step times against the estimate from its kernels' rates (CPU).
+
+Reads a rates file (``benchmarks/bench_aiter_rates.py --json``) and a profile (default: the
+shipped DeepSeek-V2-Lite one), estimates every row's pass with ``backends/aiter/estimate.py``
+(the kernels' bytes and FLOPs from the model's shapes, nothing fitted) and prints, per pass group
+and over all rows, ``measured / estimate`` and the share of rows within 15%; ``--rows`` prints
+every row, ``--json`` writes them.
+
+    python benchmarks/aiter_estimate_vs_profile.py --rates rates.json [--profile P] [--json out.json]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+
+def run(rates_path: str, profile_path: str | None, *, within: float) -> dict:
+    """The comparison (library entry point, also for the tests)."""
+    from backends.aiter.estimate import compare_rows, load_rates, summarize
+    from backends.models import ModelShape, load_model
+    from backends.profile import read_profile
+    from backends.shipped import default_profile
+
+    rates = load_rates(rates_path)
+    path = Path(profile_path) if profile_path else default_profile("deepseek-v2-lite", "H200")
+    table, meta = read_profile(path)
+    model = ModelShape.from_dict(meta["model"]) if isinstance(meta.get("model"), dict) else \
+        load_model("deepseek-v2-lite")
+    rows = compare_rows(model, table.to_pylist(), rates)
+    return {"profile": str(path), "rates": rates_path, "model": model.name,
+            "summary": summarize(rows, within), "rows": rows}
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--rates", required=True, help="rates JSON of bench_aiter_rates.py")
+    ap.add_argument("--profile", default=None, help="profile parquet (default: the shipped V2-Lite)")
+    ap.add_argument("--within", type=float, default=0.15)
+    ap.add_argument("--rows", action="store_true", help="print every row")
+    ap.add_argument("--json", default=None)
+    args = ap.parse_args()
+    from traces.errors import SpecschedError
+
+    try:
+        out = run(args.rates, args.profile, within=args.within)
+    except SpecschedError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
+    s = out["summary"]
+    print(f"{out['model']}: {out['profile']} against {out['rates']} "
+          f"(ratio = measured / estimate; within {s['within']:.0%})")
+    print(f"{'group':20s} {'rows':>5s} {'median':>8s} {'min':>7s} {'max':>7s} {'within':>7s}")
+    for name, g in list(s["groups"].items()) + [("all", s["all"])]:
+        print(f"{name:20s} {g['rows']:5d} {g['median_ratio']:8.3f} {g['min_ratio']:7.3f} "
+              f"{g['max_ratio']:7.3f} {g['share_within']:7.1%}")
+    if args.rows:
+        print(f"\n{'kind':13s} {'graph':5s} {'bs':>4s} {'w':>2s} {'kv':>6s} {'tokens':>6s} "
+              f"{'measured ms':>11s} {'estimate ms':>11s} {'ratio':>6s}")
+        for r in out["rows"]:
+            print(f"{r['kind']:13s} {str(bool(r['graph'])):5s} {r['bs']:4d} {r['width']:2d} "
+                  f"{r['kv_len']:6d} {r['tokens']:6d} {r['latency_s'] * 1e3:11.3f} "
+                  f"{r['estimate_s'] * 1e3:11.3f} {r['ratio']:6.3f}")
+    if args.json:
+        from traces.atomic import atomic_output_file
+
+        with atomic_output_file(args.json, inputs=[args.rates, out["profile"]]) as tmp:
+            Path(tmp).write_text(json.dumps(out, indent=1) + "\n")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,190 @@
+"""The independent step-time estimate of the live MLA executor (backends/aiter/estimate.py) and
+the kernel-rate benchmark's CPU behaviour; every count below is worked out by hand."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+
+import pytest
+
+from backends.aiter import estimate as E
+from backends.models import load_model
+from traces.errors import SpecschedError
+
+from tests.aiter.conftest import ROOT, run_interpreted
+
+#: a made-up MLA + MoE geometry: hidden 16, 2 heads, latent 8 + rope 4, nope 4, v 4,
+#: 8 experts of width 4 (top-2), 1 shared expert, one dense layer then one MoE layer
+G = {"layers": 2, "hidden": 16, "heads": 2, "kv_lora_rank": 8, "qk_rope": 4, "qk_nope": 4,
+     "v_head": 4, "vocab": 32, "intermediate": 12, "experts": 8, "experts_per_token": 2,
+     "moe_intermediate": 4, "shared_intermediate": 4, "dense_layers": 1, "fusion_in": 0}
+
+RATES = {"gemm_flops": 1e14, "gemm_bw": 1e12, "moe_bw": 2e12, "mla_decode_bw": 3e12,
+         "mla_decode_flops": 5e13, "elementwise_bw": 4e12, "flash_flops": 2e14,
+         "launch_floor_graph_s": 2e-6, "launch_floor_eager_s": 3e-6,
+         "moe_flops": {"small_M": 1e13, "medium_M": 2e13, "large_M": 4e12}}
+
+
+def _one(ks, name):
+    got = [k for k in ks if k.name == name]
+    assert len(got) >= 1, name
+    return got
+
+
+def test_decode_pass_bytes_and_flops_by_hand():
+    # 2 requests with 3 and 5 cached tokens, 2 rows each: the rows see 4, 5 and 6, 7 keys
+    ks = E.decode_kernels(G, [3, 5], 2, logits_rows=4)
+    st1 = _one(ks, "MLA decode stage 1")
+    assert len(st1) == 2                                # one per layer
+    # keys 22 x (12 latent values x 2 B + 4 B index) + q 4 rows x 2 heads x 12 x 2 B
+    # + split partials 4 x 2 x 16 splits x 9 x 4 B (4 rows: splits clamp to 16)
+    assert st1[0].bytes == 22 * 28 + 4 * 2 * 12 * 2 + 4 * 2 * 16 * 9 * 4 == 5416
+    assert st1[0].flops == 2 * 2 * (12 + 8) * 22 == 1760  # QK over 12 dims, PV over 8, per head
+    q = _one(ks, "q proj")[0]                           # [4 x 16] @ [16 x 2*(4+4)]
+    assert (q.bytes, q.flops) == (16 * 16 * 2 + 4 * (16 + 16) * 2, 2 * 4 * 16 * 16)
+    wuk = _one(ks, "q_nope @ W_UK")[0]                  # per head [4 x 4] @ [4 x 8]
+    assert (wuk.bytes, wuk.flops) == ((2 * 4 * 8 + 4 * 2 * 12) * 2, 2 * 4 * 2 * 4 * 8)
+    # the MoE layer: 4 rows touch 8 (1 - (6/8)^4) = 5.46875 experts of 2 x 4 x 16 gate/up weights
+    up = _one(ks, "fused moe gate/up")
+    assert len(up) == 1 and up[0].tile == "small_M"
+    assert up[0].bytes == pytest.approx(5.46875 * 8 * 16 * 2 + (4 * 16 + 8 * 8) * 2)
+    assert up[0].flops == 2 * 8 * 16 * 8                # 8 (row, expert) pairs
+    lm = _one(ks, "LM head")[0]
+    assert lm.flops == 2 * 4 * 16 * 32
+    # launches: 2 + 6 (front, row metadata); layer 0: 4 + 8 + 3 (dense MLP); layer 1: 4 + 8 +
+    # 16 routed (router, bias, float, softmax, top-k, 6 align, ids fill, up, silu, down, sum)
+    # + 4 shared; final norm + LM head
+    assert sum(k.count for k in ks) == 8 + 15 + 32 + 2
+
+
+def test_prefill_pairs_and_logits_by_hand():
+    # one request of 3 tokens after a 2-token prefix: its rows see 3, 4 and 5 keys
+    ks = E.prefill_kernels(G, [3], [2])
+    fl = _one(ks, "flash attention")[0]
+    assert fl.flops == 2 * 2 * (8 + 4) * 12
+    kvb = _one(ks, "kv_b proj")[0]                      # over the 5 keys' latents
+    assert kvb.flops == 2 * 5 * 8 * 2 * (4 + 4)
+    assert _one(ks, "LM head")[0].flops == 2 * 1 * 16 * 32  # the last token only
+    assert any(k.name == "prefix latent gather" for k in ks)
+    assert not any(k.name == "prefix latent gather" for k in E.prefill_kernels(G, [3], [0]))
+
+
+def test_kernel_time_is_floor_plus_the_slower_of_bytes_and_flops():
+    k = E.Kernel("g", "gemm", 1e6, 1e9, count=2)
+    # bytes 1e6 / 1e12 = 1 us; flops 1e9 / 1e14 = 10 us; floor 2 us (graph), 3 us (eager)
+    assert E.kernel_time(k, RATES, graph=True) == pytest.approx(2 * 12e-6)
+    assert E.kernel_time(k, RATES, graph=False) == pytest.approx(2 * 13e-6)
+    m = E.Kernel("m", "moe", 2e7, 1e6, tile="large_M")  # 10 us of bytes vs 0.25 us of FLOPs
+    assert E.kernel_time(m, RATES, graph=True) == pytest.approx(12e-6)
+    b = E.breakdown([k, m], RATES, graph=True)
+    assert b["floor"] == pytest.approx(6e-6) and b["gemm"] == pytest.approx(20e-6)
+
+
+def test_expected_experts_and_tiles():
+    assert E.expected_experts(1, 64, 6) == pytest.approx(6)
+    assert E.expected_experts(0, 64, 6) == 0
+    assert E.expected_experts(10_000, 64, 6) == pytest.approx(64)
+    assert [E.moe_tile(t) for t in (1, 255, 256, 1023, 1024)] == \
+        ["small_M", "small_M", "medium_M", "medium_M", "large_M"]
+
+
+def test_v2_lite_passes_follow_the_mla_width_rule():
+    m = load_model("deepseek-v2-lite")
+    w3 = E.step_kernels(m, "verify", bs=2, width=3, kv_len=100, tokens=6)
+    w4 = E.step_kernels(m, "verify", bs=2, width=4, kv_len=100, tokens=8)
+    assert w3 == w4                                     # 3 runs as 4
+    with pytest.raises(SpecschedError, match="MLA verify width 5"):
+        E.step_kernels(m, "verify", bs=2, width=5, kv_len=100, tokens=10)
+    # the draft pass is the one MTP layer (MoE) with eh_proj; 27 layers for the target
+    d = E.step_kernels(m, "draft", bs=4, width=1, kv_len=100, tokens=4)
+    assert sum(k.name == "MLA decode stage 1" for k in d) == 1
+    assert sum(k.name == "eh_proj" for k in d) == 1
+    assert sum(k.name == "MLA decode stage 1" for k in w4) == 27
+    # draft-extend: logits for each request's last row only
+    x = E.step_kernels(m, "draft_extend", bs=4, width=2, kv_len=100, tokens=8)
+    assert _one(x, "LM head")[0].flops == 2 * 4 * 2048 * 102400
+
+
+def test_compare_rows_and_summary():
+    m = load_model("deepseek-v2-lite")
+    row = {"kind": "draft", "graph": True, "bs": 1, "width": 1, "kv_len": 128, "tokens": 1}
+    est = E.step_time(E.step_kernels(m, "draft", bs=1, width=1, kv_len=128, tokens=1), RATES,
+                      graph=True)
+    rows = [dict(row, latency_s=est * 1.1), dict(row, latency_s=est * 1.2, graph=False)]
+    out = E.compare_rows(m, rows, RATES)
+    assert out[0]["ratio"] == pytest.approx(1.1)
+    s = E.summarize(out)
+    assert s["groups"]["draft graph"]["share_within"] == 1.0
+    # the eager row is estimated with the eager floor: a larger estimate, so a smaller ratio
+    assert out[1]["estimate_s"] > est
+    assert s["all"]["rows"] == 2
+
+
+def test_rates_file_is_checked(tmp_path):
+    p = tmp_path / "r.json"
+    bad = dict(RATES)
+    del bad["moe_bw"]
+    p.write_text(json.dumps({"rates": bad}))
+    with pytest.raises(SpecschedError, match=r"r\.json: rates\.moe_bw must be a positive number"):
+        E.load_rates(p)
+    p.write_text(json.dumps({"rates": dict(RATES, moe_flops={"small_M": 1.0})}))
+    with pytest.raises(SpecschedError, match="rates.moe_flops.medium_M"):
+        E.load_rates(p)
+    p.write_text(json.dumps({"rates": RATES}))
+    assert E.load_rates(p)["gemm_bw"] == 1e12
+
+
+def test_comparison_script_on_the_shipped_profile(tmp_path):
+    p = tmp_path / "rates.json"
+    p.write_text(json.dumps({"rates": RATES}))
+    out = tmp_path / "cmp.json"
+    res = subprocess.run([sys.executable, "benchmarks/aiter_estimate_vs_profile.py", "--rates",
+                          str(p), "--json", str(out)], cwd=ROOT, capture_output=True, text=True,
+                         timeout=300)
+    assert res.returncode == 0, res.stderr
+    doc = json.loads(out.read_text())
+    assert doc["summary"]["all"]["rows"] == len(doc["rows"]) > 400
+    assert {"verify graph", "draft graph", "draft_extend graph", "prefill eager"} <= \
+        set(doc["summary"]["groups"])
+    res = subprocess.run([sys.executable, "benchmarks/aiter_estimate_vs_profile.py", "--rates",
+                          str(tmp_path / "missing.json")], cwd=ROOT, capture_output=True,
+                         text=True, timeout=300)
+    assert res.returncode == 2 and res.stderr.startswith("error: ") and "Traceback" not in res.stderr
+
+
+def test_rates_benchmark_refuses_without_a_gpu(tmp_path):
+    from backends.aiter import bridge
+
+    if bridge.gpu_problem() is None:
+        pytest.skip("a GPU is present")
+    out = tmp_path / "r.json"
+    res = subprocess.run([sys.executable, "benchmarks/bench_aiter_rates.py", "--json", str(out)],
+                         cwd=ROOT, capture_output=True, text=True, timeout=300)
+    assert res.returncode == 2
+    assert res.stderr.strip().count("\n") == 0 and res.stderr.startswith("error: ")
+    assert not out.exists()
+
+
+def test_rates_benchmark_workloads_run_under_the_interpreter():
+    """Each workload the benchmark times makes the executor's kernel calls (tiny sizes, CPU)."""
+    out = run_interpreted("""
+import sys, torch
+import benchmarks.bench_aiter_rates as B
+env = B.Env(torch.device('cpu'), torch.float16)
+for fn, b, f in [B.w_rmsnorm(env, 2, 64), B.w_add_rmsnorm(env, 3, 64), B.w_silu(env, 3, 32),
+                 B.w_rope_cache(env, 3, 4, 32, 16), B.w_linear(env, 2, 32, 48, rotate=False),
+                 B.w_mla_decode(env, 2, 2, 20, heads=16, lora=64, rope=16),
+                 B.w_flash(env, 16, heads=2, qk=48, v=32)]:
+    fn(0)
+fn, b, f, touched = B.w_moe(env, 3, hidden=64, inter=32, experts=8, top_k=2, sets=1)
+fn(0)
+print('ok', b, f, touched)
+""", timeout=600)
+    last = out.strip().splitlines()[-1].split()
+    assert last[0] == "ok"
+    touched = int(last[3])
+    # 3 rows x top-2 of 8 experts: gate/up + down weights of the touched experts + activations
+    assert int(last[1]) == touched * 3 * 32 * 64 * 2 + (3 * 64 + 6 * 64 + 6 * 32 + 6 * 64) * 2
+    assert float(last[2]) == 2.0 * 6 * 3 * 64 * 32
