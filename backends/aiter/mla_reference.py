@@ -112,7 +112,8 @@ def fp8_roundtrip(x):
 def moe_reference(moe: Any, x, weights, ids):
     """The MoE layer's output ``[rows, hidden]`` by a loop over this GPU's experts (float32);
     with FP8 weights (``moe.fp8``) every GEMM input is rounded to FP8 first
-    (:func:`fp8_roundtrip`), as the kernels' inputs are."""
+    (:func:`fp8_roundtrip`), as the kernels' inputs are, and each GEMM's output is rounded to the
+    model dtype before the activation, as the kernels write it."""
     import torch
 
     q = fp8_roundtrip if getattr(moe, "fp8", False) else (lambda t: t.float())
@@ -122,12 +123,12 @@ def moe_reference(moe: Any, x, weights, ids):
         rows, slot = torch.nonzero(ids == getattr(moe, "first_expert", 0) + e, as_tuple=True)
         if len(rows) == 0:
             continue
-        h = xf[rows] @ moe.w13[e].float().t()
+        h = (xf[rows] @ moe.w13[e].float().t()).to(x.dtype).float()
         a = torch.nn.functional.silu(h[:, :moe.I]) * h[:, moe.I:]
         y = q(a.to(x.dtype)) @ moe.w2[e].float().t()
         out.index_add_(0, rows, y * weights.float()[rows, slot].unsqueeze(1))
     if moe.shared_gu is not None:
-        h = xf @ moe.shared_gu.float().t()
+        h = (xf @ moe.shared_gu.float().t()).to(x.dtype).float()
         si = h.shape[1] // 2
         a = (torch.nn.functional.silu(h[:, :si]) * h[:, si:]).to(x.dtype)
         out += q(a) @ moe.shared_down.float().t()
