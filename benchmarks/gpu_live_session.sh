@@ -44,6 +44,7 @@
 #   live-v2lite:N   live run of the first N conversation requests on DeepSeek-V2-Lite, fixed policy
 #   v3-tests     the DeepSeek-V3 shard's GPU tests (tests/aiter/test_aiter_v3_gpu.py: FP8 GEMM and
 #                FP8 EP fused MoE against PyTorch, the tp-8 / ep-8 shard built and a verify timed)
+#   v3-moe       only the V3 FP8 EP MoE / MLA decode check of v3-tests
 #   profile-v3   `specsched profile` for the DeepSeek-V3 tp-8 / ep-8 shard (FP8, 61 layers + MTP):
 #                bs 1-64 x KV to 16k at 3 points, 16 held-out shapes -> deepseek-v3__H200.parquet
 #   live-v3:N    live run of the first N conversation requests on the DeepSeek-V3 shard, fixed policy
@@ -162,6 +163,8 @@ PY
         --policy fixed ;;
     v3-tests) job v3-tests 240 python3 -m pytest tests/aiter/test_aiter_v3_gpu.py -v -s -rfEs \
         -p no:cacheprovider --junitxml "$out/v3_tests.xml" ;;
+    v3-moe) job v3-moe 90 python3 -m pytest -q -rfEs -p no:cacheprovider \
+        tests/aiter/test_aiter_v3_gpu.py::test_fp8_ep_moe_and_mla_decode_match_the_references ;;
     profile-v3) job profile-v3 420 python3 -m specsched profile --model deepseek-v3 --progress \
         --bs 1,2,4,8,16,32,64 --kv-lens 512,4096,16384 --eager-bs 1,16 --eager-kv-lens 1024 \
         --prefill-tokens 128,255,256,1023,1024,4096 --prefill-prefix 0 --heldout 16 \
