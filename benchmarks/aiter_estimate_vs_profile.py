@@ -4,9 +4,11 @@ Reads a rates file (``benchmarks/bench_aiter_rates.py --json``) and a profile (d
 shipped DeepSeek-V2-Lite one), estimates every row's pass with ``backends/aiter/estimate.py``
 (the kernels' bytes and FLOPs from the model's shapes, nothing fitted) and prints, per pass group
 and over all rows, ``measured / estimate`` and the share of rows within 15%; ``--rows`` prints
-every row, ``--json`` writes them.
+every row, ``--json`` writes them.  ``--run DIR`` also scores a recorded live run's decode steps
+(verify, draft, draft-extend; each at its padded batch, launch width and mean KV, a draft step as
+its ``passes`` passes), the workload's own mix of shapes, with the share of GPU time within 15%.
 
-    python benchmarks/aiter_estimate_vs_profile.py --rates rates.json [--profile P] [--json out.json]
+    python benchmarks/aiter_estimate_vs_profile.py --rates rates.json [--profile P] [--run DIR] [--json out.json]
 """
 
 from __future__ import annotations
@@ -36,18 +38,68 @@ def run(rates_path: str, profile_path: str | None, *, within: float) -> dict:
             "summary": summarize(rows, within), "rows": rows}
 
 
+def run_steps(rates_path: str, run_dir: str, *, within: float) -> dict:
+    """A live run's decode steps against the estimate: per kind, the share of steps and of GPU
+    time within ``within``, and the median ratio."""
+    import numpy as np
+    import pyarrow.parquet as pq
+
+    from backends.aiter.estimate import load_rates, step_kernels, step_time
+    from backends.models import ModelShape, load_model
+    from traces.errors import SpecschedError
+
+    rates = load_rates(rates_path)
+    d = Path(run_dir)
+    try:
+        summary = json.loads((d / "summary.json").read_text())
+        steps = pq.read_table(d / "steps.parquet", columns=[
+            "kind", "graph", "bs_padded", "width", "kv_mean", "passes", "latency_s"]).to_pylist()
+    except (OSError, ValueError, KeyError) as exc:
+        raise SpecschedError(f"{run_dir}: not a recorded run ({exc})") from None
+    m = summary.get("model")
+    if not isinstance(m, (str, dict)):
+        raise SpecschedError(f"{run_dir}/summary.json: no model recorded")
+    model = ModelShape.from_dict(m) if isinstance(m, dict) else load_model(m)
+    cache: dict[tuple, float] = {}
+    out: dict[str, dict] = {}
+    for s in steps:
+        if s["kind"] not in ("verify", "draft", "draft_extend"):
+            continue
+        key = (s["kind"], bool(s["graph"]), int(s["bs_padded"]), int(s["width"]),
+               int(round(s["kv_mean"])))
+        if key not in cache:
+            cache[key] = step_time(step_kernels(model, key[0], bs=key[2], width=key[3],
+                                                kv_len=key[4], tokens=0), rates, graph=key[1])
+        est = cache[key] * (max(int(s["passes"]), 1) if s["kind"] == "draft" else 1)
+        g = out.setdefault(s["kind"], {"ratio": [], "time": []})
+        g["ratio"].append(s["latency_s"] / est)
+        g["time"].append(s["latency_s"])
+    res = {}
+    for k, g in out.items():
+        r, t = np.asarray(g["ratio"]), np.asarray(g["time"])
+        ok = np.abs(r - 1.0) <= within
+        res[k] = {"steps": int(len(r)), "median_ratio": float(np.median(r)),
+                  "p10_ratio": float(np.percentile(r, 10)), "p90_ratio": float(np.percentile(r, 90)),
+                  "share_within": float(ok.mean()), "time_share_within": float(t[ok].sum() / t.sum()),
+                  "total_ratio": float(t.sum() / (t / r).sum())}
+    return {"run": run_dir, "kinds": res}
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--rates", required=True, help="rates JSON of bench_aiter_rates.py")
     ap.add_argument("--profile", default=None, help="profile parquet (default: the shipped V2-Lite)")
     ap.add_argument("--within", type=float, default=0.15)
     ap.add_argument("--rows", action="store_true", help="print every row")
+    ap.add_argument("--run", default=None, help="a recorded live run's folder (steps.parquet)")
     ap.add_argument("--json", default=None)
     args = ap.parse_args()
     from traces.errors import SpecschedError
 
     try:
         out = run(args.rates, args.profile, within=args.within)
+        if args.run:
+            out["live"] = run_steps(args.rates, args.run, within=args.within)
     except SpecschedError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
@@ -65,6 +117,14 @@ def main() -> int:
             print(f"{r['kind']:13s} {str(bool(r['graph'])):5s} {r['bs']:4d} {r['width']:2d} "
                   f"{r['kv_len']:6d} {r['tokens']:6d} {r['latency_s'] * 1e3:11.3f} "
                   f"{r['estimate_s'] * 1e3:11.3f} {r['ratio']:6.3f}")
+    if args.run:
+        print(f"\nlive decode steps of {args.run} (each at its padded bs, width and mean KV)")
+        print(f"{'kind':13s} {'steps':>6s} {'median':>7s} {'p10':>6s} {'p90':>6s} {'sum':>6s} "
+              f"{'within':>7s} {'of time':>7s}")
+        for k, g in out["live"]["kinds"].items():
+            print(f"{k:13s} {g['steps']:6d} {g['median_ratio']:7.3f} {g['p10_ratio']:6.3f} "
+                  f"{g['p90_ratio']:6.3f} {g['total_ratio']:6.3f} {g['share_within']:7.1%} "
+                  f"{g['time_share_within']:7.1%}")
     if args.json:
         from traces.atomic import atomic_output_file
 

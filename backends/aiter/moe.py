@@ -69,15 +69,28 @@ _MOE_CONFIGS = {
 }
 
 
+#: AITER's MI300X table for FP8 weights and activations (``MI300X-MOE-FP8_W8A8.json``, which
+#: AITER's ``get_optimal_moe_config`` picks when ``use_fp8_w8a8``), without the AMD-only keys
+_MOE_CONFIGS_FP8 = {
+    "small_M": {"BLOCK_SIZE_M": 64, "BLOCK_SIZE_N": 64, "BLOCK_SIZE_K": 128, "GROUP_SIZE_M": 4,
+                "num_warps": 8, "num_stages": 2},
+    "medium_M": {"BLOCK_SIZE_M": 128, "BLOCK_SIZE_N": 128, "BLOCK_SIZE_K": 128, "GROUP_SIZE_M": 1,
+                 "num_warps": 8, "num_stages": 2},
+    "large_M": {"BLOCK_SIZE_M": 128, "BLOCK_SIZE_N": 128, "BLOCK_SIZE_K": 128, "GROUP_SIZE_M": 1,
+                "num_warps": 8, "num_stages": 2},
+}
+
+
 #: the row counts from which the next larger tile is used (AITER's table)
 TILE_THRESHOLDS = (256, 1024)
 
 
-def moe_config(tokens: int) -> dict:
-    """The fused-MoE tile for ``tokens`` rows (AITER's thresholds: < 256, < 1024, else)."""
+def moe_config(tokens: int, fp8: bool = False) -> dict:
+    """The fused-MoE tile for ``tokens`` rows (AITER's thresholds: < 256, < 1024, else), from
+    AITER's FP8 table when the weights are FP8, as AITER picks it."""
     key = ("small_M" if tokens < TILE_THRESHOLDS[0] else
            ("medium_M" if tokens < TILE_THRESHOLDS[1] else "large_M"))
-    return dict(_MOE_CONFIGS[key])
+    return dict((_MOE_CONFIGS_FP8 if fp8 else _MOE_CONFIGS)[key])
 
 
 def routing_plan(rows: int, experts: int, top_k: int, *, routing: str = "uniform",
@@ -260,7 +273,7 @@ class MoE:
         import triton.language as tl
 
         rows, E = x.shape[0], self.E_local
-        cfg = moe_config(rows)
+        cfg = moe_config(rows, self.fp8)
         bm = cfg["BLOCK_SIZE_M"]
         pairs = rows * k
         cap = pairs + E * (bm - 1)

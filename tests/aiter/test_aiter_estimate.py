@@ -188,3 +188,41 @@ print('ok', b, f, touched)
     # 3 rows x top-2 of 8 experts: gate/up + down weights of the touched experts + activations
     assert int(last[1]) == touched * 3 * 32 * 64 * 2 + (3 * 64 + 6 * 64 + 6 * 32 + 6 * 64) * 2
     assert float(last[2]) == 2.0 * 6 * 3 * 64 * 32
+
+
+def test_live_steps_are_scored_at_their_padded_batch_width_and_mean_kv(tmp_path):
+    """A made-up recorded run: a verify step twice its estimate, a two-pass draft step exactly
+    two single-pass estimates, a prefill (not scored)."""
+    import importlib.util
+
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    spec = importlib.util.spec_from_file_location(
+        "est_cmp", ROOT / "benchmarks" / "aiter_estimate_vs_profile.py")
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    model = load_model("deepseek-v2-lite")
+    one = lambda kind, bs, w, kv: E.step_time(  # noqa: E731
+        E.step_kernels(model, kind, bs=bs, width=w, kv_len=kv, tokens=0), RATES, graph=True)
+    # verify: 3 requests padded to 4, width 4, mean KV 1000.4 -> looked up at (4, 4, 1000)
+    verify_s = 2.0 * one("verify", 4, 4, 1000)
+    draft_s = 2 * one("draft", 4, 1, 1000)
+    steps = pa.table({"kind": ["prefill", "verify", "draft"], "graph": [False, True, True],
+                      "bs_padded": [1, 4, 4], "width": [0, 4, 1],
+                      "kv_mean": [0.0, 1000.4, 1000.4], "passes": [1, 1, 2],
+                      "latency_s": [0.05, verify_s, draft_s]})
+    run = tmp_path / "run"
+    run.mkdir()
+    pq.write_table(steps, run / "steps.parquet")
+    (run / "summary.json").write_text(json.dumps({"model": "deepseek-v2-lite"}))
+    rates = tmp_path / "rates.json"
+    rates.write_text(json.dumps({"rates": RATES}))
+    got = mod.run_steps(str(rates), str(run), within=0.15)["kinds"]
+    assert set(got) == {"verify", "draft"}
+    assert got["verify"]["median_ratio"] == pytest.approx(2.0)
+    assert got["verify"]["share_within"] == 0.0 and got["verify"]["time_share_within"] == 0.0
+    assert got["draft"]["median_ratio"] == pytest.approx(1.0)
+    assert got["draft"]["share_within"] == 1.0
+    with pytest.raises(SpecschedError, match="not a recorded run"):
+        mod.run_steps(str(rates), str(tmp_path / "missing"), within=0.15)
