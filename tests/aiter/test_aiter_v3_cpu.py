@@ -124,10 +124,13 @@ r = tiny_runner(shape=TINY_V3)
 m = r.target.layers[1].moe
 res = {'moe': moe_case(r, 37), 'moe1': moe_case(r, 1, seed=4),
        'decode': decode_case(r, [2, 2, 1], [20, 37, 5], 2),
-       'local': [m.E_local, m.ep, int(m.w13.q.shape[0])], 'pairs37': m.local_pairs(37)}
+       'local': [m.E_local, m.ep, int(m.w13.q.shape[0])], 'pairs37': m.local_pairs(37),
+       'a2a': r.moe_a2a}
 print(json.dumps(res))
 """)
     assert d["local"] == [4, 2, 4]
+    # SGLang's --moe-a2a-backend defaults to none: the MLP all-reduce combines the experts
+    assert d["a2a"] == "none"
     assert 0 < d["pairs37"] < 37 * 2                     # some of the 74 pairs are this GPU's
     for name in ("moe", "moe1"):
         c = d[name]
