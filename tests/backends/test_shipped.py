@@ -66,9 +66,27 @@ def test_reports_named_for_other_profiles_say_what_they_missed():
 
 def test_the_shipped_statuses():
     got = {p.name: profile_status(p)["status"] for _, _, p in shipped_profiles()}
-    assert got == {"llama-3.1-8b__H200.parquet": "experimental",
+    assert got == {"llama-3.1-8b__H200.parquet": "validated",
                    "llama-3.1-70b__H200.parquet": "experimental",
                    "deepseek-v2-lite__H200.parquet": "experimental"}
+
+
+def test_a_validated_profile_is_backed_by_a_shipped_report_that_meets_every_check():
+    """The rule, checked on the record itself: the evidence of each validated profile is a
+    fidelity report in the repository whose JSON (beside it) passes every check, against a
+    recorded live run that is shipped too, for the very bytes of the shipped profile."""
+    root = Path(__file__).resolve().parents[2]
+    record = validation_record()
+    for _, _, p in shipped_profiles():
+        entry = record[p.name]
+        if entry["status"] != "validated":
+            continue
+        ev = entry["evidence"]
+        assert ev["profile_sha256"] == _sha(p)
+        report = json.loads((root / ev["report"]).with_suffix(".json").read_text())
+        assert report["all_pass"] is True
+        assert all(c["pass"] for c in report["checks"].values()) and len(report["checks"]) >= 17
+        assert (root / ev["reference_run"] / "steps.parquet").is_file()
 
 
 # ---- the rules, on a folder of our own ---------------------------------------------------------
@@ -141,7 +159,7 @@ def test_help_lists_each_shipped_profile_with_its_status():
         assert shipped_help() in text
         assert "llama-3.1-70b (H200, experimental)" in text
         assert "deepseek-v2-lite (H200, experimental)" in text
-        assert "llama-3.1-8b (H200, experimental)" in text
+        assert "llama-3.1-8b (H200)" in text
 
 
 def _simulate(tmp_path, model):
@@ -187,4 +205,4 @@ def test_fidelity_marks_its_profile_side_experimental(tmp_path):
     side = json.loads((out / "profile" / "summary.json").read_text())
     assert any(w.startswith("experimental profile llama-3.1-70b__H200.parquet: ")
                for w in side["warnings"])
-    assert "Profile status: experimental: no fidelity report" in (out / "fidelity.md").read_text()
+    assert "Profile status: experimental: re-recorded on 2026-12-01" in (out / "fidelity.md").read_text()

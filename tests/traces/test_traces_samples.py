@@ -39,6 +39,19 @@ def test_sample_rebuilds_byte_for_byte(tmp_path, name):
     assert out.read_bytes() == (SAMPLES / name).read_bytes()
 
 
+def test_long_context_sample_rebuilds_byte_for_byte(tmp_path):
+    from traces.synth import synth
+
+    out = tmp_path / "synth_longctx_200.parquet"
+    synth(out, n=200, rate=1.0, arrival="gamma", cv=3.0,
+          prompt="lognormal:median=8000,sigma=0.6,min=1024,max=30000",
+          output="lognormal:median=250,sigma=0.7,max=2048",
+          acceptance=f"specbench:{SAMPLES / 'specbench_vicuna7b_eagle_lengths.jsonl'}", seed=7)
+    assert out.read_bytes() == (SAMPLES / "synth_longctx_200.parquet").read_bytes()
+    ta = read_trace_arrays(out)
+    assert len(ta.prompt_tokens) == 200 and ta.prompt_tokens.min() >= 1024
+
+
 def test_conversation_sample_is_what_the_quick_start_needs():
     rep = validate_trace(SAMPLES / "azure_conv_eagle_2k.parquet")
     assert rep.rows == 2000 and rep.has_lists and rep.sorted
