@@ -29,6 +29,10 @@
 #                                                             -> llama-3.1-8b__H200.parquet
 #   profile70b   `profile8b` for the Llama-3.1-70B tp-8 shard on a 14-size ladder x KV to 32k at 5
 #                points (80 layers: the full grid does not fit one call) -> llama-3.1-70b__H200.parquet
+#   live-long:POLICY     live run of the whole long-context sample (traces/samples/
+#                synth_longctx_200.parquet: 200 bursty requests, prompts median 8k) on Llama-3.1-8B
+#                under --policy POLICY (fixed, pad, split, bucket)
+#   live-long70b:POLICY  the same on the Llama-3.1-70B tp-8 shard
 #   live-70b:N   live run of the first N conversation requests on the Llama-3.1-70B tp-8 shard
 #   calibrate8b  `specsched calibrate` of the shipped Llama-3.1-8B profile on this GPU: 24 of its
 #                grid points re-measured, one factor per pass group, within --budget-s 120
@@ -46,7 +50,9 @@
 #                FP8 EP fused MoE against PyTorch, the tp-8 / ep-8 shard built and a verify timed)
 #   v3-moe       only the V3 FP8 EP MoE / MLA decode check of v3-tests
 #   profile-v3   `specsched profile` for the DeepSeek-V3 tp-8 / ep-8 shard (FP8, 61 layers + MTP):
-#                bs 1-64 x KV to 16k at 3 points, 16 held-out shapes -> deepseek-v3__H200.parquet
+#                bs 1-64 x KV to 16k at 3 points, prefill every 128 tokens from 256 to 1,024 (the
+#                first V3 profile found a 4x jump between 572 and 1,023 tokens), 16 held-out shapes
+#                -> deepseek-v3__H200.parquet
 #   live-v3:N    live run of the first N conversation requests on the DeepSeek-V3 shard, fixed policy
 #   live-v2lite-unsafe:N  the same with --policy unsafe-derived: every mixed launch's output error
 #                (steps.parquet max_abs_error, the MLA path's fixed-width metadata)
@@ -75,6 +81,7 @@ BS70="1,2,3,4,6,8,12,16,24,32,48,64,128,256"
 KV70="128,512,2048,8192,32768"
 CONV=traces/samples/azure_conv_eagle_2k.parquet
 CODE=traces/samples/azure_code_sps_2k.parquet
+LONG=traces/samples/synth_longctx_200.parquet
 # a schedule that switches on the conversation sample (k is capped at num_draft_tokens - 1 = 3,
 # as vLLM caps it at num_speculative_tokens; batches there are mostly 1-7 requests)
 SCHEDULE=${SCHEDULE:-1-2:3,3-4096:1}
@@ -150,6 +157,9 @@ PY
     live-conv:*) live "conv${j#live-conv:}" "$CONV" "${j#live-conv:}" ;;
     live-split:*) live "split${j#live-split:}" "$CONV" "${j#live-split:}" --policy split ;;
     live-code) live code "$CODE" ;;
+    live-long:*) live "long_${j#live-long:}" "$LONG" "" --policy "${j#live-long:}" ;;
+    live-long70b:*) MODEL=llama-3.1-70b live "long70b_${j#live-long70b:}" "$LONG" "" --tp 8 \
+        --policy "${j#live-long70b:}" ;;
     live-70b:*) MODEL=llama-3.1-70b live "70b${j#live-70b:}" "$CONV" "${j#live-70b:}" --tp 8 ;;
     live-adaptive:*) live "adaptive${j#live-adaptive:}" "$CONV" "${j#live-adaptive:}" \
         --controller sglang-adaptive ;;
@@ -166,8 +176,8 @@ PY
     v3-moe) job v3-moe 90 python3 -m pytest -q -rfEs -p no:cacheprovider \
         tests/aiter/test_aiter_v3_gpu.py::test_fp8_ep_moe_and_mla_decode_match_the_references ;;
     profile-v3) job profile-v3 420 python3 -m specsched profile --model deepseek-v3 --progress \
-        --bs 1,2,4,8,16,32,64 --kv-lens 512,4096,16384 --eager-bs 1,16 --eager-kv-lens 1024 \
-        --prefill-tokens 128,255,256,1023,1024,4096 --prefill-prefix 0 --heldout 16 \
+        --bs 1,2,4,8,16,32,64 --kv-lens 512,4096,16384 --eager-bs 1,4,8,16 --eager-kv-lens 1024 \
+        --prefill-tokens 128,255,256,384,512,640,768,896,1023,1024,4096 --prefill-prefix 0 --heldout 16 \
         --max-context 32768 -o "$out/deepseek-v3__H200.parquet" ;;
     live-v3:*) MODEL=deepseek-v3 live "v3${j#live-v3:}" "$CONV" "${j#live-v3:}" --policy fixed ;;
     live-v2lite-unsafe:*) MODEL=deepseek-v2-lite live "v2liteunsafe${j#live-v2lite-unsafe:}" "$CONV" \
