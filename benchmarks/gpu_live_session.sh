@@ -18,6 +18,8 @@
 #   stability    benchmarks/bench_aiter_eager_stability.py   -> eager_stability.json
 #   mla          benchmarks/bench_aiter_mla_probe.py (AITER's Triton MLA decode)
 #   straggler    benchmarks/bench_aiter_straggler.py         -> straggler.json
+#   straggler2d  the same on 14 cases where the 2D verify kernel runs (the rule's weakest)
+#                                                             -> straggler2d.json
 #   rates        benchmarks/bench_aiter_rates.py: V2-Lite's kernel classes alone (GEMM, fused
 #                MoE, MLA decode, element-wise, flash, launch floor)  -> rates.json
 #   coarse8b     a quick, coarse Llama-3.1-8B profile       -> coarse-llama-3.1-8b__H200.parquet
@@ -82,6 +84,12 @@ KV70="128,512,2048,8192,32768"
 CONV=traces/samples/azure_conv_eagle_2k.parquet
 CODE=traces/samples/azure_code_sps_2k.parquet
 LONG=traces/samples/synth_longctx_200.parquet
+# straggler cases where AITER's unified attention runs its 2D verify kernel (from about 30
+# requests at width 6, 48 at width 4): one to ten stragglers, several lengths, graph padding
+CASES2D="verify:30:6:1500:6000:1,verify:40:6:1500:6000:1,verify:48:6:1500:6000:1,\
+verify:56:6:1500:6000:1,verify:64:6:1500:6000:1,verify:40:6:1000:8000:4,verify:40:5:1500:3000:10,\
+verify:48:6:500:16000:1,verify:48:4:1000:8000:1,verify:64:4:1000:8000:1,verify:64:4:1000:4000:8,\
+verify:96:4:1500:6000:2,verify:48/44:6:1500:6000:1,verify:128:4:1500:6000:1"
 # a schedule that switches on the conversation sample (k is capped at num_draft_tokens - 1 = 3,
 # as vLLM caps it at num_speculative_tokens; batches there are mostly 1-7 requests)
 SCHEDULE=${SCHEDULE:-1-2:3,3-4096:1}
@@ -141,6 +149,8 @@ PY
     stability) job stability 150 python3 benchmarks/bench_aiter_eager_stability.py --json "$out/eager_stability.json" ;;
     mla) job mla 120 python3 benchmarks/bench_aiter_mla_probe.py ;;
     straggler) job straggler 300 python3 benchmarks/bench_aiter_straggler.py --json "$out/straggler.json" ;;
+    straggler2d) job straggler2d 300 python3 benchmarks/bench_aiter_straggler.py --json "$out/straggler2d.json" \
+        --cases "$CASES2D" ;;
     rates) job rates 120 python3 benchmarks/bench_aiter_rates.py --json "$out/rates.json" ;;
     coarse8b) job coarse8b 240 python3 -m specsched profile --model llama-3.1-8b --bs 1,8,64,256 --widths 1,4,8 \
         --kv-lens 512,4096,32768 --eager-bs 1,64,384 --eager-widths 1,4 --eager-kv-lens 1024 \
