@@ -19,7 +19,15 @@ of V2-Lite's step (hidden 2048, 16 heads, latent 512 + rope 64, 64 experts of 14
 * ``elementwise_bw``: AITER's residual add + RMSNorm (16384 rows), the SiLU-and-mul kernel (8192 x
   10944) and the fused rope + latent-cache write (4096 rows); the median;
 * ``flash_flops``: the prefill's varlen flash attention (one causal request of 2048 and of 8192
-  tokens, q/k 192, v 128); the median.
+  tokens, q/k 192, v 128); the median;
+* ``mla_decode_curve``: stage 1 of the MLA decode alone at each (rows, KV) of
+  ``DECODE_CURVE_GRID`` (one row per request, the latent cache rotated over 256 MB): its
+  programs (head groups x rows x KV splits), mean keys per row, bytes (as above), seconds;
+* ``flash_curve``: the flash attention at each (query tokens, prefix) of ``FLASH_CURVE_GRID``
+  (one request): its programs, FLOPs, seconds.
+
+The two curves make the estimate's decode and flash rates depend on the launch
+(``backends/aiter/rate_curves.py``); the single rates stay for files and readers without them.
 
 Every figure is a median of repeated replays; the weights read per call rotate over copies of
 more than 256 MB so that the 50 MB L2 never holds them.  Rates are "bytes (or FLOPs) / time" at
@@ -44,6 +52,13 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 H, HEADS, LORA, ROPE, NOPE, VHEAD = 2048, 16, 512, 64, 128, 128
 E, TOPK, MOE_I, DENSE_I, SHARED_I, VOCAB = 64, 6, 1408, 10944, 2816, 102400
 ROTATE_BYTES = 256 << 20
+
+#: the MLA decode curve's launches: (rows, KV) with one row per request (width 1)
+DECODE_CURVE_GRID = tuple((r, kv) for kv in (2048, 32768) for r in (1, 2, 4, 8, 16, 32, 64, 128, 192)) \
+    + tuple((r, 8192) for r in (1, 4, 16, 64, 192))
+#: the flash curve's launches: (query tokens, cached prefix tokens), one request
+FLASH_CURVE_GRID = tuple((q, p) for p in (0, 8192) for q in (64, 128, 256, 512, 1024, 2048, 4096, 8192)) \
+    + tuple((q, 2048) for q in (64, 256, 1024))
 
 
 # ---- workloads: each returns (fn(i), bytes per call, flops per call) --------------------------
@@ -177,10 +192,24 @@ def w_moe(env: Env, tokens: int, **kw):
     return fn, nbytes, 2.0 * pairs * 3 * h * inter, s["touched"]
 
 
+def mla_stage1(env: Env):
+    """Stage 1 of AITER's MLA decode alone (the module's private launcher, which
+    ``decode_attention_fwd_grouped_rope`` calls before its stage 2)."""
+    mod = sys.modules[env.mk.mla_decode.__module__]
+    fn = getattr(mod, "_decode_grouped_att_m_fwd_rope", None)
+    if fn is None:
+        raise RuntimeError(f"{mod.__name__} has no _decode_grouped_att_m_fwd_rope: the installed "
+                           f"amd-aiter launches the MLA decode's stages differently")
+    return fn
+
+
 def w_mla_decode(env: Env, bs: int, width: int, kv: int, heads: int = HEADS, lora: int = LORA,
-                 rope: int = ROPE):
+                 rope: int = ROPE, *, stage1_only: bool = False, rotate: bool = False):
     """AITER's MLA decode over ``bs x width`` decode rows (row ``j`` of a request reads its
-    ``kv + j + 1`` first latent rows), as ``backends/aiter/mla.py`` launches it."""
+    ``kv + j + 1`` first latent rows), as ``backends/aiter/mla.py`` launches it; ``stage1_only``:
+    its stage 1 alone (what ``backends/aiter/estimate.py``'s ``mla_decode`` class prices);
+    ``rotate``: the latent cache rotates over copies of more than 256 MB (a small cache would
+    otherwise be read from L2 on every call after the first)."""
     torch = env.torch
     from backends.aiter.mla_kernels import DECODE_CONFIG, decode_splits
 
@@ -189,7 +218,9 @@ def w_mla_decode(env: Env, bs: int, width: int, kv: int, heads: int = HEADS, lor
     starts = np.repeat(np.arange(bs) * (kv + width), width)
     indptr = np.concatenate([[0], np.cumsum(lens)])
     indices = np.concatenate([np.arange(s, s + n) for s, n in zip(starts, lens)])
-    cache = env.randn(bs * (kv + width), 1, lora + rope)
+    n_cache = bs * (kv + width)
+    caches = [env.randn(n_cache, 1, lora + rope)
+              for _ in range(copies_for(n_cache * (lora + rope) * 2) if rotate else 1)]
     q = env.randn(rows, heads, lora + rope)
     o = torch.empty((rows, heads, lora), device=env.device, dtype=env.dtype)
     splits = decode_splits(rows)
@@ -198,7 +229,15 @@ def w_mla_decode(env: Env, bs: int, width: int, kv: int, heads: int = HEADS, lor
     kvx = torch.as_tensor(indices, dtype=torch.int32, device=env.device)
     scale = 1.0 / math.sqrt(NOPE + ROPE)
 
+    stage1 = mla_stage1(env) if stage1_only else None
+
     def fn(i):
+        cache = caches[i % len(caches)]
+        if stage1 is not None:
+            stage1(q, cache, cache[..., :lora], logits, None, lora, None, None, rope, kvi, kvx,
+                   splits, scale, 0.0, False, False,
+                   dict(DECODE_CONFIG["fwd_grouped_kernel_stage1_rope"]))
+            return
         cfg = {a: dict(b) for a, b in DECODE_CONFIG.items()}
         env.mk.mla_decode(q, cache, cache[..., :lora], o, kvi, kvx, None, lora, rope, None, None,
                           logits, splits, scale, 0.0, False, False, cfg)
@@ -209,17 +248,23 @@ def w_mla_decode(env: Env, bs: int, width: int, kv: int, heads: int = HEADS, lor
     return fn, nbytes, 2.0 * heads * (2 * lora + rope) * keys
 
 
-def w_flash(env: Env, tokens: int, heads: int = HEADS, qk: int = NOPE + ROPE, v: int = VHEAD):
+def w_flash(env: Env, tokens: int, heads: int = HEADS, qk: int = NOPE + ROPE, v: int = VHEAD, *,
+            prefix: int = 0):
+    """One request's causal varlen flash attention: ``tokens`` queries over ``prefix + tokens``
+    keys (query ``t`` sees the prefix and queries ``0..t``), as the executor's prefill calls it."""
     torch = env.torch
-    q, k, vv = env.randn(tokens, heads, qk), env.randn(tokens, heads, qk), env.randn(tokens, heads, v)
-    cu = torch.tensor([0, tokens], dtype=torch.int32, device=env.device)
+    nk = tokens + prefix
+    q, k, vv = env.randn(tokens, heads, qk), env.randn(nk, heads, qk), env.randn(nk, heads, v)
+    cu_q = torch.tensor([0, tokens], dtype=torch.int32, device=env.device)
+    cu_k = torch.tensor([0, nk], dtype=torch.int32, device=env.device)
     scale = 1.0 / math.sqrt(qk)
 
     def fn(i):
-        env.mk.flash_varlen(q, k, vv, cu, cu, tokens, tokens, softmax_scale=scale, causal=True)
+        env.mk.flash_varlen(q, k, vv, cu_q, cu_k, tokens, nk, softmax_scale=scale, causal=True)
 
-    pairs = tokens * (tokens + 1) // 2
-    return fn, (2 * tokens * heads * qk + 2 * tokens * heads * v) * 2, 2.0 * heads * (qk + v) * pairs
+    pairs = tokens * prefix + tokens * (tokens + 1) // 2
+    return (fn, (tokens * heads * qk + nk * heads * (qk + v) + tokens * heads * v) * 2,
+            2.0 * heads * (qk + v) * pairs)
 
 
 # ---- timing (GPU) -------------------------------------------------------------------------------
@@ -326,6 +371,24 @@ def measure(env: Env, *, log=print) -> dict:
     point("mla_decode", "32 x width 1, KV 8192", fn, b, f, 8, use=True)
     fn, b, f = w_mla_decode(env, 8, 4, 4096)
     point("mla_decode", "8 x width 4, KV 4096 (not used)", fn, b, f, 8, use=False)
+    # the curves: MLA decode stage 1 by launch size, flash by (q, prefix)
+    from backends.aiter.mla_kernels import decode_programs, decode_splits, flash_programs
+
+    decode_curve = []
+    for rows, kv in DECODE_CURVE_GRID:
+        fn, b, f = w_mla_decode(env, rows, 1, kv, stage1_only=True, rotate=True)
+        p = point("mla_decode_curve", f"stage 1, {rows} rows, KV {kv}", fn, b, f,
+                  calls_for(b / 1e12), rows=rows, kv=kv, splits=decode_splits(rows),
+                  programs=decode_programs(rows, HEADS), keys_per_row=float(kv + 1))
+        decode_curve.append({k: p[k] for k in ("programs", "rows", "kv", "splits", "keys_per_row",
+                                               "bytes", "seconds", "bytes_per_s", "flops_per_s")})
+    flash_curve = []
+    for q, pre in FLASH_CURVE_GRID:
+        fn, b, f = w_flash(env, q, prefix=pre)
+        p = point("flash_curve", f"varlen causal, {q} tokens over {pre}", fn, b, f,
+                  calls_for(f / 2e14), q=q, prefix=pre, programs=flash_programs(1, HEADS, q))
+        flash_curve.append({k: p[k] for k in ("programs", "q", "prefix", "flops", "seconds",
+                                              "flops_per_s")})
     # element-wise
     for what, (fn, b, f) in (("add + rmsnorm, 16384 rows", w_add_rmsnorm(env, 16384)),
                              ("silu-and-mul, 8192 x 10944", w_silu(env, 8192)),
@@ -350,6 +413,8 @@ def measure(env: Env, *, log=print) -> dict:
         "mla_decode_flops": med("mla_decode", "flops_per_s"),
         "elementwise_bw": med("elementwise", "bytes_per_s"),
         "flash_flops": med("flash", "flops_per_s"),
+        "mla_decode_curve": decode_curve,
+        "flash_curve": flash_curve,
     }
     return {"rates": rates, "launch_floor_torch_add_graph_s": floor_torch, "points": points}
 
@@ -376,7 +441,7 @@ def main() -> int:
     r = out["rates"]
     print("rates:")
     for k, v in r.items():
-        print(f"  {k}: {json.dumps(v)}")
+        print(f"  {k}: " + (f"{len(v)} points" if isinstance(v, list) else json.dumps(v)))
     print(f"wall {out['wall_s']:.1f} s")
     if args.json:
         from traces.atomic import atomic_output_file

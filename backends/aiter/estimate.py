@@ -32,6 +32,15 @@ Kernel classes and their rates (keys of the rates file's ``"rates"`` object):
 ``floor`` is ``launch_floor_graph_s`` for a graph replay and ``launch_floor_eager_s`` for an
 eager (queued) pass: the time one kernel takes in a chain of tiny kernels.
 
+Launch-size-dependent rates: when the rates file holds ``mla_decode_curve`` (and
+``flash_curve``), the MLA decode's time is its bytes over the bandwidth
+:func:`backends.aiter.rate_curves.decode_bandwidth` reads off the curve at the launch's program
+count (head groups x rows x KV splits) and mean keys per row, and the flash attention's time its
+FLOPs over :func:`backends.aiter.rate_curves.flash_rate` at its query tokens and prefix per
+request (the means over the pass's requests).  A curve's points are the kernel's whole time at
+that launch, so no second bound (FLOPs, bytes) is taken for those two kernels.  A file without
+the curves is priced with the single rates above.
+
 Imports neither torch nor triton (numpy only): it runs anywhere.
 """
 
@@ -46,7 +55,10 @@ from typing import Any, Iterable, Sequence
 import numpy as np
 
 from backends.aiter.mla import decode_splits, mla_geometry, mla_kernel_width
+from backends.aiter.mla_kernels import decode_programs
 from backends.aiter.moe import TILE_THRESHOLDS, moe_config
+from backends.aiter.rate_curves import (DECODE_CURVE, FLASH_CURVE, check_curves,
+                                        decode_bandwidth, flash_rate)
 from traces.errors import SpecschedError
 
 __all__ = ["Kernel", "RATE_KEYS", "MOE_TILES", "load_rates", "check_rates", "decode_kernels",
@@ -66,7 +78,9 @@ BF16 = 2  # bytes per activation, weight and latent value
 
 @dataclass(frozen=True)
 class Kernel:
-    """One kernel launch (``count`` identical ones) of a forward pass."""
+    """One kernel launch (``count`` identical ones) of a forward pass; ``programs`` and
+    ``keys_per_row`` describe an MLA decode launch, ``q`` and ``prefix`` (per request, means) a
+    flash launch (the coordinates of :mod:`backends.aiter.rate_curves`)."""
 
     name: str
     cls: str
@@ -74,11 +88,16 @@ class Kernel:
     flops: float = 0.0
     count: int = 1
     tile: str = ""
+    programs: int = 0
+    keys_per_row: float = 0.0
+    q: float = 0.0
+    prefix: float = 0.0
 
 
 def check_rates(rates: dict, where: str = "rates") -> dict:
     """``rates`` (the ``"rates"`` object of a rates file) checked: every key present, positive and
-    finite.  Raises :class:`SpecschedError` naming ``where`` and the key."""
+    finite, and the optional curves well formed.  Raises :class:`SpecschedError` naming ``where``
+    and the key."""
     if not isinstance(rates, dict):
         raise SpecschedError(f"{where}: 'rates' must be an object")
     for k in RATE_KEYS:
@@ -94,6 +113,7 @@ def check_rates(rates: dict, where: str = "rates") -> dict:
         if not isinstance(v, (int, float)) or not math.isfinite(v) or v <= 0:
             raise SpecschedError(f"{where}: rates.moe_flops.{t} must be a positive number "
                                  f"(got {v!r})")
+    check_curves(rates, where)
     return rates
 
 
@@ -225,7 +245,8 @@ def decode_kernels(g: dict, kv_lens: Sequence[int], width: int, *, logits_rows: 
             _ew("rope + latent write", 2 * (T * H * lat + T * lat) * BF16),
             Kernel("MLA decode stage 1", "mla_decode",
                    keys * (lat * BF16 + 4) + T * H * lat * BF16 + T * H * splits * (lora + 1) * 4,
-                   2.0 * H * (lat + lora) * keys),
+                   2.0 * H * (lat + lora) * keys, programs=decode_programs(T, H),
+                   keys_per_row=keys / T),
             _ew("MLA decode stage 2", T * H * splits * (lora + 1) * 4 + T * H * lora * BF16),
             _bmm("o_lat @ W_UV", T, H, lora, v),
             _ew("head-major copy", 2 * T * H * v * BF16),
@@ -261,7 +282,8 @@ def prefill_kernels(g: dict, tokens: Sequence[int], prefix: Sequence[int]) -> li
             _ew("k concat", nk * (H * (qk + nope) + rope) * BF16),
             _ew("flash output fills", T * H * (v * BF16 + 4), count=2),
             Kernel("flash attention", "flash",
-                   (T * H * qk + nk * H * (qk + v) + T * H * v) * BF16, 2.0 * H * (qk + v) * pairs),
+                   (T * H * qk + nk * H * (qk + v) + T * H * v) * BF16, 2.0 * H * (qk + v) * pairs,
+                   q=T / bs, prefix=float(p.sum()) / bs),
             _gemm("o proj", T, H * v, h),
             _ew("add + rmsnorm", 4 * T * h * BF16),
         ]
@@ -293,14 +315,20 @@ def step_kernels(model: Any, kind: str, *, bs: int, width: int, kv_len: int,
 
 
 def kernel_time(k: Kernel, rates: dict, *, graph: bool) -> float:
-    """``count x (floor + max(bytes / bandwidth, flops / flop rate))`` for ``k``'s class."""
+    """``count x (floor + max(bytes / bandwidth, flops / flop rate))`` for ``k``'s class; an MLA
+    decode (flash) kernel with a curve in ``rates``: ``count x (floor + bytes / curve bandwidth)``
+    (``flops / curve FLOP rate``) at its launch (:mod:`backends.aiter.rate_curves`)."""
     floor = rates["launch_floor_graph_s" if graph else "launch_floor_eager_s"]
     if k.cls == "gemm":
         t = max(k.bytes / rates["gemm_bw"], k.flops / rates["gemm_flops"])
     elif k.cls == "moe":
         t = max(k.bytes / rates["moe_bw"], k.flops / rates["moe_flops"][k.tile])
+    elif k.cls == "mla_decode" and DECODE_CURVE in rates:
+        t = k.bytes / decode_bandwidth(rates[DECODE_CURVE], k.programs, k.keys_per_row)
     elif k.cls == "mla_decode":
         t = max(k.bytes / rates["mla_decode_bw"], k.flops / rates["mla_decode_flops"])
+    elif k.cls == "flash" and FLASH_CURVE in rates:
+        t = k.flops / flash_rate(rates[FLASH_CURVE], k.q, k.prefix)
     elif k.cls == "flash":
         t = max(k.bytes / rates["elementwise_bw"], k.flops / rates["flash_flops"])
     elif k.cls == "elementwise":

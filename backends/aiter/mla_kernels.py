@@ -19,6 +19,7 @@ from typing import Any
 from traces.errors import SpecschedError
 
 __all__ = ["DECODE_CONFIG", "FLASH_CONFIG", "MLAKernels", "load_mla_kernels", "decode_splits",
+           "decode_programs", "flash_programs",
            "RowMetadata", "row_metadata", "row_index_count"]
 
 #: AITER's MI300X defaults for the two MLA decode stages (``configs/MI300X-MLA_DECODE_ROPE-
@@ -151,6 +152,21 @@ def decode_splits(rows: int, sms: int = 132) -> int:
     """KV splits of the MLA decode launch for ``rows`` query rows: enough programs to cover the
     GPU twice (one head block per row at 16 heads), between 2 and 16.  A graph freezes it."""
     return int(min(16, max(2, -(-2 * sms // max(1, rows)))))
+
+
+def decode_programs(rows: int, heads: int, sms: int = 132) -> int:
+    """Programs of the MLA decode's stage-1 launch over ``rows`` query rows of ``heads`` heads:
+    head groups x rows x KV splits, a head group being ``min(BLOCK_H, heads)`` heads (the latent
+    cache has one head, so AITER's ``kv_group_num`` is ``heads``); 16 heads: one group."""
+    block_h = DECODE_CONFIG["fwd_grouped_kernel_stage1_rope"]["BLOCK_H"]
+    groups = -(-int(heads) // min(block_h, int(heads)))
+    return int(groups * int(rows) * decode_splits(rows, sms))
+
+
+def flash_programs(requests: int, heads: int, max_q: int) -> int:
+    """Programs of the prefill's flash launch (:func:`_flash_varlen`'s grid): requests x heads x
+    ``ceil(max_q / BLOCK_M)``."""
+    return int(requests) * int(heads) * -(-int(max_q) // FLASH_CONFIG["BLOCK_M"])
 
 
 # ---- row metadata (GPU) ----------------------------------------------------------------------

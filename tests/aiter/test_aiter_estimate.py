@@ -176,7 +176,10 @@ env = B.Env(torch.device('cpu'), torch.float16)
 for fn, b, f in [B.w_rmsnorm(env, 2, 64), B.w_add_rmsnorm(env, 3, 64), B.w_silu(env, 3, 32),
                  B.w_rope_cache(env, 3, 4, 32, 16), B.w_linear(env, 2, 32, 48, rotate=False),
                  B.w_mla_decode(env, 2, 2, 20, heads=16, lora=64, rope=16),
-                 B.w_flash(env, 16, heads=2, qk=48, v=32)]:
+                 B.w_mla_decode(env, 2, 1, 20, heads=16, lora=64, rope=16, stage1_only=True,
+                                rotate=True),
+                 B.w_flash(env, 16, heads=2, qk=48, v=32),
+                 B.w_flash(env, 16, heads=2, qk=48, v=32, prefix=8)]:
     fn(0)
 fn, b, f, touched = B.w_moe(env, 3, hidden=64, inter=32, experts=8, top_k=2, sets=1)
 fn(0)
@@ -226,3 +229,93 @@ def test_live_steps_are_scored_at_their_padded_batch_width_and_mean_kv(tmp_path)
     assert got["draft"]["share_within"] == 1.0
     with pytest.raises(SpecschedError, match="not a recorded run"):
         mod.run_steps(str(rates), str(tmp_path / "missing"), within=0.15)
+
+
+# ---- the launch-size curves (backends/aiter/rate_curves.py) -------------------------------------
+#: a made-up decode curve: at 1,024 keys per row 1e11 B/s at 16 programs, 5e11 at 256; at
+#: 16,384 keys 2e11 and 1e12; the (256, 1024) point measured twice (5e11 and 1.5e12: 1e12 merged)
+DECODE = [{"programs": 16, "keys_per_row": 1024, "bytes": 1e8, "seconds": 1e-3},
+          {"programs": 256, "keys_per_row": 1024, "bytes": 1e9, "seconds": 2e-3},
+          {"programs": 256, "keys_per_row": 1024, "bytes": 3e9, "seconds": 2e-3},
+          {"programs": 16, "keys_per_row": 16384, "bytes": 2e8, "seconds": 1e-3},
+          {"programs": 256, "keys_per_row": 16384, "bytes": 1e9, "seconds": 1e-3}]
+#: a made-up flash curve: prefix 0: 1e13 FLOP/s at q 64, 1e14 at 1024; prefix 8192: 2e13, 1.2e14
+FLASH = [{"q": 64, "prefix": 0, "flops": 1e10, "seconds": 1e-3},
+         {"q": 1024, "prefix": 0, "flops": 1e11, "seconds": 1e-3},
+         {"q": 64, "prefix": 8192, "flops": 2e10, "seconds": 1e-3},
+         {"q": 1024, "prefix": 8192, "flops": 1.2e11, "seconds": 1e-3}]
+
+
+def test_decode_bandwidth_is_log_linear_in_programs_and_keys_and_held_at_the_ends():
+    from backends.aiter.rate_curves import decode_bandwidth as bw
+
+    assert bw(DECODE, 16, 1024) == pytest.approx(1e11)
+    assert bw(DECODE, 256, 1024) == pytest.approx(1e12)        # the two points merged
+    # 64 programs: halfway from 16 to 256 in ln -> 5.5e11 at 1,024 keys, 6e11 at 16,384;
+    # 4,096 keys: halfway from 1,024 to 16,384 in ln -> 5.75e11
+    assert bw(DECODE, 64, 1024) == pytest.approx(5.5e11)
+    assert bw(DECODE, 64, 16384) == pytest.approx(6e11)
+    assert bw(DECODE, 64, 4096) == pytest.approx(5.75e11)
+    # outside the measured programs and keys: the end values
+    assert bw(DECODE, 4, 1024) == pytest.approx(1e11)
+    assert bw(DECODE, 1000, 65536) == pytest.approx(1e12)
+    assert bw(DECODE, 16, 100) == pytest.approx(1e11)
+    # one measured KV only: programs alone
+    assert bw(DECODE[3:], 64, 100) == pytest.approx(6e11)
+
+
+def test_flash_rate_is_log_linear_in_q_and_linear_in_prefix():
+    from backends.aiter.rate_curves import flash_rate as fr
+
+    # q 256: halfway from 64 to 1,024 in ln -> 5.5e13 (prefix 0), 7e13 (prefix 8,192)
+    assert fr(FLASH, 256, 0) == pytest.approx(5.5e13)
+    assert fr(FLASH, 256, 8192) == pytest.approx(7e13)
+    assert fr(FLASH, 256, 4096) == pytest.approx(6.25e13)      # halfway in prefix
+    assert fr(FLASH, 8192, 16384) == pytest.approx(1.2e14)
+    assert fr(FLASH, 16, 0) == pytest.approx(1e13)
+
+
+def test_decode_and_prefill_kernels_carry_their_launch():
+    from backends.aiter.mla_kernels import decode_programs, flash_programs
+
+    # 16 heads (one head group of BLOCK_H 16) x rows x splits (2 x 132 programs over the rows,
+    # 2-16): 1 row -> 16 splits; 16 rows -> 16; 32 rows -> 9; 128 -> 3; 192 -> 2
+    assert [decode_programs(r, 16) for r in (1, 16, 32, 128, 192)] == [16, 256, 288, 384, 384]
+    assert decode_programs(4, 32) == 2 * 4 * 16                 # 32 heads: two groups
+    assert flash_programs(1, 16, 64) == 16 and flash_programs(2, 16, 129) == 64
+    # G: 2 heads, one group; 4 rows -> 16 splits = 64 programs; 22 keys over 4 rows
+    st1 = _one(E.decode_kernels(G, [3, 5], 2, logits_rows=4), "MLA decode stage 1")[0]
+    assert (st1.programs, st1.keys_per_row) == (64, 5.5)
+    fl = _one(E.prefill_kernels(G, [3, 5], [2, 6]), "flash attention")[0]
+    assert (fl.q, fl.prefix) == (4.0, 4.0)                     # means per request
+
+
+def test_kernel_time_uses_the_curves_when_present():
+    rates = dict(RATES, mla_decode_curve=DECODE, flash_curve=FLASH)
+    # 64 programs at 4,096 keys: 5.75e11 B/s; 5.75e5 bytes -> 1 us, + the 2 us graph floor;
+    # the FLOPs are not a second bound with a curve (1e9 / 5e13 would be 20 us)
+    d = E.Kernel("d", "mla_decode", 5.75e5, 1e9, programs=64, keys_per_row=4096)
+    assert E.kernel_time(d, rates, graph=True) == pytest.approx(3e-6)
+    # without the curve: max(5.75e5 / 3e12, 1e9 / 5e13) = 20 us
+    assert E.kernel_time(d, RATES, graph=True) == pytest.approx(22e-6)
+    # flash at q 256 over 4,096: 6.25e13 FLOP/s; 6.25e8 FLOPs -> 10 us, + the 3 us eager floor
+    f = E.Kernel("f", "flash", 1.0, 6.25e8, q=256, prefix=4096)
+    assert E.kernel_time(f, rates, graph=False) == pytest.approx(13e-6)
+    assert E.kernel_time(f, RATES, graph=False) == pytest.approx(3e-6 + 6.25e8 / 2e14)
+
+
+def test_rates_file_with_and_without_curves(tmp_path):
+    p = tmp_path / "r.json"
+    p.write_text(json.dumps({"rates": dict(RATES, mla_decode_curve=DECODE, flash_curve=FLASH)}))
+    assert len(E.load_rates(p)["mla_decode_curve"]) == 5
+    bad = [dict(DECODE[0]), dict(DECODE[1], seconds=0)]
+    p.write_text(json.dumps({"rates": dict(RATES, mla_decode_curve=bad)}))
+    with pytest.raises(SpecschedError, match=r"rates\.mla_decode_curve\[1\]\.seconds must be a "
+                                             r"positive number"):
+        E.load_rates(p)
+    p.write_text(json.dumps({"rates": dict(RATES, flash_curve=[])}))
+    with pytest.raises(SpecschedError, match="rates.flash_curve must be a non-empty list"):
+        E.load_rates(p)
+    p.write_text(json.dumps({"rates": dict(RATES, flash_curve=[dict(FLASH[0], q="64")])}))
+    with pytest.raises(SpecschedError, match=r"flash_curve\[0\]\.q must be a positive number"):
+        E.load_rates(p)
