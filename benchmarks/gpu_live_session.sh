@@ -21,7 +21,8 @@
 #   straggler2d  the same on 14 cases where the 2D verify kernel runs (the rule's weakest)
 #                                                             -> straggler2d.json
 #   rates        benchmarks/bench_aiter_rates.py: V2-Lite's kernel classes alone (GEMM, fused
-#                MoE, MLA decode, element-wise, flash, launch floor)  -> rates.json
+#                MoE, MLA decode, element-wise, flash, launch floor; the MLA decode
+#                by launch size and flash by q x prefix: the curves)  -> rates.json
 #   coarse8b     a quick, coarse Llama-3.1-8B profile       -> coarse-llama-3.1-8b__H200.parquet
 #   profile8b    `specsched profile` for Llama-3.1-8B: the ladder x widths 1-8 x KV to 32k and the
 #                default eager and prefill grids, then 40 held-out shapes off that grid (the

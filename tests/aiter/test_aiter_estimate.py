@@ -171,7 +171,7 @@ def test_rates_benchmark_workloads_run_under_the_interpreter():
     """Each workload the benchmark times makes the executor's kernel calls (tiny sizes, CPU)."""
     out = run_interpreted("""
 import sys, torch
-import benchmarks.bench_aiter_rates as B
+import benchmarks.aiter_rate_workloads as B
 env = B.Env(torch.device('cpu'), torch.float16)
 for fn, b, f in [B.w_rmsnorm(env, 2, 64), B.w_add_rmsnorm(env, 3, 64), B.w_silu(env, 3, 32),
                  B.w_rope_cache(env, 3, 4, 32, 16), B.w_linear(env, 2, 32, 48, rotate=False),
