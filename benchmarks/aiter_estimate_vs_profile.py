@@ -28,13 +28,16 @@ def run(rates_path: str, profile_path: str | None, *, within: float) -> dict:
     from backends.profile import read_profile
     from backends.shipped import default_profile
 
+    from backends.aiter.rate_curves import DECODE_CURVE, FLASH_CURVE
+
     rates = load_rates(rates_path)
+    curves = {k: len(rates[k]) for k in (DECODE_CURVE, FLASH_CURVE) if k in rates}
     path = Path(profile_path) if profile_path else default_profile("deepseek-v2-lite", "H200")
     table, meta = read_profile(path)
     model = ModelShape.from_dict(meta["model"]) if isinstance(meta.get("model"), dict) else \
         load_model("deepseek-v2-lite")
     rows = compare_rows(model, table.to_pylist(), rates)
-    return {"profile": str(path), "rates": rates_path, "model": model.name,
+    return {"profile": str(path), "rates": rates_path, "curves": curves, "model": model.name,
             "summary": summarize(rows, within), "rows": rows}
 
 
@@ -106,6 +109,8 @@ def main() -> int:
     s = out["summary"]
     print(f"{out['model']}: {out['profile']} against {out['rates']} "
           f"(ratio = measured / estimate; within {s['within']:.0%})")
+    print("rates: " + (", ".join(f"{k} ({n} points)" for k, n in out["curves"].items())
+                       or "single rates (no curves)"))
     print(f"{'group':20s} {'rows':>5s} {'median':>8s} {'min':>7s} {'max':>7s} {'within':>7s}")
     for name, g in list(s["groups"].items()) + [("all", s["all"])]:
         print(f"{name:20s} {g['rows']:5d} {g['median_ratio']:8.3f} {g['min_ratio']:7.3f} "
