@@ -149,6 +149,10 @@ class _ProgressBar:
             print(f"requests finished {done}/{total} ({now - self.t0:.0f} s)", file=sys.stderr,
                   flush=True)
 
+    def close(self) -> None:
+        if not self.plain:
+            self.progress.stop()
+
 
 def live_wall_line(wall: dict, total_s: float) -> str:
     """One line of where a live run's ``total_s`` seconds of wall time went, from a live
@@ -165,10 +169,6 @@ def live_wall_line(wall: dict, total_s: float) -> str:
     rest = total_s - setup - wall["span_s"]
     return (f"live: wall {total_s:.1f} s = " + " + ".join(f"{name} {s:.1f} s" for name, s in parts)
             + f" + rest {rest:.1f} s")
-
-    def close(self) -> None:
-        if not self.plain:
-            self.progress.stop()
 
 
 def print_summary(summary: dict, out_dir) -> None:

@@ -46,9 +46,11 @@ def test_progress_prints_the_line_for_an_executor_that_keeps_an_account(capsys):
     err = capsys.readouterr().err.splitlines()
     assert live.asked == 1 and err[0].startswith("live: wall ") and err[1].startswith(
         "requests finished 10/10")
+    bar.close()
     quiet = _ProgressBar(10, every_s=3600.0)
     quiet.watch(object())                    # a profile or roofline executor: no account
     quiet.update(10, 10)
+    quiet.close()
     assert capsys.readouterr().err.splitlines()[0].startswith("requests finished 10/10")
 
 
@@ -61,3 +63,9 @@ def test_a_profile_run_keeps_no_wall_account(capsys, tmp_path):
     assert "wall" not in res.summary["backend_detail"]
     print_summary(res.summary, tmp_path)
     assert "live:" not in capsys.readouterr().out
+    # the same printout of a live run's summary: the line over wall_s + setup_s
+    live = dict(res.summary, backend_detail={"wall": WALL}, wall_s=272.0)
+    print_summary(live, tmp_path)
+    out = " ".join(capsys.readouterr().out.split())  # the console wraps long lines
+    assert "live: wall 312.0 s = setup 40.0 s + captures (50) 120.0 s" in out
+    assert "engine 5.0 s + rest 2.0 s" in out
