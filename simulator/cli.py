@@ -91,7 +91,8 @@ def simulate(trace_path, config_path, backend, policy, controller, model, tp, gp
     bar = _ProgressBar(len(trace)) if show else None
     try:
         result = simulate_to(trace, config, out_dir, progress=bar.update if bar else None,
-                             report=report, inputs=[config_path])
+                             report=report, inputs=[config_path],
+                             on_executor=bar.watch if bar else None)
     finally:
         if bar:
             bar.close()
@@ -103,14 +104,17 @@ def simulate(trace_path, config_path, backend, policy, controller, model, tp, gp
 
 
 class _ProgressBar:
-    """A rich progress bar on a terminal; elsewhere (a log file), a line every ``every_s``."""
+    """A rich progress bar on a terminal; elsewhere (a log file), a line every ``every_s``.
+    With a live executor (one with ``wall_account()``), a line of where the wall time went
+    follows every ``every_s`` too (:func:`live_wall_line`)."""
 
     def __init__(self, total: int, every_s: float = 15.0):
         import time
 
         self.plain = not sys.stderr.isatty()
         self.every_s = every_s
-        self.t0 = self.last = time.monotonic()
+        self.t0 = self.last = self.last_wall = time.monotonic()
+        self.account = None
         if self.plain:
             return
         from rich.console import Console
@@ -122,13 +126,24 @@ class _ProgressBar:
         self.progress.start()
         self.task = self.progress.add_task("requests finished", total=total)
 
+    def watch(self, executor) -> None:
+        """Follow ``executor``'s wall-time account when it keeps one (the live executor)."""
+        self.account = getattr(executor, "wall_account", None)
+
     def update(self, done: int, total: int) -> None:
-        if not self.plain:
-            self.progress.update(self.task, completed=done, total=total)
-            return
         import time
 
         now = time.monotonic()
+        if self.account is not None and (now - self.last_wall >= self.every_s or done == total):
+            self.last_wall = now
+            line = live_wall_line(self.account(), now - self.t0)
+            if self.plain:
+                print(line, file=sys.stderr, flush=True)
+            else:
+                self.progress.console.print(line)
+        if not self.plain:
+            self.progress.update(self.task, completed=done, total=total)
+            return
         if now - self.last >= self.every_s or done == total:
             self.last = now
             print(f"requests finished {done}/{total} ({now - self.t0:.0f} s)", file=sys.stderr,
@@ -137,6 +152,23 @@ class _ProgressBar:
     def close(self) -> None:
         if not self.plain:
             self.progress.stop()
+
+
+def live_wall_line(wall: dict, total_s: float) -> str:
+    """One line of where a live run's ``total_s`` seconds of wall time went, from a live
+    executor's ``describe()["wall"]`` (docs/aiter.md, *Wall time*): setup, then the executor's
+    parts (graph captures during the run, warm-ups, re-runs, timed runs with their GPU and hold
+    seconds, the executor's other host work), the engine between calls, and the rest (trace,
+    numba compile, results)."""
+    cap = wall["captures"]
+    setup = wall.get("setup_s") or 0.0
+    parts = [("setup", setup), (f"captures ({cap['count']})", cap["s"]),
+             ("warm-ups", wall["warmup_s"]), ("re-runs", wall["rerun_s"]),
+             (f"timed (GPU {wall['gpu_s']:.1f} s, holds {wall['hold_s']:.1f} s)", wall["timed_s"]),
+             ("executor other", wall["executor_other_s"]), ("engine", wall["engine_s"])]
+    rest = total_s - setup - wall["span_s"]
+    return (f"live: wall {total_s:.1f} s = " + " + ".join(f"{name} {s:.1f} s" for name, s in parts)
+            + f" + rest {rest:.1f} s")
 
 
 def print_summary(summary: dict, out_dir) -> None:
@@ -186,12 +218,16 @@ def print_summary(summary: dict, out_dir) -> None:
     rows += [
         ("engine wall time", f"{summary['wall_s']:.2f} s ({summary['requests'] / summary['wall_s']:,.0f} req/s)"),
     ]
+    detail = summary.get("backend_detail")
+    wall = detail.get("wall") if isinstance(detail, dict) else None
     t2 = Table(show_header=False)
     t2.add_column("")
     t2.add_column("", justify="right")
     for r in rows:
         t2.add_row(*r)
     console.print(t2)
+    if wall:  # a live run: where its wall time (setup + run) went
+        console.print(live_wall_line(wall, summary["wall_s"] + (wall.get("setup_s") or 0.0)))
     for w in summary.get("warnings", []):
         console.print(f"[yellow]warning:[/yellow] {w}")
     console.print(f"results: {out_dir}")

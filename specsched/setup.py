@@ -87,10 +87,12 @@ def input_files(config: SimConfig, *paths) -> list[str]:
 
 def simulate_to(trace, config: SimConfig, out_dir: str | Path | None, *, executor: Any = None,
                 progress: Callable[[int, int], None] | None = None, report: bool = False,
-                inputs=()):
+                inputs=(), on_executor: Callable[[Any], None] | None = None):
     """Run one simulation; with ``out_dir``, stream its results folder into place atomically
     (``report.html`` included when ``report`` is true); without, keep the tables in memory.
-    ``out_dir`` may not hold the trace, ``inputs`` or the files the configuration names."""
+    ``out_dir`` may not hold the trace, ``inputs`` or the files the configuration names.
+    ``on_executor(executor)`` is called once the executor is built, before the run (``simulate
+    --progress`` reads a live executor's wall-time account through it)."""
     from simulator import run, run_to
 
     if trace.acceptance.get("speculation") is False and config.engine.num_draft_tokens != 1:
@@ -99,6 +101,8 @@ def simulate_to(trace, config: SimConfig, out_dir: str | Path | None, *, executo
     from traces.context import fit_context
 
     prep = prepare(config, executor=executor)
+    if on_executor is not None:
+        on_executor(prep.executor)
     trace, context = fit_context(trace, prep.model.context_len, config.engine.context_overflow)
     kw = dict(kv_capacity_tokens=prep.kv_capacity_tokens, progress=progress,
               context_len=prep.model.context_len)

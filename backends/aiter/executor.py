@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import time
 from typing import Any, Sequence
 
 import numpy as np
@@ -10,7 +11,10 @@ from backends.aiter import metadata as md
 from backends.protocol import DraftBatch, DraftExtendBatch, PrefillBatch, VerifyBatch, VerifyTiming
 from traces.errors import SpecschedError
 
-__all__ = ["AiterExecutor", "make_executor", "comm_model_for"]
+__all__ = ["AiterExecutor", "make_executor", "comm_model_for", "CALL_KINDS"]
+
+#: the executor calls whose wall time ``describe()["wall"]["by_call"]`` accounts
+CALL_KINDS = ("verify", "draft", "draft_extend", "prefill")
 
 
 def comm_model_for(gpu: str | None, latency_s: float | None = None, bus_bw: float | None = None):
@@ -44,22 +48,46 @@ class AiterExecutor:
     growing by one each step.  ``draft_extend``: the draft model over ``width`` rows per request,
     a graph keyed by (padded batch size, width) or eager.  ``prefill``: eager, ragged.
     Tensor-parallel communication is modelled (``extra["comm_s"]``), everything else measured.
+    :meth:`wall_account` says where the host's wall time went (``describe()["wall"]``).
     """
 
     name = "aiter"
 
-    def __init__(self, runner: Any, *, model: Any, gpu: str | None, check_unsafe: bool = False) -> None:
+    def __init__(self, runner: Any, *, model: Any, gpu: str | None, check_unsafe: bool = False,
+                 setup_s: float | None = None) -> None:
         self.runner = runner
         self.model = model
         self.gpu = gpu
         self.check_unsafe = bool(check_unsafe)
         self.calls = {"verify": 0, "draft": 0, "draft_extend": 0, "prefill": 0, "graph": 0,
                       "eager": 0}
+        #: wall-clock accounting (host perf_counter around each call; no added synchronisation)
+        self.setup_s = setup_s
+        self._first_call: float | None = None
+        self._acc = {k: {"wall_s": 0.0, "gpu_s": 0.0, "comm_s": 0.0} for k in CALL_KINDS}
+        self._setup_captures = (len(runner.capture_s), float(runner.wall_s["capture"]))
 
     def latency_table(self):
         return None
 
+    def _start(self) -> float:
+        """``perf_counter`` now, remembered as the first call's start when it is one."""
+        t0 = time.perf_counter()
+        if self._first_call is None:
+            self._first_call = t0
+        return t0
+
+    def _book(self, kind: str, t0: float, timings: Sequence[Any] = ()) -> None:
+        """Add a call of ``kind`` begun at ``t0`` and the GPU (events) and modelled
+        communication seconds of its ``timings`` to the account."""
+        a = self._acc[kind]
+        a["wall_s"] += time.perf_counter() - t0
+        for t in timings:
+            a["gpu_s"] += float(t.gpu_s)
+            a["comm_s"] += float(t.comm_s)
+
     def verify(self, batch: VerifyBatch) -> VerifyTiming:
+        t0 = self._start()
         widths = np.asarray(batch.widths, dtype=np.int64)
         kv = np.asarray(batch.kv_lens, dtype=np.int64)
         graph = bool(batch.graph)
@@ -75,6 +103,7 @@ class AiterExecutor:
         mis = err = None
         if batch.mode == "unsafe-derived":
             mis, err = self.unsafe_diagnostic(widths, kv, int(batch.launch_width))
+        self._book("verify", t0, (t,))
         return VerifyTiming(latency_s=float(t.latency_s), max_abs_error=err, misattributed_rows=mis,
                             extra={"gpu_s": t.gpu_s, "comm_s": t.comm_s, "host_s": t.host_s,
                                    "graph": graph, "key": list(key[:3])})
@@ -93,18 +122,19 @@ class AiterExecutor:
                                                      launch_width)["max_abs_error"]
 
     def draft(self, batch: DraftBatch) -> float:
+        t0 = self._start()
         kv = np.asarray(batch.kv_lens, dtype=np.int64)
         graph = bool(batch.graph)
         pbs = int(batch.bs_padded) if graph else int(batch.bs_real)
-        total = 0.0
-        for p in range(int(batch.passes)):
-            total += self.draft_pass(kv + p, pbs, graph)
+        runs = [self.draft_pass_timing(kv + p, pbs, graph) for p in range(int(batch.passes))]
         self.calls["draft"] += 1
-        return total
+        self._book("draft", t0, runs)
+        return sum(float(t.latency_s) for t in runs)
 
     def draft_extend(self, batch: DraftExtendBatch) -> float:
         if self.runner.draft is None:
             raise SpecschedError("the aiter runner was built without its draft model")
+        t0 = self._start()
         graph = bool(batch.graph)
         pbs = int(batch.bs_padded) if graph else int(batch.bs_real)
         launch, key = self.runner.extend_launch(np.asarray(batch.kv_lens, dtype=np.int64), pbs,
@@ -112,24 +142,69 @@ class AiterExecutor:
         t = self.runner.run(key, launch, graph=graph, warmup=None)[0]
         self.calls["draft_extend"] += 1
         self.calls["graph" if graph else "eager"] += 1
+        self._book("draft_extend", t0, (t,))
         return float(t.latency_s)
 
     def draft_pass(self, kv_lens: np.ndarray, padded_bs: int, graph: bool) -> float:
+        return float(self.draft_pass_timing(kv_lens, padded_bs, graph).latency_s)
+
+    def draft_pass_timing(self, kv_lens: np.ndarray, padded_bs: int, graph: bool):
+        """The :class:`~backends.aiter.timing.Timing` of one draft decode step."""
         launch, key = self.runner.draft_launch(kv_lens, padded_bs)
-        return float(self.runner.run(key, launch, graph=graph, warmup=None)[0].latency_s)
+        return self.runner.run(key, launch, graph=graph, warmup=None)[0]
 
     def prefill(self, batch: PrefillBatch) -> float:
+        t0 = self._start()
         self.calls["prefill"] += 1
         tokens = np.asarray(batch.tokens, dtype=np.int64)
         keep = tokens > 0
         if not np.any(keep):
+            self._book("prefill", t0)
             return 1e-6
         # prefill is eager: a new token count can hit a Triton specialisation that is not
         # compiled yet (seen: 0.5-3.9 s stalls); held, such a stall starves the hold and the run
         # is repeated, so only the first prefill (no estimate to hold with yet) warms up untimed
         t = self.runner.prefill(tokens[keep], np.asarray(batch.prefix, dtype=np.int64)[keep],
                                 warmup=None)[0]
+        self._book("prefill", t0, (t,))
         return float(t.latency_s)
+
+    def wall_account(self) -> dict[str, Any]:
+        """Where the host's wall time went so far (``describe()["wall"]``; docs/aiter.md,
+        *Wall time*): seconds, rounded to the microsecond, non-deterministic by nature.
+
+        ``span_s`` runs from the first executor call to now; ``calls_s`` is the part spent
+        inside executor calls, split into graph captures made during calls, untimed warm-up
+        runs, re-runs after a short hold, timed runs (``gpu_s`` of it measured by events,
+        ``hold_s`` asked of hold kernels) and ``executor_other_s`` (metadata, routing plans,
+        buffers); ``engine_s = span_s - calls_s`` is the engine's own time between calls."""
+        r = self.runner
+        span = 0.0 if self._first_call is None else time.perf_counter() - self._first_call
+        calls = sum(a["wall_s"] for a in self._acc.values())
+        n0, s0 = self._setup_captures
+        cap_s = float(r.wall_s["capture"]) - s0
+        parts = {k: float(r.wall_s[k]) for k in ("warmup", "rerun", "timed")}
+        other = calls - cap_s - sum(parts.values())
+        ms = lambda x: round(float(x), 6)  # noqa: E731
+        by_kind = {k: {"count": v["count"], "s": ms(v["s"])} for k, v in r.captures_by_kind().items()}
+        return {
+            "setup_s": None if self.setup_s is None else ms(self.setup_s),
+            "span_s": ms(span),
+            "calls_s": ms(calls),
+            "engine_s": ms(max(span - calls, 0.0)),
+            "captures": {"count": len(r.capture_s) - n0, "s": ms(cap_s),
+                         "at_setup": {"count": n0, "s": ms(s0)}, "by_kind": by_kind,
+                         "phase_s": {k: ms(v) for k, v in r.capture_phase_s.items()}},
+            "warmup_s": ms(parts["warmup"]),
+            "rerun_s": ms(parts["rerun"]),
+            "timed_s": ms(parts["timed"]),
+            "gpu_s": ms(sum(a["gpu_s"] for a in self._acc.values())),
+            "hold_s": ms(r.hold_s),
+            "executor_other_s": ms(other),
+            "comm_s": ms(sum(a["comm_s"] for a in self._acc.values())),
+            "by_call": {k: {"calls": self.calls[k], **{f: ms(v) for f, v in a.items()}}
+                        for k, a in self._acc.items()},
+        }
 
     def describe(self) -> dict[str, Any]:
         from backends.aiter import bridge
@@ -157,6 +232,7 @@ class AiterExecutor:
             "runtime": k.runtime,
             "runner": r,
             "calls": dict(self.calls),
+            "wall": self.wall_account(),
             "caveats": caveats,
         }
 
@@ -214,6 +290,7 @@ def make_executor(model: Any, *, page_size: int = 16,
     """
     from backends.aiter import bridge
 
+    t0 = time.perf_counter()  # the executor's setup_s: weights, KV pool, start-up captures
     bridge.require_gpu()
     if not hasattr(model, "layers"):
         from backends.models import load_model
@@ -245,4 +322,5 @@ def make_executor(model: Any, *, page_size: int = 16,
                     extend_logits=opts.get("extend_logits", "last"))
     if opts.get("capture", "lazy") == "all":
         capture_all(runner)
-    return AiterExecutor(runner, model=model, gpu=gpu, check_unsafe=bool(opts.get("check_unsafe", False)))
+    return AiterExecutor(runner, model=model, gpu=gpu, check_unsafe=bool(opts.get("check_unsafe", False)),
+                         setup_s=time.perf_counter() - t0)

@@ -38,6 +38,7 @@ Neither is run: the GPU runs one rank's shard and the communication is added to 
 from __future__ import annotations
 
 import dataclasses
+import time
 from typing import Any, Sequence
 
 import numpy as np
@@ -317,6 +318,7 @@ def make_mla_executor(model: Any, *, page_size: int = 16,
     """
     from backends.aiter import bridge
 
+    t0 = time.perf_counter()  # the executor's setup_s: weights, KV pool, start-up captures
     bridge.require_gpu()
     unknown = set(opts) - MLA_OPTIONS
     if unknown:
@@ -355,4 +357,5 @@ def make_mla_executor(model: Any, *, page_size: int = 16,
     if opts.get("capture", "lazy") == "all":
         capture_all(runner)
     return MLAExecutor(runner, model=model, gpu=opts.get("gpu", "H200"),
-                       check_unsafe=bool(opts.get("check_unsafe", False)))
+                       check_unsafe=bool(opts.get("check_unsafe", False)),
+                       setup_s=time.perf_counter() - t0)

@@ -85,7 +85,6 @@ class Runner(QueuedTiming):
         self._shared = None
         self._shared_hidden = None
         self._width_cache: dict[tuple, np.ndarray] = {}
-        self.capture_s: dict[tuple, float] = {}
         #: timing hygiene (docs/aiter.md): spin on events rather than block, keep the garbage
         #: collector out of timed regions, and count the timed eager runs during which the
         #: caching allocator had to go to the driver (cudaMalloc, or a free-and-retry)
@@ -105,8 +104,7 @@ class Runner(QueuedTiming):
         #: captured graphs' memset nodes become kernel nodes before instantiation (graphfix.py)
         self.replace_memsets = True
         self.graph_fix: dict[str, Any] = {"memsets_replaced": 0, "memsets_kept": 0, "error": None}
-        #: host wall seconds by what they were spent on (describe()["timing"]["wall_s"])
-        self.wall_s = {"capture": 0.0, "warmup": 0.0, "timed": 0.0, "rerun": 0.0}
+        self._init_wall()  # host seconds by what they went to, captures (backends/aiter/timing.py)
         self.seed = int(seed)
         gen = torch.Generator(device=self.device).manual_seed(self.seed)
         self._build_model(gen, kv_pool_bytes)
@@ -430,6 +428,7 @@ class Runner(QueuedTiming):
                 self._body(st)
         torch.cuda.current_stream(self.device).wait_stream(s)
         torch.cuda.synchronize(self.device)
+        t_warm = time.perf_counter()
         # the graph starts with the copy of the pinned staging buffer into the static metadata,
         # so a replay is one host call: fill the staging buffer, launch the graph
         self._fill_host(st, self._warm_launch(st), 0)
@@ -441,6 +440,7 @@ class Runner(QueuedTiming):
             self._fix_graph(g)
             g.instantiate()
         torch.cuda.synchronize(self.device)
+        t_record = time.perf_counter()
         st.graph = g
         st.e0 = torch.cuda.Event(enable_timing=True)
         st.e1 = torch.cuda.Event(enable_timing=True)
@@ -450,8 +450,7 @@ class Runner(QueuedTiming):
             self.replay_step(st, warm, key)
             wait_event(st.e1, self.spin_wait)
         self.graphs[key] = st
-        self.capture_s[key] = time.perf_counter() - t0
-        self.wall_s["capture"] += self.capture_s[key]
+        self._note_capture(key, t0, t_warm, t_record)
         return st
 
     def _new_graph(self):
@@ -590,11 +589,7 @@ class Runner(QueuedTiming):
                         "views": p.views, "bytes": p.bytes, "page_bytes_k": p.page_bytes},
             "comm_model": {"latency_s": self.comm.latency_s, "bus_bw": self.comm.bus_bw,
                            "tp": g["tp"], "measured": False},
-            "timing": {"queued": self.hold_gpu, "spin_wait": self.spin_wait, "gc_paused": self.pause_gc,
-                       "held_runs": self.held_runs, "reruns_after_a_short_hold": self.rerun_starved,
-                       "eager_timed_runs": self.eager_timed_runs,
-                       "eager_runs_with_driver_allocs": self.eager_alloc_events,
-                       "wall_s": {k: round(v, 3) for k, v in self.wall_s.items()}},
+            "timing": self.timing_describe(),
             "graphs_captured": len([k for k in self.graphs if k[0] != "eager" and self.graphs[k].graph is not None]),
             "graph_memsets": {"replaced_by_kernels": self.replace_memsets, **self.graph_fix},
         }

@@ -89,7 +89,48 @@ class Timing:
 class QueuedTiming:
     """Held launches and timed runs, mixed into the runner (which owns the attributes read here:
     ``on_gpu``, ``hold_gpu``, ``min_hold_s``, ``_lead``, ``_cycles_per_s``, ``pause_gc``,
-    ``spin_wait``, ``wall_s`` and the counters, ``device`` and ``_stage``)."""
+    ``spin_wait``, the counters, ``device`` and ``_stage``; :meth:`_init_wall` sets ``wall_s``,
+    ``hold_s``, ``capture_s`` and ``capture_phase_s``)."""
+
+    def _init_wall(self) -> None:
+        """Zero the host wall-clock accounts (``describe()["timing"]``): host seconds by what
+        they were spent on, the GPU seconds of hold kernels asked for, and each capture."""
+        self.wall_s = {"capture": 0.0, "warmup": 0.0, "timed": 0.0, "rerun": 0.0}
+        self.hold_s = 0.0
+        self.capture_s: dict[tuple, float] = {}
+        self.capture_phase_s = {"warm": 0.0, "record": 0.0, "upload": 0.0}
+
+    def _note_capture(self, key: tuple, t0: float, t_warm: float, t_record: float) -> None:
+        """Book the capture of ``key`` begun at ``t0`` (``perf_counter``): its eager warm-up runs
+        (Triton compiles, cuBLAS heuristics) ended at ``t_warm``, its recording and
+        instantiation at ``t_record``, its first replays (graph upload) now."""
+        end = time.perf_counter()
+        self.capture_s[key] = end - t0
+        self.wall_s["capture"] += end - t0
+        ph = self.capture_phase_s
+        ph["warm"] += t_warm - t0
+        ph["record"] += t_record - t_warm
+        ph["upload"] += end - t_record
+
+    def captures_by_kind(self) -> dict[str, dict]:
+        """Graphs captured so far by kind (``verify``, ``ragged``, ``draft``, ``extend``): count
+        and host seconds."""
+        out: dict[str, dict] = {}
+        for key, s in self.capture_s.items():
+            d = out.setdefault(str(key[0]), {"count": 0, "s": 0.0})
+            d["count"] += 1
+            d["s"] += s
+        return {k: out[k] for k in sorted(out)}
+
+    def timing_describe(self) -> dict:
+        """``describe()["timing"]``: how launches were timed and where the host's time went."""
+        return {"queued": self.hold_gpu, "spin_wait": self.spin_wait, "gc_paused": self.pause_gc,
+                "held_runs": self.held_runs, "reruns_after_a_short_hold": self.rerun_starved,
+                "eager_timed_runs": self.eager_timed_runs,
+                "eager_runs_with_driver_allocs": self.eager_alloc_events,
+                "wall_s": {k: round(v, 3) for k, v in self.wall_s.items()},
+                "hold_s": round(self.hold_s, 3),
+                "capture_phase_s": {k: round(v, 3) for k, v in self.capture_phase_s.items()}}
 
     def _hold(self, key: tuple) -> bool:
         """Queue a spin kernel covering the host's time to queue ``key``'s launch (1.5 x the
@@ -104,7 +145,9 @@ class QueuedTiming:
 
         if self._cycles_per_s is None:
             self._cycles_per_s = self._calibrate_spin()
-        torch.cuda._sleep(max(1, int(max(self.min_hold_s, 1.5 * lead) * self._cycles_per_s)))
+        hold = max(self.min_hold_s, 1.5 * lead)
+        torch.cuda._sleep(max(1, int(hold * self._cycles_per_s)))
+        self.hold_s += hold
         return True
 
     def lead_estimate(self, key: tuple) -> float | None:

@@ -130,6 +130,18 @@ def test_executor_graph_eager_ragged_unsafe_draft_prefill():
     assert p > 0
     desc = ex.describe()
     assert desc["backend"] == "aiter" and desc["runtime"] in ("cuda", "rocm")
+    # the wall-time account: one real capture per distinct key met (verify 4 x 4 served the
+    # uniform and the unsafe-derived batches; ragged 4 x ceil(12 / 4); the draft at 4)
+    w = desc["wall"]
+    assert w["captures"]["count"] == 3 and w["captures"]["at_setup"]["count"] == 0
+    assert {k: v["count"] for k, v in w["captures"]["by_kind"].items()} == {
+        "draft": 1, "ragged": 1, "verify": 1}
+    assert all(v > 0 for v in w["captures"]["phase_s"].values())
+    assert w["setup_s"] > 0 and w["gpu_s"] > 0 and w["hold_s"] > 0
+    assert w["timed_s"] > w["gpu_s"] and w["executor_other_s"] >= 0
+    assert w["span_s"] >= w["calls_s"] >= w["captures"]["s"] + w["timed_s"]
+    assert {k: v["calls"] for k, v in w["by_call"].items()} == {
+        "verify": 10, "draft": 1, "draft_extend": 0, "prefill": 1}
 
 
 def test_queued_timing_measures_the_gpu_alone():
