@@ -107,20 +107,16 @@ def moe_setup(env: Env, tokens: int, hidden: int = H, inter: int = MOE_I, expert
     """Expert weights (``sets`` copies), the routed rows of a uniform plan and their alignment, as
     ``backends/aiter/moe.py`` builds them."""
     torch = env.torch
-    from backends.aiter.moe import moe_config, routing_plan
+    from backends.aiter.moe import align_blocks, moe_config, routing_plan
 
     ids = torch.as_tensor(routing_plan(tokens, experts, top_k, seed=0), device=env.device)
     weights = torch.rand((tokens, top_k), device=env.device, dtype=torch.float32, generator=env.gen)
     w13 = [env.randn(experts, 2 * inter, hidden, scale=1.0 / math.sqrt(hidden)) for _ in range(sets)]
     w2 = [env.randn(experts, hidden, inter, scale=1.0 / math.sqrt(inter)) for _ in range(sets)]
     cfg = moe_config(tokens)
-    bm = cfg["BLOCK_SIZE_M"]
     pairs = tokens * top_k
-    cap = pairs + experts * (bm - 1)
-    sorted_ids = torch.full((cap,), pairs, dtype=torch.int32, device=env.device)
-    expert_ids = torch.empty((-(-cap // bm),), dtype=torch.int32, device=env.device)
-    post_pad = torch.empty((1,), dtype=torch.int32, device=env.device)
-    env.mk.moe_align(ids, experts, bm, sorted_ids, expert_ids, post_pad)
+    sorted_ids, expert_ids, post_pad = align_blocks(env.mk.moe_align, ids, experts,
+                                                    cfg["BLOCK_SIZE_M"])
     touched = int(torch.unique(ids).numel())
     return dict(ids=ids, weights=weights, w13=w13, w2=w2, cfg=cfg, sorted_ids=sorted_ids,
                 expert_ids=expert_ids, post_pad=post_pad, touched=touched, tokens=tokens,

@@ -49,7 +49,7 @@ import numpy as np
 
 from traces.errors import SpecschedError
 
-__all__ = ["ROUTINGS", "TILE_THRESHOLDS", "routing_plan", "moe_config", "MoE", "ep_layout",
+__all__ = ["ROUTINGS", "TILE_THRESHOLDS", "align_blocks", "routing_plan", "moe_config", "MoE", "ep_layout",
            "ep_comm_time_s"]
 
 ROUTINGS = ("uniform", "skewed")
@@ -91,6 +91,21 @@ def moe_config(tokens: int, fp8: bool = False) -> dict:
     key = ("small_M" if tokens < TILE_THRESHOLDS[0] else
            ("medium_M" if tokens < TILE_THRESHOLDS[1] else "large_M"))
     return dict((_MOE_CONFIGS_FP8 if fp8 else _MOE_CONFIGS)[key])
+
+
+def align_blocks(moe_align, ids, experts: int, block_m: int):
+    """``fused_moe``'s block-aligned routing of ``ids`` ``[rows, k]``: (sorted pair ids padded
+    per expert to ``block_m``, each block's expert, the padded count), as AITER's
+    ``moe_align_block_size`` (passed in as ``moe_align``) fills them."""
+    import torch
+
+    pairs = int(ids.numel())
+    cap = pairs + experts * (block_m - 1)
+    sorted_ids = torch.full((cap,), pairs, dtype=torch.int32, device=ids.device)
+    expert_ids = torch.empty((-(-cap // block_m),), dtype=torch.int32, device=ids.device)
+    post_pad = torch.empty((1,), dtype=torch.int32, device=ids.device)
+    moe_align(ids, experts, block_m, sorted_ids, expert_ids, post_pad)
+    return sorted_ids, expert_ids, post_pad
 
 
 def routing_plan(rows: int, experts: int, top_k: int, *, routing: str = "uniform",
@@ -274,13 +289,9 @@ class MoE:
 
         rows, E = x.shape[0], self.E_local
         cfg = moe_config(rows, self.fp8)
-        bm = cfg["BLOCK_SIZE_M"]
         pairs = rows * k
-        cap = pairs + E * (bm - 1)
-        sorted_ids = torch.full((cap,), pairs, dtype=torch.int32, device=x.device)
-        expert_ids = torch.empty((-(-cap // bm),), dtype=torch.int32, device=x.device)
-        post_pad = torch.empty((1,), dtype=torch.int32, device=x.device)
-        self.k.moe_align(ids, E, bm, sorted_ids, expert_ids, post_pad)
+        sorted_ids, expert_ids, post_pad = align_blocks(self.k.moe_align, ids, E,
+                                                        cfg["BLOCK_SIZE_M"])
         ctype = tl.bfloat16 if x.dtype == torch.bfloat16 else (
             tl.float16 if x.dtype == torch.float16 else tl.float32)
         up = torch.empty((rows, k, 2 * self.I), dtype=x.dtype, device=x.device)

@@ -3,6 +3,7 @@ that run AITER's Triton kernels on the CPU use the Triton interpreter in a subpr
 
 from __future__ import annotations
 
+import importlib.util
 import os
 import subprocess
 import sys
@@ -11,6 +12,15 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parents[2]
+
+#: the marks of a module whose tests run AITER's Triton kernels under the interpreter
+INTERPRETED_MARKS = [
+    pytest.mark.slow,
+    pytest.mark.skipif(importlib.util.find_spec("triton") is None,
+                       reason="needs Triton (its interpreter runs AITER's kernels on the CPU)"),
+    pytest.mark.skipif(importlib.util.find_spec("aiter") is None,
+                       reason="needs the amd-aiter package (pip install amd-aiter)"),
+]
 
 
 def _gpu_problem() -> str | None:

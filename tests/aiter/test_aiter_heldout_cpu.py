@@ -3,20 +3,11 @@ the Triton interpreter, graph sections launched eagerly: a CPU has no graphs).""
 
 from __future__ import annotations
 
-import importlib.util
 import json
 
-import pytest
+from tests.aiter.conftest import INTERPRETED_MARKS, TINY_PROFILE, cpu_profiler_prelude, run_interpreted
 
-from tests.aiter.conftest import TINY_PROFILE, cpu_profiler_prelude, run_interpreted
-
-pytestmark = [
-    pytest.mark.slow,
-    pytest.mark.skipif(importlib.util.find_spec("triton") is None,
-                       reason="needs Triton (its interpreter runs AITER's kernels on the CPU)"),
-    pytest.mark.skipif(importlib.util.find_spec("aiter") is None,
-                       reason="needs the amd-aiter package (pip install amd-aiter)"),
-]
+pytestmark = INTERPRETED_MARKS
 
 
 def test_profile_records_heldout_points_and_heldout_only_adds_more(tmp_path):

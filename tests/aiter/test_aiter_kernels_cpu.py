@@ -8,22 +8,15 @@ process because ``TRITON_INTERPRET`` must be set before Triton compiles anything
 
 from __future__ import annotations
 
-import importlib.util
 import json
 import subprocess
 import sys
 
 import pytest
 
-from tests.aiter.conftest import ROOT, cpu_profiler_prelude, run_interpreted
+from tests.aiter.conftest import INTERPRETED_MARKS, ROOT, cpu_profiler_prelude, run_interpreted
 
-pytestmark = [
-    pytest.mark.slow,
-    pytest.mark.skipif(importlib.util.find_spec("triton") is None,
-                       reason="needs Triton (its interpreter runs AITER's kernels on the CPU)"),
-    pytest.mark.skipif(importlib.util.find_spec("aiter") is None,
-                       reason="needs the amd-aiter package (pip install amd-aiter)"),
-]
+pytestmark = INTERPRETED_MARKS
 
 PRELUDE = """
 import json, math, numpy as np, torch

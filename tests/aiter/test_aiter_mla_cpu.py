@@ -8,21 +8,14 @@ own process, through the runner's real metadata path, against the float32 refere
 
 from __future__ import annotations
 
-import importlib.util
 import json
 
 import numpy as np
 import pytest
 
-from tests.aiter.conftest import run_interpreted
+from tests.aiter.conftest import INTERPRETED_MARKS, run_interpreted
 
-needs_triton = [
-    pytest.mark.slow,
-    pytest.mark.skipif(importlib.util.find_spec("triton") is None,
-                       reason="needs Triton (its interpreter runs AITER's kernels on the CPU)"),
-    pytest.mark.skipif(importlib.util.find_spec("aiter") is None,
-                       reason="needs the amd-aiter package (pip install amd-aiter)"),
-]
+needs_triton = INTERPRETED_MARKS
 
 
 # ---- no kernels --------------------------------------------------------------------------------

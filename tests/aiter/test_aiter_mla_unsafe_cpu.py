@@ -8,20 +8,11 @@ launch (same kernel, keys and KV splits)."""
 
 from __future__ import annotations
 
-import importlib.util
 import json
 
-import pytest
+from tests.aiter.conftest import INTERPRETED_MARKS, run_interpreted
 
-from tests.aiter.conftest import run_interpreted
-
-pytestmark = [
-    pytest.mark.slow,
-    pytest.mark.skipif(importlib.util.find_spec("triton") is None,
-                       reason="needs Triton (its interpreter runs AITER's kernels on the CPU)"),
-    pytest.mark.skipif(importlib.util.find_spec("aiter") is None,
-                       reason="needs the amd-aiter package (pip install amd-aiter)"),
-]
+pytestmark = INTERPRETED_MARKS
 
 
 def _run(body: str) -> dict:
