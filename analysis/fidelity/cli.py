@@ -43,9 +43,14 @@ __all__ = ["fidelity"]
               help="Results folder of another recorded reference run of the same trace and "
                    "configuration (repeatable): the report shows how far the reference runs "
                    "differ from each other, the floor under each figure and check.")
+@click.option("--jitter-runs", "jitter_runs", default=8, show_default=True,
+              type=click.IntRange(min=0),
+              help="Re-run the profile side this many times with each pass x exp(sigma z), sigma "
+                   "the profile's own measured spread (seeded by the config's seed): the jitter "
+                   "floor beside each whole-run figure. 0 turns it off.")
 @click.option("--json", "as_json", is_flag=True, help="Print the report as JSON.")
 def fidelity(trace_path, model, out_dir, reference, gpu, profile, config_path, sets, worst, limit,
-             reference_run, repeat_runs, as_json):
+             reference_run, repeat_runs, jitter_runs, as_json):
     """Compare the profile backend with live GPU replay on one trace.
 
     \b
@@ -68,7 +73,7 @@ def fidelity(trace_path, model, out_dir, reference, gpu, profile, config_path, s
     report = run_fidelity(trace_path, model, out_dir=out_dir, reference=reference, gpu=gpu,
                           profile=profile, config_path=config_path, overrides=overrides,
                           worst=worst, limit=limit, reference_run=reference_run,
-                          repeat_runs=tuple(repeat_runs))
+                          repeat_runs=tuple(repeat_runs), jitter_runs=jitter_runs)
     if as_json:
         click.echo(json.dumps(report, indent=2, sort_keys=True, default=str))
     else:

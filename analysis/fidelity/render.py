@@ -31,9 +31,11 @@ def _floor_col(d: dict, reps: bool) -> str:
     return f" {_abs(d.get('repeat_pct'))} |" if reps else ""
 
 
-def _diff_rows(runs: dict, metrics, quantiles, floors: list[dict] | None = None) -> list[str]:
+def _diff_rows(runs: dict, metrics, quantiles, floors: list[dict] | None = None,
+               jitter: dict | None = None) -> list[str]:
     """Table rows ``| TTFT p50 | reference | other | difference |`` from ``compare_runs``, with
-    the largest difference a repeat shows when ``floors`` (the repeats' comparisons) are given."""
+    the largest difference a repeat shows when ``floors`` (the repeats' comparisons) are given,
+    and the jitter floor when ``jitter`` (check name -> floor, ``report["jitter"]``) is."""
     out = []
     for m in metrics:
         for q in quantiles:
@@ -42,6 +44,8 @@ def _diff_rows(runs: dict, metrics, quantiles, floors: list[dict] | None = None)
             if floors is not None:
                 d = [abs(r[m][q]["diff_pct"]) for r in floors if r[m][q]["diff_pct"] is not None]
                 row += f" {_abs(max(d)) if d else '-'} |"
+            if jitter is not None:
+                row += f" {_abs(jitter.get(f'{m[:-2]}_{q}'))} |"
             out.append(row)
     return out
 
@@ -139,9 +143,16 @@ def render_markdown(report: dict, *, reference: str) -> str:
     runs = report["runs"]
     floors = [r["runs"] for r in reps] if reps else None
     rh, rs = (" a repeat differs by |", "---|") if reps else ("", "")
-    lines += ["", "## Whole runs", "", f"| metric | {reference} | profile | difference |" + rh,
-              "|---|---|---|---|" + rs]
-    lines += _diff_rows(runs, ("ttft_s", "tpot_s", "e2e_s"), ("p50", "p90", "p99"), floors)
+    jit = report.get("jitter")
+    jfloor = jit["floor_pct"] if jit and jit.get("floor_pct") else None
+    if jfloor is not None:
+        rh, rs = rh + " jitter floor |", rs + "---|"
+    lines += ["", "## Whole runs", ""]
+    if jit:
+        lines += [_jitter_line(jit), ""]
+    lines += [f"| metric | {reference} | profile | difference |" + rh, "|---|---|---|---|" + rs]
+    lines += _diff_rows(runs, ("ttft_s", "tpot_s", "e2e_s"), ("p50", "p90", "p99"), floors,
+                        jfloor)
     th = runs.get("throughput_tok_s") or {}
     if th.get("reference") is not None:
         row = (f"| throughput | {th['reference']:.1f} tok/s | {_fmt_num(th.get('profile'))} tok/s | "
@@ -150,6 +161,8 @@ def render_markdown(report: dict, *, reference: str) -> str:
             d = [abs(r["runs"]["throughput_tok_s"]["diff_pct"]) for r in reps
                  if (r["runs"].get("throughput_tok_s") or {}).get("diff_pct") is not None]
             row += f" {_abs(max(d)) if d else '-'} |"
+        if jfloor is not None:
+            row += f" {_abs(jfloor.get('throughput'))} |"
         lines.append(row)
     deb = report.get("runs_debiased")
     if deb:
@@ -186,18 +199,40 @@ def _fmt_num(x) -> str:
     return "-" if x is None else f"{x:.1f}"
 
 
+def _jitter_line(jit: dict) -> str:
+    """One sentence: how the jitter floor was made (``report["jitter"]``)."""
+    if jit.get("sigma_pct") is None:
+        return ("Jitter floor: not known (the profile records no p10..p90 spread to draw per-pass "
+                "noise from).")
+    return (f"Jitter floor: the largest difference from the profile run of {jit['runs']} re-runs "
+            f"of the profile side with each pass x exp(sigma z), sigma {jit['sigma_pct']:.2f}% "
+            "(the profile's median p10..p90 spread / 2.563), seed "
+            f"{jit['seed']}. It is the queue's amplification of per-pass noise; it does not "
+            "cover an offset between machines or a bias of the profile.")
+
+
 def _checks_section(report: dict, reps: bool) -> list[str]:
-    head = "| check | value | target | pass |" + (" a repeat differs by |" if reps else "")
-    lines = ["", "## Checks", "", head, "|---|---|---|---|" + ("---|" if reps else "")]
+    jit = bool((report.get("jitter") or {}).get("floor_pct"))
+    head = ("| check | value | target | pass |" + (" a repeat differs by |" if reps else "")
+            + (" jitter floor |" if jit else ""))
+    lines = ["", "## Checks", "", head,
+             "|---|---|---|---|" + ("---|" if reps else "") + ("---|" if jit else "")]
+    noise = 0
     for name, c in report["checks"].items():
         what = name
         if c.get("band"):
             what += f" ({c['band']}, {c['steps']} steps)"
         verdict = {True: "yes", False: "NO", None: "n/a"}[c["pass"]]
+        if c.get("within_noise"):
+            verdict += " (within noise)"
+            noise += 1
         lines.append(f"| {what} | {_fmt(c['value_pct'], pct=True)} | <= {c['target_pct']}% | "
-                     f"{verdict} |" + _floor_col(c, reps))
+                     f"{verdict} |" + _floor_col(c, reps)
+                     + (f" {_abs(c.get('jitter_pct'))} |" if jit else ""))
     passed = [c["pass"] for c in report["checks"].values() if c["pass"] is not None]
     lines += ["", f"{sum(passed)} of {len(passed)} checks met."
+              + (f" Misses within the target plus the jitter floor (within noise): {noise} of "
+                 f"{sum(1 for p in passed if not p)}." if jit else "")
               + ("" if reps else " No --repeat-run was given, so the noise floor under each "
-                 "figure is not known.")]
+                 "figure is not known" + (" (the jitter floor is simulated)." if jit else "."))]
     return lines

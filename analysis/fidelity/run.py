@@ -13,6 +13,7 @@ import json
 from pathlib import Path
 from typing import Any
 
+from analysis.fidelity.jitter import apply_jitter, jitter_floors
 from analysis.fidelity.render import render_markdown
 from analysis.fidelity.report import build_report, debiased_table
 from analysis.fidelity.runs import config_for_recorded, load_recorded, read_reference_run
@@ -31,7 +32,7 @@ def run_fidelity(trace_path: str | Path, model: str, *, out_dir: str | Path | No
                  config_path: str | None = None, overrides: dict[str, Any] | None = None,
                  worst: int = 20, progress=None, limit: int | None = None,
                  reference_run: str | Path | None = None,
-                 repeat_runs: tuple = ()) -> dict[str, Any]:
+                 repeat_runs: tuple = (), jitter_runs: int = 0) -> dict[str, Any]:
     """Run ``trace_path`` with the ``reference`` backend and with ``profile``; compare them.
 
     ``reference_run``: a results folder of an earlier run of the same trace with the reference
@@ -46,6 +47,10 @@ def run_fidelity(trace_path: str | Path, model: str, *, out_dir: str | Path | No
     configuration (checked the same way); the report shows how far each differs from the
     reference and the floor that puts under every figure (``build_report``).
 
+    ``jitter_runs``: how many times to re-run the profile side with per-pass noise of the
+    profile's own measured spread, for the jitter floor beside each whole-run figure
+    (``analysis.fidelity.jitter``; ``specsched fidelity`` asks for 8); 0 leaves it out.
+
     With ``out_dir``: writes ``<out>/reference/`` (unless ``reference_run``) and ``<out>/profile/``
     (results folders), ``fidelity.json`` and ``fidelity.md``, atomically.  Returns the report dict.
     """
@@ -55,6 +60,8 @@ def run_fidelity(trace_path: str | Path, model: str, *, out_dir: str | Path | No
     from specsched.setup import input_files, load_trace, prepare, simulate_to
     from traces.atomic import atomic_output_dir
 
+    if jitter_runs < 0:
+        raise SpecschedError(f"--jitter-runs must be 0 or more, not {jitter_runs}")
     if reference == "profile":
         raise SpecschedError("--reference must be another backend than profile (aiter, roofline)")
     ov = dict(overrides or {})
@@ -96,6 +103,10 @@ def run_fidelity(trace_path: str | Path, model: str, *, out_dir: str | Path | No
                           executor=prof_prep.executor)
         report = build_report(steps, ref_summary, mod.summary, table, worst=worst, repeats=repeats)
         report["profile"]["validation"] = prof_prep.executor.describe().get("validation")
+        if jitter_runs > 0:
+            apply_jitter(report, jitter_floors(
+                lambda ex: simulate_to(trace, prof_cfg, None, executor=ex).summary,
+                prof_prep.executor, table, mod.summary, runs=jitter_runs, seed=prof_cfg.seed))
         # what-if: the same profile without its mean per-kind bias -- how much of the whole-run
         # difference is per-step bias, and how much queueing, transients and shape mix
         dtable, factors = debiased_table(table, report["steps"]["by_kind"])
