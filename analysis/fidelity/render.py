@@ -230,9 +230,10 @@ def _checks_section(report: dict, reps: bool) -> list[str]:
                      f"{verdict} |" + _floor_col(c, reps)
                      + (f" {_abs(c.get('jitter_pct'))} |" if jit else ""))
     passed = [c["pass"] for c in report["checks"].values() if c["pass"] is not None]
+    missed = sum(1 for p in passed if not p)
     lines += ["", f"{sum(passed)} of {len(passed)} checks met."
               + (f" Misses within the target plus the jitter floor (within noise): {noise} of "
-                 f"{sum(1 for p in passed if not p)}." if jit else "")
+                 f"{missed}." if jit and missed else "")
               + ("" if reps else " No --repeat-run was given, so the noise floor under each "
                  "figure is not known" + (" (the jitter floor is simulated)." if jit else "."))]
     return lines
