@@ -11,8 +11,6 @@ from __future__ import annotations
 import math
 import sys
 
-import numpy as np
-
 H, HEADS, LORA, ROPE, NOPE, VHEAD = 2048, 16, 512, 64, 128, 128
 E, TOPK, MOE_I, DENSE_I, SHARED_I, VOCAB = 64, 6, 1408, 10944, 2816, 102400
 ROTATE_BYTES = 256 << 20
@@ -169,13 +167,10 @@ def w_mla_decode(env: Env, bs: int, width: int, kv: int, heads: int = HEADS, lor
     ``rotate``: the latent cache rotates over copies of more than 256 MB (a small cache would
     otherwise be read from L2 on every call after the first)."""
     torch = env.torch
-    from backends.aiter.mla_kernels import DECODE_CONFIG, decode_splits
+    from backends.aiter.mla_kernels import DECODE_CONFIG, contiguous_decode_rows, decode_splits
 
     rows = bs * width
-    lens = np.array([kv + j + 1 for _ in range(bs) for j in range(width)], dtype=np.int64)
-    starts = np.repeat(np.arange(bs) * (kv + width), width)
-    indptr = np.concatenate([[0], np.cumsum(lens)])
-    indices = np.concatenate([np.arange(s, s + n) for s, n in zip(starts, lens)])
+    lens, indptr, indices = contiguous_decode_rows(bs, width, kv)
     n_cache = bs * (kv + width)
     caches = [env.randn(n_cache, 1, lora + rope)
               for _ in range(copies_for(n_cache * (lora + rope) * 2) if rotate else 1)]

@@ -37,12 +37,11 @@ def run(bs: int, width: int, kv: int, heads: int, lora: int, rope: int, splits: 
     if k.mla_decode is None:
         raise RuntimeError("aiter.ops.triton.mla_decode_rope is not importable")
     g = torch.Generator(device=device).manual_seed(0)
+    from backends.aiter.mla_kernels import contiguous_decode_rows
+
     rows = bs * width
-    lens = np.array([kv + j + 1 for _ in range(bs) for j in range(width)], dtype=np.int64)
     # request r owns tokens [r*(kv+width), (r+1)*(kv+width)) of the latent cache
-    starts = np.repeat(np.arange(bs) * (kv + width), width)
-    indptr = np.concatenate([[0], np.cumsum(lens)])
-    indices = np.concatenate([np.arange(s, s + n) for s, n in zip(starts, lens)])
+    _, indptr, indices = contiguous_decode_rows(bs, width, kv)
     tokens = bs * (kv + width)
     kbuf = torch.empty((tokens, 1, lora + rope), device=device, dtype=dtype).normal_(0, 1, generator=g)
     vbuf = kbuf[..., :lora]

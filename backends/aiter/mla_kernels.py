@@ -248,6 +248,20 @@ def row_metadata(cu_seqlens_q, seqused_k, block_table, *, rows: int, heads: int,
                        logits=logits)
 
 
+def contiguous_decode_rows(bs: int, width: int, kv: int):
+    """Host-side decode rows of ``bs`` requests at ``width`` over one contiguous latent cache
+    (request ``r`` owns tokens ``[r (kv + width), (r + 1)(kv + width))``; row ``j`` of a request
+    sees its ``kv + j + 1`` first tokens): ``(lens, kv_indptr, kv_indices)`` as int64 arrays,
+    what :func:`row_metadata` builds on the GPU from a page table (for benchmarks)."""
+    import numpy as np
+
+    lens = np.array([kv + j + 1 for _ in range(bs) for j in range(width)], dtype=np.int64)
+    starts = np.repeat(np.arange(bs) * (kv + width), width)
+    indptr = np.concatenate([[0], np.cumsum(lens)])
+    indices = np.concatenate([np.arange(s, s + n) for s, n in zip(starts, lens)])
+    return lens, indptr, indices
+
+
 def row_index_count(kv_lens, widths) -> int:
     """Keys the decode rows of a launch read (``kv_indices`` entries): ``sum_i w_i * kv_i +
     w_i (w_i + 1) / 2`` (row ``j`` of request ``i`` sees ``kv_i + j + 1`` keys)."""

@@ -54,6 +54,16 @@ def test_decode_rows_and_splits_by_hand():
     assert [decode_splits(r) for r in (1, 16, 17, 32, 132, 1024)] == [16, 16, 16, 9, 2, 2]
 
 
+def test_contiguous_decode_rows_by_hand():
+    from backends.aiter.mla_kernels import contiguous_decode_rows
+
+    # 2 requests x width 2 at KV 3: request 0 owns tokens 0-4, request 1 tokens 5-9
+    lens, indptr, indices = contiguous_decode_rows(2, 2, 3)
+    assert lens.tolist() == [4, 5, 4, 5]
+    assert indptr.tolist() == [0, 4, 9, 13, 18]
+    assert indices.tolist() == [0, 1, 2, 3, 0, 1, 2, 3, 4, 5, 6, 7, 8, 5, 6, 7, 8, 9]
+
+
 def test_routing_plans_uniform_and_skewed():
     from backends.aiter.moe import routing_plan
     from traces.errors import SpecschedError
