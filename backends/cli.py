@@ -123,6 +123,20 @@ def verify_metadata(widths, kv_lens, mla, num_draft_tokens, page_size, capture_b
         click.echo(_human(d))
 
 
+def executor_setup_options(command):
+    """The live executor's setup options that `profile` and `calibrate` share (--settle-s,
+    --page-size, --max-context, --kv-pool-gib), in that order in --help."""
+    for option in reversed((
+            click.option("--settle-s", type=float, default=0.2, show_default=True,
+                         help="Untimed running before the first point of each graph and eager section."),
+            click.option("--page-size", type=int, default=16, show_default=True),
+            click.option("--max-context", type=int, default=None, help="Context length (default 131072)."),
+            click.option("--kv-pool-gib", type=float, default=None,
+                         help="Physical KV pool size (default: what fits)."))):
+        command = option(command)
+    return command
+
+
 @click.command("profile")
 @click.option("--model", required=True, help="Preset name (e.g. llama-3.1-8b) or a config.json path.")
 @click.option("--tp", type=int, default=None, help="Tensor-parallel degree (default: the preset's).")
@@ -159,11 +173,7 @@ def verify_metadata(widths, kv_lens, mla, num_draft_tokens, page_size, capture_b
 @click.option("--reps", type=int, default=5, show_default=True, help="Timed repetitions per graph point.")
 @click.option("--warmup", type=int, default=2, show_default=True, help="Untimed runs before them.")
 @click.option("--eager-reps", type=int, default=5, show_default=True, help="Timed repetitions per eager point.")
-@click.option("--settle-s", type=float, default=0.2, show_default=True,
-              help="Untimed running before the first point of each graph and eager section.")
-@click.option("--page-size", type=int, default=16, show_default=True)
-@click.option("--max-context", type=int, default=None, help="Context length (default 131072).")
-@click.option("--kv-pool-gib", type=float, default=None, help="Physical KV pool size (default: what fits).")
+@executor_setup_options
 @click.option("--gpu", "gpu_sheet", default="H200", show_default=True,
               help="GPU sheet for the modelled tensor-parallel all-reduce.")
 @click.option("--progress", is_flag=True, help="Show progress on stderr even when it is not a terminal.")

@@ -7,7 +7,7 @@ import sys
 
 import click
 
-from backends.cli import _executor_opts, _with_progress, same_file
+from backends.cli import _executor_opts, _with_progress, executor_setup_options, same_file
 from traces.errors import SpecschedError
 
 __all__ = ["calibrate"]
@@ -32,11 +32,7 @@ __all__ = ["calibrate"]
 @click.option("--warmup", type=int, default=2, show_default=True, help="Untimed runs before them.")
 @click.option("--eager-reps", type=int, default=5, show_default=True,
               help="Timed repetitions per eager and prefill anchor.")
-@click.option("--settle-s", type=float, default=0.2, show_default=True,
-              help="Untimed running before the first point of each graph and eager section.")
-@click.option("--page-size", type=int, default=16, show_default=True)
-@click.option("--max-context", type=int, default=None, help="Context length (default 131072).")
-@click.option("--kv-pool-gib", type=float, default=None, help="Physical KV pool size (default: what fits).")
+@executor_setup_options
 @click.option("--gpu", "gpu_sheet", default="H200", show_default=True,
               help="GPU name of the shipped base profile, and the sheet for the modelled "
                    "tensor-parallel all-reduce.")

@@ -93,6 +93,16 @@ def test_parse_int_list():
         parse_int_list("1,,2", option="--x")
 
 
+def _refused(r, needle: str, tmp_path: Path, out: Path, base: Path, before: bytes) -> None:
+    """A refusal: exit 2, one `error:` message naming ``needle``, no traceback, nothing written
+    (no ``out``, nothing new in ``tmp_path``) and the base profile as it was."""
+    assert r.returncode == 2, r.stderr
+    assert r.stderr.startswith("error: ") and needle in r.stderr, r.stderr
+    assert "Traceback" not in r.stderr and r.stdout == ""
+    assert not out.exists() and base.read_bytes() == before
+    assert {p.name for p in tmp_path.iterdir()} <= {"base.parquet", "sub", "notes.txt"}
+
+
 def _base_profile(tmp_path: Path) -> Path:
     sys.path.insert(0, str(ROOT / "tests" / "backends"))
     from backends_helpers import roofline_profile_rows
@@ -141,12 +151,7 @@ def test_heldout_only_refusals_exit_2_before_the_gpu(tmp_path, case, needle):
         bad = tmp_path / "notes.txt"
         bad.write_text("kind,graph\n")
         args[args.index(str(base))] = str(bad)
-    r = cli("profile", *args)
-    assert r.returncode == 2, r.stderr
-    assert r.stderr.startswith("error: ") and needle in r.stderr, r.stderr
-    assert "Traceback" not in r.stderr and r.stdout == ""
-    assert not out.exists() and base.read_bytes() == before
-    assert {p.name for p in tmp_path.iterdir()} <= {"base.parquet", "sub", "notes.txt"}
+    _refused(cli("profile", *args), needle, tmp_path, out, base, before)
 
 
 @pytest.mark.parametrize("case, needle", [
@@ -185,12 +190,7 @@ def test_calibrate_refusals_exit_2_before_the_gpu(tmp_path, case, needle):
         args += ["--anchors", "0"]
     elif case == "heldout":
         args += ["--heldout", "-2"]
-    r = cli("calibrate", *args)
-    assert r.returncode == 2, r.stderr
-    assert r.stderr.startswith("error: ") and needle in r.stderr, r.stderr
-    assert "Traceback" not in r.stderr and r.stdout == ""
-    assert not out.exists() and base.read_bytes() == before
-    assert {p.name for p in tmp_path.iterdir()} <= {"base.parquet", "sub", "notes.txt"}
+    _refused(cli("calibrate", *args), needle, tmp_path, out, base, before)
 
 
 def test_calibrate_default_base_is_the_shipped_profile(tmp_path):
