@@ -21,7 +21,6 @@ request's 0-based data row in the input; ``arrival_s`` counts from the earliest 
 from __future__ import annotations
 
 import hashlib
-import json
 import os
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -34,7 +33,7 @@ import pyarrow.csv as pacsv
 
 from traces.errors import Problem, ProblemLog, SpecschedError, TraceValidationError
 from traces.schema import META_ACCEPTANCE, META_NOTES, META_PREFIX_BLOCK, META_SOURCE
-from traces.sniff import expect_csv, expect_jsonl
+from traces.sniff import expect_csv, expect_jsonl, json_lines
 
 __all__ = ["FORMATS", "SourceRequests", "read_source", "convert", "ConvertResult"]
 
@@ -316,13 +315,9 @@ def read_mooncake(path: str) -> SourceRequests:
     rows: list[int] = []
     hashes: list[list[int]] = []
     without_ids = 0
-    for row, line in enumerate(raw.decode("utf-8", "replace").split("\n")):
-        if not line.strip():
-            continue
-        try:
-            obj = json.loads(line)
-        except ValueError as exc:
-            probs.add(f"not valid JSON ({exc.args[0] if exc.args else exc})", row)
+    for row, obj, bad in json_lines(raw):
+        if bad:
+            probs.add(bad, row)
             continue
         if not isinstance(obj, dict):
             probs.add("expected a JSON object", row)

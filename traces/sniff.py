@@ -11,12 +11,14 @@ then name rows and columns).
 
 from __future__ import annotations
 
+import json
 import re
 from pathlib import Path
+from typing import Any, Iterator
 
 from traces.errors import SpecschedError
 
-__all__ = ["kind_of", "expect_parquet", "expect_csv", "expect_jsonl"]
+__all__ = ["kind_of", "expect_parquet", "expect_csv", "expect_jsonl", "json_lines"]
 
 _HEAD = 4096
 _LFS = b"version https://git-lfs.github.com/spec/"
@@ -118,3 +120,16 @@ def expect_jsonl(path: str | Path, wanted: str, hint: str = "") -> None:
     if kind == "text":
         raise _refuse(path, f"this looks like CSV or plain text, not {wanted} (its first line "
                             f"does not start with '{{'){hint}")
+
+
+def json_lines(raw: bytes) -> Iterator[tuple[int, Any, str | None]]:
+    """The non-blank lines of a JSON-lines file's bytes, parsed: ``(row, object, None)``, or
+    ``(row, None, "not valid JSON (...)")`` for a line that does not parse (rows count from 0,
+    blank lines included)."""
+    for row, line in enumerate(raw.decode("utf-8", "replace").split("\n")):
+        if not line.strip():
+            continue
+        try:
+            yield row, json.loads(line), None
+        except ValueError as exc:
+            yield row, None, f"not valid JSON ({exc.args[0] if exc.args else exc})"

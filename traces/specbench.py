@@ -19,7 +19,7 @@ import numpy as np
 from traces.acceptance import (AcceptanceModel, StepLists, estimate_position_accept_prob,
                                multi_range)
 from traces.errors import SpecschedError
-from traces.sniff import expect_jsonl
+from traces.sniff import expect_jsonl, json_lines
 
 __all__ = ["SpecBenchData", "SpecBenchModel", "load_specbench"]
 
@@ -52,14 +52,9 @@ def load_specbench(path: str | os.PathLike) -> SpecBenchData:
     model_ids: list[str] = []
     seen: set[str] = set()
     repeated = 0
-    for row, line in enumerate(raw.decode("utf-8", "replace").split("\n")):
-        if not line.strip():
-            continue
-        try:
-            obj = json.loads(line)
-        except ValueError as exc:
-            raise SpecschedError(f"not valid JSON ({exc.args[0] if exc.args else exc})",
-                                 path=str(path), row=row) from None
+    for row, obj, bad in json_lines(raw):
+        if bad:
+            raise SpecschedError(bad, path=str(path), row=row)
         if not isinstance(obj, dict):
             raise SpecschedError("expected a JSON object per line", path=str(path), row=row)
         choices = obj.get("choices")

@@ -166,3 +166,12 @@ def test_repeated_answers_warning_reaches_the_run_summary(tmp_path):
                            acceptance=f"specbench:{p}")
     res = simulate_to(ta, SimConfig.load(None, {"backend.name": "roofline"}), None)
     assert [w for w in res.summary["warnings"] if "1 answer repeats a question_id" in w]
+
+
+def test_a_line_that_is_not_json_is_refused_with_its_row(tmp_path):
+    # rows count from 0 and blank lines count: the broken line is row 2
+    p = answers(tmp_path / "d.jsonl", "vicuna-eagle-x", [(1, "qa", [2, 2])])
+    p.write_text(p.read_text() + "\n{not json}\n")
+    with pytest.raises(SpecschedError, match="not valid JSON") as err:
+        parse_acceptance(f"specbench:{p}")
+    assert err.value.problem.row == 2
