@@ -50,7 +50,7 @@ import numpy as np
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from benchmarks.aiter_rate_workloads import (  # noqa: E402
-    DECODE_CURVE_GRID, DENSE_I, FLASH_CURVE_GRID, HEADS, NOPE, ROPE, SHARED_I, VOCAB, Env, H,
+    DECODE_CURVE_GRID, DENSE_I, FLASH_CURVE_GRID, HEADS, LORA, NOPE, ROPE, SHARED_I, VOCAB, Env, H,
     w_add_rmsnorm, w_flash, w_linear, w_mla_decode, w_moe, w_rmsnorm, w_rope_cache, w_silu)
 
 
@@ -162,7 +162,14 @@ def measure(env: Env, *, log=print) -> dict:
     from backends.aiter.mla_kernels import decode_programs, decode_splits, flash_programs
 
     decode_curve = []
+    from backends.aiter.mla import MAX_VIEW_ELEMENTS
+
     for rows, kv in DECODE_CURVE_GRID:
+        if rows * (kv + 1) * (LORA + ROPE) > MAX_VIEW_ELEMENTS:
+            # one cache of these rows is past the kernel's 32-bit offsets (an illegal address)
+            print(f"mla_decode_curve stage 1, {rows} rows, KV {kv}: skipped, "
+                  f"{rows * (kv + 1) * (LORA + ROPE):,} cache values > 2**31 - 1")
+            continue
         fn, b, f = w_mla_decode(env, rows, 1, kv, stage1_only=True, rotate=True)
         p = point("mla_decode_curve", f"stage 1, {rows} rows, KV {kv}", fn, b, f,
                   calls_for(b / 1e12), rows=rows, kv=kv, splits=decode_splits(rows),

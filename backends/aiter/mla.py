@@ -134,12 +134,25 @@ class LatentPlan:
         return self.pages * self.page_bytes
 
 
+#: the most values one layer's latent view may hold (32-bit offsets in AITER's MLA decode)
+MAX_VIEW_ELEMENTS = 2**31 - 1
+
+
 def plan_latent_pool(budget_bytes: int, *, views: int, page_size: int, dim: int, dtype_bytes: int,
                      max_blocks: int, want_view_pages: int) -> LatentPlan:
-    """Pool and view sizes for a byte budget: views ``shift`` pages apart, as the dense pool."""
+    """Pool and view sizes for a byte budget: views ``shift`` pages apart, as the dense pool.
+
+    A view holds at most ``MAX_VIEW_ELEMENTS`` values: AITER's MLA decode kernel computes a
+    key's offset as a 32-bit ``index * row stride`` from its view's start, which wraps past
+    2**31 (an illegal address on the H200: 128 rows x 32,768 keys x 576 values did it)."""
     page_bytes = page_size * dim * dtype_bytes
     pages = max(int(budget_bytes // page_bytes), 2 * max_blocks)
-    view_pages = min(max(int(want_view_pages), 2 * max_blocks), pages)
+    view_pages = min(max(int(want_view_pages), 2 * max_blocks), pages,
+                     MAX_VIEW_ELEMENTS // (page_size * dim))
+    if view_pages < 2 * max_blocks:
+        raise SpecschedError(f"one layer's latent view needs {2 * max_blocks} pages of "
+                             f"{page_size} x {dim} values, past the {MAX_VIEW_ELEMENTS} that "
+                             "AITER's MLA decode kernel can address: lower --max-context")
     views = max(1, int(views))
     shift = (pages - view_pages) // (views - 1) if views > 1 else 0
     return LatentPlan(pages=pages, view_pages=view_pages, shift=shift, views=views,

@@ -64,6 +64,23 @@ def test_contiguous_decode_rows_by_hand():
     assert indices.tolist() == [0, 1, 2, 3, 0, 1, 2, 3, 4, 5, 6, 7, 8, 5, 6, 7, 8, 9]
 
 
+def test_latent_views_stay_within_32_bit_offsets():
+    from backends.aiter.mla import plan_latent_pool
+    from traces.errors import SpecschedError
+
+    # page 64 x 576 values = 36,864 a page; (2**31 - 1) // 36,864 = 58,254 pages a view
+    # (58,254 x 36,864 = 2,147,475,456; one page more is 2,147,512,320 > 2**31 - 1)
+    p = plan_latent_pool(100 << 30, views=2, page_size=64, dim=576, dtype_bytes=2,
+                         max_blocks=512, want_view_pages=80_000)
+    assert p.view_pages == 58_254
+    small = plan_latent_pool(1 << 30, views=2, page_size=64, dim=576, dtype_bytes=2,
+                             max_blocks=512, want_view_pages=4_000)
+    assert small.view_pages == 4_000           # under the limit: as asked
+    with pytest.raises(SpecschedError, match="lower --max-context"):
+        plan_latent_pool(100 << 30, views=2, page_size=64, dim=576, dtype_bytes=2,
+                         max_blocks=30_000, want_view_pages=80_000)
+
+
 def test_routing_plans_uniform_and_skewed():
     from backends.aiter.moe import routing_plan
     from traces.errors import SpecschedError

@@ -42,6 +42,52 @@ def test_fp8_blockscale_gemm_matches_torch_at_v3_shapes():
         assert c["quant_same_frac"] >= 0.999, (m, n, k, c)   # e4m3fn rounding as torch's cast
 
 
+def test_grid_mn_leaves_the_compiled_gemm_unchanged():
+    """AITER's heuristics make GRID_MN a compile-time constant that only a discarded
+    remap_xcd() reads: two values give the same PTX, and blockscale_gemm (which fixes it)
+    compiles once for batch sizes that AITER's heuristics would compile four times for."""
+    import re
+
+    import torch
+
+    from backends.aiter import fp8
+    from tests.aiter.mla_checks import fp8_gemm_case
+
+    jit = fp8.load_fp8_kernels()["gemm"]
+    n, k = 576, 7168
+    x_q = torch.zeros((300, k), dtype=fp8.fp8_dtype(), device="cuda")
+    x_s = torch.ones((300, k // 128), dtype=torch.float32, device="cuda")
+    w_q = torch.zeros((n, k), dtype=fp8.fp8_dtype(), device="cuda")
+    w_s = torch.ones((-(-n // 128), k // 128), dtype=torch.float32, device="cuda")
+    out = torch.empty((300, n), dtype=torch.bfloat16, device="cuda")
+    wt, wst = w_q.T, w_s.T
+    cfg = dict(fp8.GEMM_CONFIG, NUM_KSPLIT=1, SPLITK_BLOCK_SIZE=k, GROUP_K=128, GROUP_N=128,
+               EVEN_K=True)
+
+    def ptx(grid_mn):
+        c = jit.warmup(x_q, wt, out, x_s, wst, 300, n, k, x_q.stride(0), x_q.stride(1),
+                       wt.stride(0), wt.stride(1), 1, out.stride(0), out.stride(1),
+                       x_s.stride(0), x_s.stride(1), wst.stride(0), wst.stride(1),
+                       grid=(1,), GRID_MN=grid_mn, **cfg)
+        # the code: no debug sections (their offsets follow the name's length), no line info
+        code = c.asm["ptx"].split(".section", 1)[0].replace(c.metadata.name, "KERNEL")
+        return [ln for ln in code.splitlines() if not re.match(r"\s*\.(loc|file)\b", ln)], \
+            c.metadata.name
+
+    a, name_a = ptx(3 * 5)      # M 300: 3 row tiles x 5 column tiles, what AITER derives
+    b, name_b = ptx(1)
+    first_diff = next(((i, x, y) for i, (x, y) in enumerate(zip(a, b)) if x != y), None)
+    assert len(a) > 200 and len(a) == len(b) and first_diff is None, (name_a, first_diff)
+
+    cache = jit.device_caches[torch.cuda.current_device()][0]
+    before = None
+    for m in (129, 300, 1000, 2055):       # GRID_MN 10, 15, 40, 85 under AITER's heuristics
+        c = fp8_gemm_case(m, n, k, device="cuda")
+        assert c["max_abs_error"] < 1e-2 * max(1.0, c["output_scale"]), (m, c)
+        before = len(cache) if before is None else before   # after the first compile
+    assert len(cache) == before, (before, len(cache))
+
+
 def test_fp8_ep_moe_and_mla_decode_match_the_references():
     from tests.aiter.mla_checks import decode_case, moe_case, tiny_runner
 
