@@ -40,6 +40,7 @@
 #   calibrate8b  `specsched calibrate` of the shipped Llama-3.1-8B profile on this GPU: 24 of its
 #                grid points re-measured, one factor per pass group, within --budget-s 120
 #                (limit 150 s)                              -> llama-3.1-8b__H200.calibrated.parquet
+#   calibrate70b the same for the Llama-3.1-70B tp-8 shard  -> llama-3.1-70b__H200.calibrated.parquet
 #   live-conv:N  live `simulate --backend aiter` of the first N requests of the conversation sample
 #   live-split:N the same with --policy split (a what-if: widths other than 4 run eagerly)
 #   live-code    live `simulate --backend aiter` of the whole code sample
@@ -53,9 +54,10 @@
 #                FP8 EP fused MoE against PyTorch, the tp-8 / ep-8 shard built and a verify timed)
 #   v3-moe       only the V3 FP8 EP MoE / MLA decode check of v3-tests
 #   profile-v3   `specsched profile` for the DeepSeek-V3 tp-8 / ep-8 shard (FP8, 61 layers + MTP):
-#                bs 1-64 x KV to 16k at 3 points, prefill every 128 tokens from 256 to 1,024 (the
-#                first V3 profile found a 4x jump between 572 and 1,023 tokens), 16 held-out shapes
-#                -> deepseek-v3__H200.parquet
+#                bs 1-64 x KV to 16k at 3 points, prefill at 128-4,096 tokens (the tile thresholds
+#                255/256 and 1,023/1,024 are added), eager bs 1, 8, 16, 16 held-out shapes; run it
+#                alone in a call (limit 560 s: with 11 prefill points and 4 eager sizes it passed
+#                420 s)                                     -> deepseek-v3__H200.parquet
 #   live-v3:N    live run of the first N conversation requests on the DeepSeek-V3 shard, fixed policy
 #   live-v2lite-unsafe:N  the same with --policy unsafe-derived: every mixed launch's output error
 #                (steps.parquet max_abs_error, the MLA path's fixed-width metadata)
@@ -163,6 +165,8 @@ PY
         --base backends/profiles/llama-3.1-8b__H200.parquet --heldout 48 -o "$out/llama-3.1-8b__H200.parquet" ;;
     calibrate8b) job calibrate8b 150 python3 -m specsched calibrate --model llama-3.1-8b --progress \
         -o "$out/llama-3.1-8b__H200.calibrated.parquet" --budget-s 120 ;;
+    calibrate70b) job calibrate70b 150 python3 -m specsched calibrate --model llama-3.1-70b --tp 8 \
+        --progress -o "$out/llama-3.1-70b__H200.calibrated.parquet" --budget-s 120 ;;
     profile70b) job profile70b 560 python3 -m specsched profile --model llama-3.1-70b --tp 8 --progress \
         --bs "$BS70" --kv-lens "$KV70" -o "$out/llama-3.1-70b__H200.parquet" ;;
     live-conv:*) live "conv${j#live-conv:}" "$CONV" "${j#live-conv:}" ;;
@@ -186,9 +190,9 @@ PY
         -p no:cacheprovider --junitxml "$out/v3_tests.xml" ;;
     v3-moe) job v3-moe 90 python3 -m pytest -q -rfEs -p no:cacheprovider \
         tests/aiter/test_aiter_v3_gpu.py::test_fp8_ep_moe_and_mla_decode_match_the_references ;;
-    profile-v3) job profile-v3 420 python3 -m specsched profile --model deepseek-v3 --progress \
-        --bs 1,2,4,8,16,32,64 --kv-lens 512,4096,16384 --eager-bs 1,4,8,16 --eager-kv-lens 1024 \
-        --prefill-tokens 128,255,256,384,512,640,768,896,1023,1024,4096 --prefill-prefix 0 --heldout 16 \
+    profile-v3) job profile-v3 560 python3 -m specsched profile --model deepseek-v3 --progress \
+        --bs 1,2,4,8,16,32,64 --kv-lens 512,4096,16384 --eager-bs 1,8,16 --eager-kv-lens 1024 \
+        --prefill-tokens 128,384,640,896,2048,4096 --prefill-prefix 0 --heldout 16 \
         --max-context 32768 -o "$out/deepseek-v3__H200.parquet" ;;
     live-v3:*) MODEL=deepseek-v3 live "v3${j#live-v3:}" "$CONV" "${j#live-v3:}" --policy fixed ;;
     live-v2lite-unsafe:*) MODEL=deepseek-v2-lite live "v2liteunsafe${j#live-v2lite-unsafe:}" "$CONV" \

@@ -261,6 +261,8 @@ def run_profile(model: Any, out: str, spec: ProfileSpec, *, executor_opts: dict 
                 rows.append(_row("verify", False, b, w, kv, b * w, [t.latency_s for t in ts]))
             runner.graphs = {k: v for k, v in runner.graphs.items() if k[0] != "eager"}
     timing["verify_eager_s"] = time.perf_counter() - t0
+    say(f"verify eager: {sum(1 for r in rows if r['kind'] == 'verify' and not r['graph'])} points "
+        f"in {timing['verify_eager_s']:.1f} s")
 
     # ---- draft --------------------------------------------------------------------------------
     t0 = time.perf_counter()
@@ -294,6 +296,7 @@ def run_profile(model: Any, out: str, spec: ProfileSpec, *, executor_opts: dict 
                 rows.append(_row("draft", False, b, 1, kv, b, [t.latency_s for t in ts]))
         runner.graphs = {k: v for k, v in runner.graphs.items() if k[0] != "eager"}
     timing["draft_s"] = time.perf_counter() - t0
+    say(f"draft: {sum(1 for r in rows if r['kind'] == 'draft')} points in {timing['draft_s']:.1f} s")
 
     # ---- draft-extend -------------------------------------------------------------------------
     t0 = time.perf_counter()
@@ -344,6 +347,8 @@ def run_profile(model: Any, out: str, spec: ProfileSpec, *, executor_opts: dict 
             ts = runner.prefill(np.array([tok]), np.array([pre]), reps=spec.eager_reps, warmup=1)
             rows.append(_row("prefill", False, 1, 0, pre, tok, [t.latency_s for t in ts]))
     timing["prefill_s"] = time.perf_counter() - t0
+    say(f"prefill: {sum(1 for r in rows if r['kind'] == 'prefill')} points in "
+        f"{timing['prefill_s']:.1f} s")
 
     # ---- held-out points off the grid (backends.heldout) ---------------------------------------
     held_note = None
