@@ -28,6 +28,8 @@ of V2-Lite's step (hidden 2048, 16 heads, latent 512 + rope 64, 64 experts of 14
 
 The two curves make the estimate's decode and flash rates depend on the launch
 (``backends/aiter/rate_curves.py``); the single rates stay for files and readers without them.
+The ``moe_bw`` points (with ``tokens``) and the ``gemm_bw`` points (with ``m``, ``k``, ``n``) are
+read as two more curves, the MoE's bandwidth by rows and a GEMM's by its weight bytes.
 
 The workloads are in ``benchmarks/aiter_rate_workloads.py``. Every figure is a median of repeated
 replays; the weights read per call rotate over copies of more than 256 MB so that the 50 MB L2
@@ -144,7 +146,8 @@ def measure(env: Env, *, log=print) -> dict:
     for m in (1, 16):
         for k, n in ((H, HEADS * (NOPE + ROPE)), (H, 2 * SHARED_I), (H, 2 * DENSE_I), (H, VOCAB)):
             fn, b, f = w_linear(env, m, k, n, rotate=True)
-            point("gemm_bw", f"linear M {m} K {k} N {n}", fn, b, f, calls_for(b / 4e12))
+            point("gemm_bw", f"linear M {m} K {k} N {n}", fn, b, f, calls_for(b / 4e12), m=m,
+                  k=k, n=n)
     # fused MoE
     for t in (1, 4, 16, 64):
         fn, b, f, touched = w_moe(env, t)

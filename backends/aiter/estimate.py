@@ -32,14 +32,12 @@ Kernel classes and their rates (keys of the rates file's ``"rates"`` object):
 ``floor`` is ``launch_floor_graph_s`` for a graph replay and ``launch_floor_eager_s`` for an
 eager (queued) pass: the time one kernel takes in a chain of tiny kernels.
 
-Launch-size-dependent rates: when the rates file holds ``mla_decode_curve`` (and
-``flash_curve``), the MLA decode's time is its bytes over the bandwidth
-:func:`backends.aiter.rate_curves.decode_bandwidth` reads off the curve at the launch's program
-count (head groups x rows x KV splits) and mean keys per row, and the flash attention's time its
-FLOPs over :func:`backends.aiter.rate_curves.flash_rate` at its query tokens and prefix per
-request (the means over the pass's requests).  A curve's points are the kernel's whole time at
-that launch, so no second bound (FLOPs, bytes) is taken for those two kernels.  A file without
-the curves is priced with the single rates above.
+Launch-size-dependent rates (:mod:`backends.aiter.rate_curves`): with ``mla_decode_curve``
+(``flash_curve``) in the file, the MLA decode's time is its bytes over the curve's bandwidth at
+the launch's programs and mean keys per row (the flash's, its FLOPs over the curve's rate at its
+query tokens and prefix per request), with no second bound: a point is the kernel's whole time.
+From the file's ``moe_bw`` and ``gemm_bw`` points, the fused MoE's bandwidth follows its rows
+and a GEMM's its weight bytes, the FLOP bound kept.  Without curves: the single rates above.
 
 Imports neither torch nor triton (numpy only): it runs anywhere.
 """
@@ -57,8 +55,9 @@ import numpy as np
 from backends.aiter.mla import decode_splits, mla_geometry, mla_kernel_width
 from backends.aiter.mla_kernels import decode_programs
 from backends.aiter.moe import TILE_THRESHOLDS, moe_config
-from backends.aiter.rate_curves import (DECODE_CURVE, FLASH_CURVE, check_curves,
-                                        decode_bandwidth, flash_rate)
+from backends.aiter.rate_curves import (DECODE_CURVE, FLASH_CURVE, GEMM_CURVE, MOE_CURVE,
+                                        check_curves, decode_bandwidth, flash_rate,
+                                        gemm_bandwidth, moe_bandwidth, point_curves)
 from traces.errors import SpecschedError
 
 __all__ = ["Kernel", "RATE_KEYS", "MOE_TILES", "load_rates", "check_rates", "decode_kernels",
@@ -80,7 +79,8 @@ BF16 = 2  # bytes per activation, weight and latent value
 class Kernel:
     """One kernel launch (``count`` identical ones) of a forward pass; ``programs`` and
     ``keys_per_row`` describe an MLA decode launch, ``q`` and ``prefix`` (per request, means) a
-    flash launch (the coordinates of :mod:`backends.aiter.rate_curves`)."""
+    flash launch, ``rows`` a fused MoE's, ``weights`` a GEMM's weight bytes (the coordinates of
+    :mod:`backends.aiter.rate_curves`)."""
 
     name: str
     cls: str
@@ -92,6 +92,8 @@ class Kernel:
     keys_per_row: float = 0.0
     q: float = 0.0
     prefix: float = 0.0
+    rows: int = 0
+    weights: float = 0.0
 
 
 def check_rates(rates: dict, where: str = "rates") -> dict:
@@ -129,7 +131,10 @@ def load_rates(path: str | Path) -> dict:
     if not isinstance(doc, dict) or "rates" not in doc:
         raise SpecschedError(f"{p}: no 'rates' object (write it with "
                              f"benchmarks/bench_aiter_rates.py --json)")
-    return check_rates(doc["rates"], str(p))
+    rates = doc["rates"]
+    if isinstance(rates, dict):  # the moe_bw / gemm_bw curves from the points, unless given
+        rates = {**point_curves(doc.get("points"), str(p)), **rates}
+    return check_rates(rates, str(p))
 
 
 # ---- the model's arithmetic ----------------------------------------------------------------------
@@ -148,9 +153,9 @@ def moe_tile(tokens: int) -> str:
     return MOE_TILES[0] if tokens < lo else (MOE_TILES[1] if tokens < hi else MOE_TILES[2])
 
 
-def _gemm(name: str, m: int, k: int, n: int, count: int = 1, weights: bool = True) -> Kernel:
-    w = k * n * BF16 if weights else 0
-    return Kernel(name, "gemm", w + m * (k + n) * BF16, 2.0 * m * k * n, count)
+def _gemm(name: str, m: int, k: int, n: int, count: int = 1) -> Kernel:
+    w = k * n * BF16
+    return Kernel(name, "gemm", w + m * (k + n) * BF16, 2.0 * m * k * n, count, weights=w)
 
 
 def _ew(name: str, nbytes: float, count: int = 1) -> Kernel:
@@ -160,7 +165,7 @@ def _ew(name: str, nbytes: float, count: int = 1) -> Kernel:
 def _bmm(name: str, rows: int, heads: int, k: int, n: int) -> Kernel:
     """Per-head ``[rows, k] @ [k, n]`` (``torch.bmm``): weights ``H k n``."""
     return Kernel(name, "gemm", (heads * k * n + rows * heads * (k + n)) * BF16,
-                  2.0 * rows * heads * k * n)
+                  2.0 * rows * heads * k * n, weights=heads * k * n * BF16)
 
 
 def _mlp(g: dict, T: int, *, moe: bool) -> list[Kernel]:
@@ -183,10 +188,10 @@ def _mlp(g: dict, T: int, *, moe: bool) -> list[Kernel]:
         _ew("moe align (fills, 4 stages)", (E + 1) * E * 4 * 3 + pairs * 12, count=6),
         _ew("moe sorted ids fill", (pairs + E * (moe_config(T)["BLOCK_SIZE_M"] - 1)) * 4),
         Kernel("fused moe gate/up", "moe", D * 2 * I * h * BF16 + (T * h + pairs * 2 * I) * BF16,
-               2.0 * pairs * h * 2 * I, 1, tile),
+               2.0 * pairs * h * 2 * I, 1, tile, rows=T),
         _ew("silu-and-mul (routed)", pairs * 3 * I * BF16),
         Kernel("fused moe down", "moe", D * h * I * BF16 + (pairs * I + pairs * h) * BF16,
-               2.0 * pairs * I * h, 1, tile),
+               2.0 * pairs * I * h, 1, tile, rows=T),
         _ew("sum over top-k", (pairs + T) * h * BF16),
     ]
     if si:
@@ -315,14 +320,18 @@ def step_kernels(model: Any, kind: str, *, bs: int, width: int, kv_len: int,
 
 
 def kernel_time(k: Kernel, rates: dict, *, graph: bool) -> float:
-    """``count x (floor + max(bytes / bandwidth, flops / flop rate))`` for ``k``'s class; an MLA
-    decode (flash) kernel with a curve in ``rates``: ``count x (floor + bytes / curve bandwidth)``
-    (``flops / curve FLOP rate``) at its launch (:mod:`backends.aiter.rate_curves`)."""
+    """``count x (floor + max(bytes / bandwidth, flops / flop rate))`` for ``k``'s class, the
+    bandwidth of a GEMM (fused MoE) read off its curve at its weight bytes (rows) when ``rates``
+    has one; an MLA decode (flash) kernel with a curve: ``count x (floor + bytes / curve
+    bandwidth)`` (``flops / curve FLOP rate``) at its launch (:mod:`backends.aiter.rate_curves`)."""
     floor = rates["launch_floor_graph_s" if graph else "launch_floor_eager_s"]
     if k.cls == "gemm":
-        t = max(k.bytes / rates["gemm_bw"], k.flops / rates["gemm_flops"])
+        bw = gemm_bandwidth(rates[GEMM_CURVE], k.weights) if GEMM_CURVE in rates else \
+            rates["gemm_bw"]
+        t = max(k.bytes / bw, k.flops / rates["gemm_flops"])
     elif k.cls == "moe":
-        t = max(k.bytes / rates["moe_bw"], k.flops / rates["moe_flops"][k.tile])
+        bw = moe_bandwidth(rates[MOE_CURVE], k.rows) if MOE_CURVE in rates else rates["moe_bw"]
+        t = max(k.bytes / bw, k.flops / rates["moe_flops"][k.tile])
     elif k.cls == "mla_decode" and DECODE_CURVE in rates:
         t = k.bytes / decode_bandwidth(rates[DECODE_CURVE], k.programs, k.keys_per_row)
     elif k.cls == "mla_decode":

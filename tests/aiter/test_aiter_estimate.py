@@ -319,3 +319,102 @@ def test_rates_file_with_and_without_curves(tmp_path):
     p.write_text(json.dumps({"rates": dict(RATES, flash_curve=[dict(FLASH[0], q="64")])}))
     with pytest.raises(SpecschedError, match=r"flash_curve\[0\]\.q must be a positive number"):
         E.load_rates(p)
+
+
+# ---- the fused MoE's and the GEMMs' bandwidth curves, from the file's points --------------------
+#: made-up moe_bw points: 1 row 1e12 B/s, 4 rows 2e12, 16 rows measured twice (3e12 and 5e12:
+#: 8e8 bytes over 2e-4 s merged, 4e12); made-up gemm_bw points: 2 MiB of weights (K 1024 N 1024)
+#: 1e12, 8 MiB (N 4096) at M 1 4e12 and at M 16 2e12 (merged 3e12), 32 MiB (K and N as fields,
+#: no "what" to read them from) 5e12; and points no curve takes
+POINTS = [
+    {"class": "moe_bw", "tokens": 1, "bytes": 1e8, "seconds": 1e-4},
+    {"class": "moe_bw", "tokens": 4, "bytes": 2e8, "seconds": 1e-4},
+    {"class": "moe_bw", "tokens": 16, "bytes": 3e8, "seconds": 1e-4},
+    {"class": "moe_bw", "tokens": 16, "bytes": 5e8, "seconds": 1e-4},
+    {"class": "gemm_bw", "what": "linear M 1 K 1024 N 1024", "bytes": 2e6, "seconds": 2e-6},
+    {"class": "gemm_bw", "what": "linear M 1 K 1024 N 4096", "bytes": 8e6, "seconds": 2e-6},
+    {"class": "gemm_bw", "what": "linear M 16 K 1024 N 4096", "bytes": 4e6, "seconds": 2e-6},
+    {"class": "gemm_bw", "what": "cuBLAS", "k": 2048, "n": 8192, "bytes": 5e6, "seconds": 1e-6},
+    {"class": "gemm_flops", "what": "linear M 8192 K 1024 N 1024", "bytes": 1, "seconds": 1},
+    {"class": "moe_flops", "tokens": 255, "bytes": 1, "seconds": 1},
+]
+MIB = 2 ** 20
+
+
+def _rates_file(tmp_path, points, name="r.json"):
+    p = tmp_path / name
+    p.write_text(json.dumps({"rates": RATES, "points": points}))
+    return p
+
+
+def test_moe_and_gemm_bandwidth_are_log_linear_between_the_measured_points(tmp_path):
+    from backends.aiter.rate_curves import gemm_bandwidth, moe_bandwidth
+
+    r = E.load_rates(_rates_file(tmp_path, POINTS))
+    moe, gemm = r["moe_bw_curve"], r["gemm_bw_curve"]
+    assert len(moe) == 4 and len(gemm) == 4                    # the *_flops points are not taken
+    assert moe_bandwidth(moe, 1) == pytest.approx(1e12)
+    assert moe_bandwidth(moe, 2) == pytest.approx(1.5e12)      # halfway from 1 to 4 rows in ln
+    assert moe_bandwidth(moe, 8) == pytest.approx(3e12)        # halfway from 4 (2e12) to 16 (4e12)
+    assert moe_bandwidth(moe, 16) == pytest.approx(4e12)       # the two points merged
+    assert moe_bandwidth(moe, 0) == pytest.approx(1e12)        # held at the ends
+    assert moe_bandwidth(moe, 1000) == pytest.approx(4e12)
+    assert gemm_bandwidth(gemm, 2 * MIB) == pytest.approx(1e12)
+    assert gemm_bandwidth(gemm, 8 * MIB) == pytest.approx(3e12)   # M 1 and M 16 merged
+    assert gemm_bandwidth(gemm, 4 * MIB) == pytest.approx(2e12)   # halfway from 2 to 8 MiB in ln
+    assert gemm_bandwidth(gemm, 16 * MIB) == pytest.approx(4e12)  # halfway from 8 to 32 MiB
+    assert gemm_bandwidth(gemm, 1024) == pytest.approx(1e12)
+    assert gemm_bandwidth(gemm, 1e12) == pytest.approx(5e12)
+
+
+def test_a_file_without_tokens_or_shapes_keeps_the_single_rates(tmp_path):
+    bare = [{k: v for k, v in p.items() if k not in ("tokens", "k", "n")} for p in POINTS]
+    bare = [dict(p, what="cuBLAS") if p["class"] == "gemm_bw" else p for p in bare]
+    r = E.load_rates(_rates_file(tmp_path, bare))
+    assert "moe_bw_curve" not in r and "gemm_bw_curve" not in r
+    # no points at all: the same
+    assert "moe_bw_curve" not in E.load_rates(_rates_file(tmp_path, None, "n.json"))
+    bad = [POINTS[0], dict(POINTS[1], tokens=0)]
+    with pytest.raises(SpecschedError, match=r"r\.json: points\[1\]\.tokens must be a positive"):
+        E.load_rates(_rates_file(tmp_path, bad))
+
+
+def test_moe_and_gemm_kernels_are_priced_off_their_curves(tmp_path):
+    r = E.load_rates(_rates_file(tmp_path, POINTS))
+    # 8 rows: 3e12 B/s; 3e6 bytes -> 1 us + the 2 us graph floor; 1e6 FLOPs at 1e13 are 0.1 us
+    m = E.Kernel("m", "moe", 3e6, 1e6, tile="small_M", rows=8)
+    assert E.kernel_time(m, r, graph=True) == pytest.approx(3e-6)
+    # the median moe_bw without the curve: 3e6 / 2e12 = 1.5 us
+    assert E.kernel_time(m, RATES, graph=True) == pytest.approx(3.5e-6)
+    # the FLOP bound is kept: 1e8 FLOPs at small_M's 1e13 = 10 us against 1 us of bytes
+    m2 = E.Kernel("m", "moe", 3e6, 1e8, tile="small_M", rows=8)
+    assert E.kernel_time(m2, r, graph=True) == pytest.approx(12e-6)
+    # a GEMM with 4 MiB of weights: 2e12 B/s; 4e6 bytes -> 2 us + 2 us; without: 4e6 / 1e12
+    g = E.Kernel("g", "gemm", 4e6, 1e3, weights=4 * MIB)
+    assert E.kernel_time(g, r, graph=True) == pytest.approx(4e-6)
+    assert E.kernel_time(g, RATES, graph=True) == pytest.approx(6e-6)
+
+
+def test_decode_pass_kernels_carry_their_rows_and_weight_bytes():
+    ks = E.decode_kernels(G, [3, 5], 2, logits_rows=4)
+    assert [k.rows for k in _one(ks, "fused moe gate/up") + _one(ks, "fused moe down")] == [4, 4]
+    assert _one(ks, "q proj")[0].weights == 16 * 16 * 2       # [16 x 2 heads * (4 + 4)], 2 B
+    assert _one(ks, "q_nope @ W_UK")[0].weights == 2 * 4 * 8 * 2  # per head [4 x 8], 2 heads
+    assert _one(ks, "LM head")[0].weights == 16 * 32 * 2
+
+
+def test_comparison_script_prints_and_drops_curves(tmp_path):
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location(
+        "est_cmp2", ROOT / "benchmarks" / "aiter_estimate_vs_profile.py")
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    p = str(_rates_file(tmp_path, POINTS))
+    text = "\n".join(mod.curve_lines(mod.rates_without(p)))
+    # the moe line: 1e12, 2e12, 4e12 B/s at 1, 4, 16 rows; the GEMMs' weights in MB (1e6 bytes)
+    assert "      1.000   2.000   4.000" in text
+    assert "    2.1     8.4    33.6" in text
+    assert "moe_bw_curve" not in mod.rates_without(p, ("moe_bw_curve",))
+    with pytest.raises(SpecschedError, match="--without moe: not a curve"):
+        mod.rates_without(p, ("moe",))
