@@ -268,8 +268,7 @@ def plan(trace_path, slo, config_path, backend, model, gpu, profile_path, accept
     if tolerance is None or not 0 < tolerance < 0.1:
         raise SpecschedError(f"--tolerance: must be in (0, 0.1) (got {tolerance})")
     show = _show_progress(progress)
-    err = click.get_text_stream("stderr")
-    say = (lambda m: click.echo(f"  {m}", file=err)) if show else None
+    say = (lambda m: click.echo(f"  {m}", err=True)) if show else None
     result = run_plan(trace, parsed, config=config, acceptance=acceptance, search_axes=axes,
                       target_rate=target_rate, jobs=jobs, ray=ray_address, tolerance=tolerance,
                       progress=say)
@@ -424,8 +423,7 @@ def uniformity(trace_path, config_path, backend, model, gpu, profile_path, accep
 
         check_output_dir(out_dir, inputs=inputs)
     show = _show_progress(progress)
-    err = click.get_text_stream("stderr")
-    say = (lambda m: click.echo(f"  {m}", file=err)) if show else None
+    say = (lambda m: click.echo(f"  {m}", err=True)) if show else None
     rep = run_uniformity(trace, config=config, acceptance=acceptance, policies=pols, jobs=jobs,
                          ray=ray_address, keep_files=out_dir is not None,
                          gpu_batches=gpu_batches if gpu_check else 0, progress=say)
