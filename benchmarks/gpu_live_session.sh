@@ -20,6 +20,8 @@
 #   straggler    benchmarks/bench_aiter_straggler.py         -> straggler.json
 #   straggler2d  the same on 14 cases where the 2D verify kernel runs (the rule's weakest)
 #                                                             -> straggler2d.json
+#   straggler3d  the same on 12 cases in the 3D split-KV regime of the long-context sample's
+#                worst band (10-32 requests at width 4, KV 3k-16k)  -> straggler3d.json
 #   rates        benchmarks/bench_aiter_rates.py: V2-Lite's kernel classes alone (GEMM, fused
 #                MoE, MLA decode, element-wise, flash, launch floor; the MLA decode
 #                by launch size and flash by q x prefix: the curves)  -> rates.json
@@ -93,6 +95,12 @@ CASES2D="verify:30:6:1500:6000:1,verify:40:6:1500:6000:1,verify:48:6:1500:6000:1
 verify:56:6:1500:6000:1,verify:64:6:1500:6000:1,verify:40:6:1000:8000:4,verify:40:5:1500:3000:10,\
 verify:48:6:500:16000:1,verify:48:4:1000:8000:1,verify:64:4:1000:8000:1,verify:64:4:1000:4000:8,\
 verify:96:4:1500:6000:2,verify:48/44:6:1500:6000:1,verify:128:4:1500:6000:1"
+# straggler cases in the 3D split-KV regime of the long-context sample's worst band (9-32
+# requests at width 4, mean KV 3k-8k, 1-5 requests 1.5-3x longer; docs/backends.md)
+CASES3D="verify:10:4:4000:8000:1,verify:12:4:4000:8000:1,verify:12/11:4:4000:8000:1,\
+verify:16:4:4000:8000:1,verify:16:4:4000:8000:4,verify:16:4:6000:12000:2,verify:16/14:4:5000:9000:2,\
+verify:20:4:4000:8000:5,verify:24:4:4000:10000:1,verify:24:4:4000:10000:3,verify:32:4:3000:9000:2,\
+verify:12:4:8000:16000:1"
 # a schedule that switches on the conversation sample (k is capped at num_draft_tokens - 1 = 3,
 # as vLLM caps it at num_speculative_tokens; batches there are mostly 1-7 requests)
 SCHEDULE=${SCHEDULE:-1-2:3,3-4096:1}
@@ -154,6 +162,8 @@ PY
     straggler) job straggler 300 python3 benchmarks/bench_aiter_straggler.py --json "$out/straggler.json" ;;
     straggler2d) job straggler2d 300 python3 benchmarks/bench_aiter_straggler.py --json "$out/straggler2d.json" \
         --cases "$CASES2D" ;;
+    straggler3d) job straggler3d 300 python3 benchmarks/bench_aiter_straggler.py --json "$out/straggler3d.json" \
+        --cases "$CASES3D" ;;
     rates) job rates 120 python3 benchmarks/bench_aiter_rates.py --json "$out/rates.json" ;;
     coarse8b) job coarse8b 240 python3 -m specsched profile --model llama-3.1-8b --bs 1,8,64,256 --widths 1,4,8 \
         --kv-lens 512,4096,32768 --eager-bs 1,64,384 --eager-widths 1,4 --eager-kv-lens 1024 \
