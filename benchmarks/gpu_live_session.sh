@@ -79,6 +79,11 @@ if ls .whl/*.whl >/dev/null 2>&1 && [ ! -d /tmp/site/aiter ]; then
     --target /tmp/site .whl/*.whl || exit 1
 fi
 export PYTHONPATH="/tmp/site:$PWD${PYTHONPATH:+:$PYTHONPATH}"
+# without them every job would fail at import: stop now and say why
+if ! python3 -c "import importlib.util as u, sys; sys.exit(0 if u.find_spec('aiter') and u.find_spec('simpy') else 1)"; then
+  echo "error: amd-aiter or simpy is not installed: put their wheels in .whl/ (pip download --no-deps -d .whl amd-aiter simpy) and carry .whl" | tee -a "$out/gpu$gpu.log"
+  exit 2
+fi
 log="$out/gpu$gpu.log"
 deadline=${DEADLINE:-570}
 BS="1,2,3,4,5,6,7,8,10,12,14,16,24,32,48,64,96,128,160,192,256"
