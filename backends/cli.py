@@ -275,7 +275,8 @@ def profile(model, tp, out, bs, widths, kv_lens, eager_bs, eager_widths, eager_k
     summary = _with_progress(progress, lambda prog, log: run_profile(
         shape, out, spec, executor_opts=opts, command=_command(), progress=prog, log=log,
         heldout=heldout, heldout_seed=heldout_seed))
-    click.echo(json.dumps({k: summary[k] for k in ("rows", "out", "skipped", "heldout", "wall_s")}))
+    click.echo(json.dumps({k: summary[k] for k in ("rows", "out", "skipped", "heldout",
+                                                      "timed_runs_still_starved", "wall_s")}))
 
 
 def _executor_opts(gpu_sheet, page_size, extend_logits, max_context, kv_pool_gib) -> dict[str, Any]:

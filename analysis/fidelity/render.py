@@ -116,6 +116,11 @@ def render_markdown(report: dict, *, reference: str) -> str:
     if status:  # the shipped profiles' record (backends/profiles/validation.json) at the time
         lines += [f"Profile status: {status['status']}"
                   + (f": {status['reason']}" if status.get("reason") else "") + ".", ""]
+    m = report.get("machines") or {}
+    if m.get("same_gpu") is not None:
+        lines += [f"Recorded on: the profile on GPU {m['profile_gpu']}, the reference run on GPU "
+                  f"{m['reference_gpu']}: " + ("the same GPU." if m["same_gpu"] else
+                                               "another GPU."), ""]
     cal = (report.get("profile") or {}).get("calibration")
     if cal:
         lines += [f"Profile calibrated on {cal['gpu']} at {cal['at']} from {cal['base']} "

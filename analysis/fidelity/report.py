@@ -163,6 +163,8 @@ def build_report(reference_steps: pa.Table, reference_summary: dict, profile_sum
             "gpu": (cal.get("machine") or {}).get("name"), "at": cal.get("at"),
             "base": cal.get("base"), "anchors": len(cal.get("anchors") or []),
             "factors": {g: f.get("factor") for g, f in (cal.get("factors") or {}).items()}}
+    report["machines"] = recording_machines(table.source if isinstance(table.source, dict)
+                                            else {}, reference_summary)
     if repeats:
         reps = [{"run": path, "runs": compare_runs(reference_summary, summary),
                  "matched_shape_ratio": matched_shape_ratio(reference_steps, steps)}
@@ -173,6 +175,21 @@ def build_report(reference_steps: pa.Table, reference_summary: dict, profile_sum
                      [shape_floor(reference_steps, steps) for _, _, steps in repeats])
     report["all_pass"] = all(c["pass"] for c in checks.values() if c["pass"] is not None)
     return report
+
+
+def recording_machines(source: dict, reference_summary: dict) -> dict[str, Any]:
+    """Which GPU recorded the profile (for a calibrated one, the GPU it was calibrated on) and
+    which the reference run, by the GPUs' own UUIDs; ``same_gpu`` is ``None`` when either
+    predates their recording (before 2026-12-01e)."""
+    def uuid(gpu: Any) -> str | None:  # a roofline run names its GPU sheet: a plain string
+        return (gpu.get("uuid") or None) if isinstance(gpu, dict) else None
+
+    cal = source.get("calibration")
+    detail = reference_summary.get("backend_detail")
+    pu = uuid((cal.get("machine") if isinstance(cal, dict) else None) or source.get("gpu"))
+    ru = uuid(detail.get("gpu") if isinstance(detail, dict) else None)
+    return {"profile_gpu": pu, "reference_gpu": ru,
+            "same_gpu": None if pu is None or ru is None else pu == ru}
 
 
 def not_captured(table, steps_report: dict) -> list[str]:

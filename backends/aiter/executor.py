@@ -222,6 +222,7 @@ class AiterExecutor:
             caveats.append(f"tp {tp}: one GPU's shard is run; the all-reduces are modelled "
                            f"({r['comm_model']['latency_s'] * 1e6:.1f} us + bytes / "
                            f"{r['comm_model']['bus_bw'] / 1e9:.0f} GB/s), not measured")
+        caveats.extend(self.timing_caveats())
         return {
             "backend": self.name,
             "model": getattr(self.model, "name", str(self.model)),
@@ -237,8 +238,24 @@ class AiterExecutor:
         }
 
 
+    def timing_caveats(self) -> list[str]:
+        """A warning when timed runs outran their hold on every attempt (empty otherwise)."""
+        r = self.runner
+        n = int(getattr(r, "starved_runs", 0))
+        if n == 0:
+            return []
+        kinds = ", ".join(f"{k} {v}" for k, v in sorted(getattr(r, "starved_by_kind", {}).items()))
+        return [f"{n} timed launches ({kinds}) outran their hold on every attempt: the host took "
+                "longer to queue them than the hold lasted, so their times include gaps where "
+                "the GPU waited for the host (docs/aiter.md, Timing)"]
+
+
 def gpu_info() -> dict[str, Any]:
-    """Name, driver and memory of the current GPU."""
+    """Name, driver, memory and identity of the current GPU.
+
+    ``uuid`` (the GPU's own) and ``host`` let a report say whether a profile and a live run were
+    recorded on the same machine or on another one."""
+    import socket
     import subprocess
 
     import torch
@@ -255,7 +272,8 @@ def gpu_info() -> dict[str, Any]:
         driver = ""
     return {"name": props.name, "driver": driver, "memory_bytes": int(props.total_memory),
             "multiprocessors": int(props.multi_processor_count),
-            "capability": f"{props.major}.{props.minor}"}
+            "capability": f"{props.major}.{props.minor}",
+            "uuid": str(getattr(props, "uuid", "")), "host": socket.gethostname()}
 
 
 def capture_all(runner: Any) -> None:

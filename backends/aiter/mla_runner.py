@@ -299,6 +299,7 @@ class MLAExecutor(AiterExecutor):
                 f"draft model: MTP/NextN layer (eh_proj + one MLA/MoE layer + LM head); "
                 f"draft-extend logits for {rows}; every request extends by the batch's width at "
                 f"the MLA kernels' width (3 as 4)")
+        d["caveats"].extend(self.timing_caveats())
         return d
 
 

@@ -389,6 +389,13 @@ def run_profile(model: Any, out: str, spec: ProfileSpec, *, executor_opts: dict 
     ]
     if held_note is not None:
         notes.append(held_note)
+    t = runner.timing_describe()
+    notes.append({"held_timing": {k: t[k] for k in ("held_runs", "reruns_after_a_short_hold",
+                                                    "timed_runs_still_starved",
+                                                    "still_starved_by_kind")}})
+    if t["timed_runs_still_starved"]:
+        say(f"warning: {t['timed_runs_still_starved']} timed runs outran their hold on every "
+            f"attempt ({t['still_starved_by_kind']}): their medians may include host gaps")
     if r["geometry"]["tp"] > 1:
         notes.append(f"tp {r['geometry']['tp']}: one GPU's shard was run; all-reduces modelled "
                      f"({r['comm_model']['latency_s'] * 1e6:.1f} us + bytes x 2(tp-1)/tp / "
@@ -416,6 +423,7 @@ def run_profile(model: Any, out: str, spec: ProfileSpec, *, executor_opts: dict 
     write_profile(rows, out, meta)
     summary = {"rows": len(rows), "out": str(out), "skipped": {k: len(v) for k, v in skipped.items()},
                "heldout": sum(1 for x in rows if x.get("split") == "heldout"),
+               "timed_runs_still_starved": t["timed_runs_still_starved"],
                "timing_s": timing, "wall_s": time.perf_counter() - t_start}
     say(f"wrote {len(rows)} rows to {out} in {summary['wall_s']:.1f} s")
     return summary

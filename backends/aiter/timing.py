@@ -50,8 +50,10 @@ def gc_paused(enabled: bool = True):
 
 #: a first host-queueing estimate never exceeds this (its first run may include a compile)
 FIRST_LEAD_CAP_S = 0.05
-#: nor does any estimate (a hold of 1.5 x this is the longest the GPU is kept waiting)
-MAX_LEAD_S = 0.25
+#: nor does any estimate (a hold of 1.5 x this is the longest the GPU is kept waiting).  An
+#: eager pass of DeepSeek-V3's 61-layer FP8 MoE shard takes the host hundreds of milliseconds
+#: to queue from Python; at the earlier 0.25 s cap such passes outran every hold
+MAX_LEAD_S = 1.0
 
 
 def lead_kind(key: tuple) -> tuple:
@@ -60,11 +62,17 @@ def lead_kind(key: tuple) -> tuple:
     return ("*",) + tuple(key[:2] if key and key[0] == "eager" else key[:1])
 
 
-def next_lead(old: float | None, host_s: float, starved: bool) -> float:
-    """One update of a host-queueing estimate (see :meth:`Runner._note_lead`)."""
+def next_lead(old: float | None, host_s: float, starved: bool, trusted: bool = False) -> float:
+    """One update of a host-queueing estimate (see :meth:`Runner._note_lead`).
+
+    ``trusted``: ``host_s`` comes from a re-run, after the first attempt compiled what the launch
+    needs, so it is what queueing the launch costs and the estimate may rise to it at once."""
     if old is None:
-        return min(host_s, FIRST_LEAD_CAP_S)
-    new = min(host_s, 2.0 * old) if host_s > old else 0.95 * old + 0.05 * host_s
+        return min(host_s, MAX_LEAD_S if trusted else FIRST_LEAD_CAP_S)
+    if host_s > old:
+        new = host_s if trusted else min(host_s, 2.0 * old)
+    else:
+        new = 0.95 * old + 0.05 * host_s
     if starved:
         new = max(new, 2.0 * old)
     return min(new, MAX_LEAD_S)
@@ -97,6 +105,11 @@ class QueuedTiming:
         they were spent on, the GPU seconds of hold kernels asked for, and each capture."""
         self.wall_s = {"capture": 0.0, "warmup": 0.0, "timed": 0.0, "rerun": 0.0}
         self.hold_s = 0.0
+        #: timed runs whose hold still ran out on the last attempt: their GPU time includes
+        #: gaps where the GPU waited for the host (counted, reported, never hidden)
+        self.starved_runs = 0
+        self.starved_by_kind: dict[str, int] = {}
+        self._attempt = 0  # the attempt of the run in progress (0 first, 1-2 re-runs)
         self.capture_s: dict[tuple, float] = {}
         self.capture_phase_s = {"warm": 0.0, "record": 0.0, "upload": 0.0}
 
@@ -126,6 +139,8 @@ class QueuedTiming:
         """``describe()["timing"]``: how launches were timed and where the host's time went."""
         return {"queued": self.hold_gpu, "spin_wait": self.spin_wait, "gc_paused": self.pause_gc,
                 "held_runs": self.held_runs, "reruns_after_a_short_hold": self.rerun_starved,
+                "timed_runs_still_starved": self.starved_runs,
+                "still_starved_by_kind": dict(sorted(self.starved_by_kind.items())),
                 "eager_timed_runs": self.eager_timed_runs,
                 "eager_runs_with_driver_allocs": self.eager_alloc_events,
                 "wall_s": {k: round(v, 3) for k, v in self.wall_s.items()},
@@ -184,13 +199,18 @@ class QueuedTiming:
         heuristic query for a shape is a one-off stall, not what the launch costs), falls by 5%
         of the gap, and is at least doubled after a starved hold so that the re-run is covered.
         A key seen for the first time starts from its kind's estimate, or, with none, from what
-        was seen (at most ``FIRST_LEAD_CAP_S``).  The kind learns only from runs that were not
-        starved, so a run of compile stalls cannot inflate the holds of every later shape."""
+        was seen (at most ``FIRST_LEAD_CAP_S``).  The kind learns from runs that were not
+        starved, so a run of compile stalls cannot inflate the holds of every later shape, and
+        from re-runs (``self._attempt > 0``): the first attempt compiled what the launch needs,
+        so a re-run's host time is what queueing it costs, and both estimates rise to it at once
+        (else a pass slower to queue than the kind's estimate would outrun every attempt)."""
         kind = lead_kind(key)
         old = self._lead.get(key)
-        self._lead[key] = next_lead(old if old is not None else self._lead.get(kind), host_s, starved)
-        if not starved:
-            self._lead[kind] = next_lead(self._lead.get(kind), host_s, False)
+        trusted = getattr(self, "_attempt", 0) > 0
+        self._lead[key] = next_lead(old if old is not None else self._lead.get(kind), host_s,
+                                    starved, trusted)
+        if not starved or trusted:
+            self._lead[kind] = next_lead(self._lead.get(kind), host_s, False, trusted)
 
     def _timed_runs(self, once, *, key: tuple, comm: float, graph: bool, reps: int,
                     warmup: int) -> list[Timing]:
@@ -204,8 +224,12 @@ class QueuedTiming:
             before = self._driver_allocs() if timed and not graph else 0
             for attempt in range(3):
                 w0 = time.perf_counter()
-                with gc_paused(self.pause_gc):
-                    gpu, host, held, starved = once()
+                self._attempt = attempt
+                try:
+                    with gc_paused(self.pause_gc):
+                        gpu, host, held, starved = once()
+                finally:
+                    self._attempt = 0
                 part = "rerun" if attempt else ("timed" if timed else "warmup")
                 self.wall_s[part] += time.perf_counter() - w0
                 if not starved or attempt == 2:
@@ -215,6 +239,10 @@ class QueuedTiming:
                 continue
             clean = held and not starved
             self.held_runs += int(clean)
+            if held and starved:
+                self.starved_runs += 1
+                k = f"{'graph' if graph else 'eager'} {key[0] if key else '?'}"
+                self.starved_by_kind[k] = self.starved_by_kind.get(k, 0) + 1
             if not graph:
                 self.eager_timed_runs += 1
                 if self._driver_allocs() != before:

@@ -89,6 +89,33 @@ def test_hold_estimate_rises_at_most_twofold_decays_slowly_and_doubles_when_star
     assert r._lead[k] == MAX_LEAD_S
 
 
+def test_a_starved_rerun_teaches_the_key_and_its_kind_what_queueing_costs():
+    """A pass that takes the host 0.6 s to queue, in a kind whose estimate is 20 ms: the first
+    attempt (which may include a compile) only doubles the key's estimate, but a re-run's host
+    time is genuine, so the key and the kind both rise to it and the next hold (1.5 x 0.6 s)
+    covers the pass.  Under the earlier rule the kind never learned from a starved run and
+    every new shape of that kind outran all three attempts."""
+    from types import SimpleNamespace
+
+    from backends.aiter.runner import MAX_LEAD_S, Runner, lead_kind
+
+    assert 1.5 * MAX_LEAD_S > 0.6, "the longest hold must cover such a pass"
+    r = SimpleNamespace(_lead={}, _attempt=0)
+    kind = lead_kind(("eager", "prefill", 1, 91))
+    Runner._note_lead(r, ("eager", "prefill", 1, 64), 0.02, False)   # the kind: 20 ms
+    key = ("eager", "prefill", 1, 91)
+    Runner._note_lead(r, key, 4.6, True)                              # attempt 0: a compile
+    assert r._lead[key] == 0.04 and r._lead[kind] == 0.02             # doubled; kind untouched
+    r._attempt = 1
+    Runner._note_lead(r, key, 0.6, True)                              # re-run: 0.6 s to queue
+    assert r._lead[key] == 0.6 and r._lead[kind] == 0.6
+    r._attempt = 0
+    Runner._note_lead(r, key, 0.58, False)                            # held: decays slowly
+    assert r._lead[key] == 0.95 * 0.6 + 0.05 * 0.58
+    Runner._note_lead(r, ("eager", "prefill", 1, 120), 9.0, True)     # a new shape's compile
+    assert r._lead[("eager", "prefill", 1, 120)] == MAX_LEAD_S       # 2 x 0.6, at the cap
+
+
 def test_live_launches_warm_up_only_when_they_cannot_be_held():
     from types import SimpleNamespace
 
@@ -111,19 +138,21 @@ def test_timed_runs_rerun_a_starved_hold_at_most_twice_and_keep_the_last_reps():
 
     def fake(allocs):
         r = SimpleNamespace(pause_gc=True, rerun_starved=0, held_runs=0, eager_timed_runs=0,
-                            eager_alloc_events=0,
+                            eager_alloc_events=0, starved_runs=0, starved_by_kind={}, _attempt=0,
                             wall_s={"capture": 0.0, "warmup": 0.0, "timed": 0.0, "rerun": 0.0})
         r._driver_allocs = lambda: next(allocs)
         return r
 
     # per call: (gpu_s, host_s, held, starved); the collector is off inside every call
     calls = []
+    attempts = []
 
     def scripted(results):
         it = iter(results)
 
         def once():
             calls.append(gc.isenabled())
+            attempts.append(r._attempt)   # what _note_lead reads: 0 first, 1-2 re-runs
             return next(it)
         return once
 
@@ -134,9 +163,11 @@ def test_timed_runs_rerun_a_starved_hold_at_most_twice_and_keep_the_last_reps():
     out = Runner._timed_runs(r, scripted(runs), key=("verify", 8, 4), comm=0.5, graph=True,
                              reps=2, warmup=1)
     assert [t.gpu_s for t in out] == [3.0, 6.0]
+    assert attempts == [0, 0, 1, 0, 1, 2] and r._attempt == 0
     assert [t.held for t in out] == [True, False]  # still starved after two re-runs: not clean
     assert all(t.graph and t.comm_s == 0.5 and t.latency_s == t.gpu_s + 0.5 for t in out)
     assert r.rerun_starved == 3 and r.held_runs == 1
+    assert r.starved_runs == 1 and r.starved_by_kind == {"graph verify": 1}  # counted, not hidden
     assert all(r.wall_s[k] > 0 for k in ("warmup", "timed", "rerun")) and r.wall_s["capture"] == 0
     assert r.eager_timed_runs == 0 and not any(calls) and gc.isenabled()
 
@@ -176,3 +207,17 @@ def test_attention_grid_follows_aiters_rules():
     assert attention_grid(64, 2, 16, 132)["block_q"] == 1    # 32 per KV head: BLOCK_M 32
     assert attention_grid(40, 2, 16, 132)["block_q"] == 1    # 20 -> BLOCK_M 32, one row per block
     assert attention_grid(32, 8, 32, 132)["min_segments"] == 8  # tiles wider than 16 tokens
+
+
+def test_a_live_run_warns_when_timed_runs_outran_every_hold():
+    from types import SimpleNamespace
+
+    from backends.aiter.executor import AiterExecutor
+
+    ex = SimpleNamespace(runner=SimpleNamespace(starved_runs=0, starved_by_kind={}))
+    assert AiterExecutor.timing_caveats(ex) == []
+    ex.runner.starved_runs = 5
+    ex.runner.starved_by_kind = {"eager prefill": 4, "eager verify": 1}
+    (w,) = AiterExecutor.timing_caveats(ex)
+    assert w.startswith("5 timed launches (eager prefill 4, eager verify 1) outran their hold")
+    assert "GPU waited for the host" in w

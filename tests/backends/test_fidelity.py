@@ -345,3 +345,30 @@ def test_time_signed_error_weighs_long_passes():
     d = step_errors(steps, Table())["by_kind"]["prefill"]
     assert d["mean_signed_pct"] == pytest.approx(5.0)
     assert d["time_signed_pct"] == pytest.approx(9.0)
+
+
+def test_the_report_says_whether_profile_and_reference_ran_on_the_same_gpu(setup):
+    from analysis.fidelity import build_report, render_markdown
+    from analysis.fidelity.report import recording_machines
+
+    run = {"backend_detail": {"gpu": {"name": "NVIDIA H200", "uuid": "625d"}}}
+    assert recording_machines({"gpu": {"uuid": "e3d6"}}, run) == {
+        "profile_gpu": "e3d6", "reference_gpu": "625d", "same_gpu": False}
+    assert recording_machines({"gpu": {"uuid": "625d"}}, run)["same_gpu"] is True
+    # a calibrated profile counts as recorded where it was calibrated
+    cal = {"gpu": {"uuid": "e3d6"}, "calibration": {"machine": {"uuid": "625d"}}}
+    assert recording_machines(cal, run)["same_gpu"] is True
+    # recorded before GPUs' UUIDs were kept: unknown, not a guess
+    assert recording_machines({"gpu": {"name": "NVIDIA H200"}}, run)["same_gpu"] is None
+    assert recording_machines({"gpu": {"uuid": "e3d6"}}, {"backend_detail": None})["same_gpu"] is None
+    # in a whole report: a roofline-recorded run and a profile carry no UUIDs, so no line
+    res, _ = _run(setup / "t.parquet", "roofline", "pad")
+    from backends.profile import ProfileExecutor
+
+    table = ProfileExecutor(setup / "p.parquet", model=load_model("llama-3.1-8b")).latency_table()
+    report = build_report(res.steps, res.summary, res.summary, table)
+    assert report["machines"]["same_gpu"] is None
+    assert "Recorded on:" not in render_markdown(report, reference="aiter")
+    report["machines"] = recording_machines({"gpu": {"uuid": "e3d6"}}, run)
+    assert ("Recorded on: the profile on GPU e3d6, the reference run on GPU 625d: another GPU."
+            in render_markdown(report, reference="aiter"))
