@@ -68,7 +68,8 @@ def test_the_shipped_statuses():
     got = {p.name: profile_status(p)["status"] for _, _, p in shipped_profiles()}
     assert got == {"llama-3.1-8b__H200.parquet": "validated",
                    "llama-3.1-70b__H200.parquet": "experimental",
-                   "deepseek-v2-lite__H200.parquet": "experimental"}
+                   "deepseek-v2-lite__H200.parquet": "experimental",
+                   "deepseek-v3__H200.parquet": "experimental"}
 
 
 def test_a_validated_profile_is_backed_by_a_shipped_report_that_meets_every_check():
@@ -159,6 +160,7 @@ def test_help_lists_each_shipped_profile_with_its_status():
         assert shipped_help() in text
         assert "llama-3.1-70b (H200, experimental)" in text
         assert "deepseek-v2-lite (H200, experimental)" in text
+        assert "deepseek-v3 (H200, experimental)" in text
         assert "llama-3.1-8b (H200)" in text
 
 
