@@ -68,7 +68,10 @@
 #   fidelity-conv:N, fidelity-code
 #                `specsched fidelity` (live run and shipped profile) on the same traces
 # Live runs are packed as OUT_DIR/live_<name>.tar.gz (summary.json, steps.parquet, ...), to be
-# compared on any machine with `specsched fidelity --reference-run`; fidelity jobs leave
+# compared on any machine with `specsched fidelity --reference-run`. Each also leaves its journal,
+# OUT_DIR/journal_<name>.jsonl (`simulate --journal`). A run cut off by its limit keeps every
+# measured call there: copy the file to journals/ here (git ignores it), carry journals, and the
+# same job in the next call replays it and goes on (live-v3:400 over several calls). Fidelity jobs leave
 # OUT_DIR/fidelity_<name>.{md,json}.  DEADLINE (seconds from the start, default 570) bounds
 # every job.
 set -uo pipefail
@@ -122,8 +125,13 @@ job() {  # job NAME SECONDS COMMAND...
 }
 live() {  # live NAME TRACE [LIMIT [SIMULATE OPTIONS...]]
   local name=$1 trace=$2 lim=${3:-}; shift 3 2>/dev/null || shift $#
+  # every executor call goes to OUT_DIR/journal_NAME.jsonl as it is measured; a journal of the
+  # same name under journals/ (carried from an earlier call) is replayed first and continued
+  local jn="$out/journal_$name.jsonl"
+  [ -f "journals/journal_$name.jsonl" ] && cp "journals/journal_$name.jsonl" "$jn"
   job "live-$name" 580 python3 -m specsched simulate --trace "$trace" --backend aiter \
-    --model "${MODEL:-llama-3.1-8b}" ${lim:+--limit $lim} --no-report --progress --out "/tmp/live_$name" "$@"
+    --model "${MODEL:-llama-3.1-8b}" ${lim:+--limit $lim} --no-report --progress --out "/tmp/live_$name" \
+    --journal "$jn" "$@"
   [ -d "/tmp/live_$name" ] && tar -czf "$out/live_$name.tar.gz" -C /tmp "live_$name"
 }
 fid() {  # fid NAME TRACE [LIMIT]

@@ -51,14 +51,19 @@ __all__ = ["simulate"]
               help="Results folder (default runs/<trace>__<policy>__<backend>). An existing "
                    "folder is replaced, atomically, only if it is empty or a results folder "
                    "specsched wrote.")
+@click.option("--journal", "journal", type=click.Path(dir_okay=False), metavar="FILE",
+              help="Keep every executor call's result in FILE as the run goes. Run again with "
+                   "the same FILE, trace and configuration, the calls it holds are replayed "
+                   "and the run goes on from where it stopped: a live run longer than one "
+                   "sitting (docs/simulator.md, Journals).")
 @click.option("--report/--no-report", default=True, show_default=True,
               help="Write report.html with plots into the results folder.")
 @click.option("--progress/--no-progress", default=None,
               help="Progress bar on stderr (default: when stderr is a terminal).")
 @click.option("--json", "as_json", is_flag=True, help="Print the summary as JSON instead of a table.")
 def simulate(trace_path, config_path, backend, policy, controller, model, tp, gpu, profile_path, replicas,
-             router, rate_scale, seed, acceptance, sets, limit, context_overflow, out_dir, report,
-             progress, as_json):
+             router, rate_scale, seed, acceptance, sets, limit, context_overflow, out_dir, journal,
+             report, progress, as_json):
     """Replay a trace through the engine and write a results folder.
 
     \b
@@ -92,7 +97,7 @@ def simulate(trace_path, config_path, backend, policy, controller, model, tp, gp
     try:
         result = simulate_to(trace, config, out_dir, progress=bar.update if bar else None,
                              report=report, inputs=[config_path],
-                             on_executor=bar.watch if bar else None)
+                             on_executor=bar.watch if bar else None, journal=journal)
     finally:
         if bar:
             bar.close()

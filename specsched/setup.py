@@ -87,23 +87,62 @@ def input_files(config: SimConfig, *paths) -> list[str]:
 
 def simulate_to(trace, config: SimConfig, out_dir: str | Path | None, *, executor: Any = None,
                 progress: Callable[[int, int], None] | None = None, report: bool = False,
-                inputs=(), on_executor: Callable[[Any], None] | None = None):
+                inputs=(), on_executor: Callable[[Any], None] | None = None,
+                journal: str | Path | None = None):
     """Run one simulation; with ``out_dir``, stream its results folder into place atomically
     (``report.html`` included when ``report`` is true); without, keep the tables in memory.
     ``out_dir`` may not hold the trace, ``inputs`` or the files the configuration names.
     ``on_executor(executor)`` is called once the executor is built, before the run (``simulate
-    --progress`` reads a live executor's wall-time account through it)."""
-    from simulator import run, run_to
-
+    --progress`` reads a live executor's wall-time account through it).  ``journal``: a file
+    keeping every executor call's result, replayed first when it already holds some
+    (:mod:`backends.journal`: a live run finished over several sittings)."""
     if trace.acceptance.get("speculation") is False and config.engine.num_draft_tokens != 1:
         # a trace recorded without speculative decoding: SGLang's no-speculation baseline
         config = config.replace({"engine.num_draft_tokens": 1})
     from traces.context import fit_context
 
     prep = prepare(config, executor=executor)
+    trace, context = fit_context(trace, prep.model.context_len, config.engine.context_overflow)
+    if journal is not None:
+        prep = _journalled(prep, trace, journal, out_dir,
+                           input_files(config, getattr(trace, "path", None), *inputs))
     if on_executor is not None:
         on_executor(prep.executor)
-    trace, context = fit_context(trace, prep.model.context_len, config.engine.context_overflow)
+    try:
+        return _simulate_prepared(trace, config, prep, out_dir, context, progress=progress,
+                                  report=report, inputs=inputs)
+    finally:
+        if journal is not None:
+            prep.executor.close()
+
+
+def _journalled(prep: Prepared, trace, journal: str | Path, out_dir, inputs) -> Prepared:
+    """``prep`` with its executor journalled to ``journal`` (refused inside the results folder,
+    which is replaced whole, and on any file the run reads)."""
+    import hashlib
+    import json
+
+    from backends.journal import JournalExecutor
+
+    j = Path(journal).resolve()
+    if out_dir is not None and (j == Path(out_dir).resolve() or
+                                Path(out_dir).resolve() in j.parents):
+        raise SpecschedError(f"--journal {journal}: inside the results folder {out_dir}, which a "
+                             "run replaces whole; keep the journal beside it")
+    if any(j == Path(f).resolve() for f in inputs):
+        raise SpecschedError(f"--journal {journal}: a file this run reads")
+    digest = hashlib.sha256(json.dumps(prep.config.to_dict(), sort_keys=True,
+                                       default=str).encode()).hexdigest()
+    header = {"model": prep.model.name, "backend": prep.executor.name, "config_sha256": digest,
+              "requests": int(len(trace.arrival_s))}
+    return replace(prep, executor=JournalExecutor(prep.executor, j, header))
+
+
+def _simulate_prepared(trace, config: SimConfig, prep: Prepared, out_dir, context: dict, *,
+                       progress, report: bool, inputs):
+    """The run and its results folder, once the executor and the trace are ready."""
+    from simulator import run, run_to
+
     kw = dict(kv_capacity_tokens=prep.kv_capacity_tokens, progress=progress,
               context_len=prep.model.context_len)
     extra_summary = {"model": prep.model.name, "context": context}

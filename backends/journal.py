@@ -1,0 +1,196 @@
+"""A journal of executor calls, so that a live run longer than one sitting can be finished later.
+
+:class:`JournalExecutor` wraps any executor. Each call's result is appended to a JSON-lines file
+as soon as the inner executor returns it. Run again with the same journal, trace and
+configuration, the engine makes the same calls in the same order: it schedules from the trace,
+the configuration, the seed and the latencies it was given, nothing else. The wrapper answers
+those calls from the journal without touching the GPU. Once the journal runs out, it calls the
+inner executor again and keeps appending. A live run cut off by a time limit therefore loses
+only the call in flight. The resumed run ends as the uninterrupted one would have, had its GPU
+given the same times.
+
+Each call is checked against the journal by its kind and a digest of the batch's fields. The
+first difference stops the run with an error naming the call: the journal then belongs to
+another run, and replaying it would be a confident wrong answer. The file's first line names the
+model, backend and a digest of the configuration. A file that is not a specsched journal is never
+written to.
+
+Each sitting appends a ``segment`` line with the GPU it ran on. A run measured on several GPUs
+says so in its warnings (``describe()["journal"]``).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+from dataclasses import fields
+from datetime import datetime, timezone
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from backends.protocol import VerifyTiming
+from traces.errors import SpecschedError
+
+__all__ = ["JournalExecutor", "JOURNAL_VERSION", "batch_digest"]
+
+JOURNAL_VERSION = 1
+
+
+def batch_digest(batch: Any) -> str:
+    """A digest of a batch's fields (arrays by their integer values), 16 hex digits."""
+    canon = []
+    for f in fields(batch):
+        v = getattr(batch, f.name)
+        canon.append([f.name, np.asarray(v).astype(np.int64).tolist()
+                      if isinstance(v, np.ndarray) else v])
+    return hashlib.sha256(json.dumps(canon, separators=(",", ":")).encode()).hexdigest()[:16]
+
+
+def _gpu_name(gpu: Any) -> str:
+    """A GPU as a segment line recorded it: its UUID when known, else its name."""
+    if isinstance(gpu, dict):
+        return str(gpu.get("uuid") or gpu.get("name") or "an unnamed GPU")
+    return str(gpu)
+
+
+def _describe_batch(kind: str, batch: Any) -> str:
+    bs = getattr(batch, "bs_real", None)
+    return f"{kind} (bs {bs})" if bs is not None else f"{kind} ({len(batch.tokens)} requests)"
+
+
+class JournalExecutor:
+    """``inner`` with every call journalled to ``path`` (module docstring). ``header`` holds
+    what must match for a journal to be replayed: model, backend, configuration digest."""
+
+    def __init__(self, inner: Any, path: str | Path, header: dict[str, Any]) -> None:
+        self.inner = inner
+        self.name = inner.name
+        self.path = Path(path)
+        self.header = {"specsched_journal": JOURNAL_VERSION, **header}
+        self.entries: list[dict] = []
+        self.segments: list[dict] = []
+        self.calls = 0
+        self._open()
+
+    # -- the file ---------------------------------------------------------------------------------
+    def _open(self) -> None:
+        p = self.path
+        if p.exists() and not p.is_file():
+            raise SpecschedError(f"journal {p}: not a file")
+        if p.exists() and p.stat().st_size > 0:
+            self._read()
+        else:
+            p.parent.mkdir(parents=True, exist_ok=True)
+            with open(p, "w") as f:
+                f.write(json.dumps(self.header) + "\n")
+        gpu = self.inner.describe().get("gpu")
+        seg = {"segment": len(self.segments), "at": datetime.now(timezone.utc).strftime(
+            "%Y-%m-%dT%H:%M:%SZ"), "first_call": len(self.entries), "gpu": gpu}
+        self.segments.append(seg)
+        self._f = open(p, "a", buffering=1)  # line-buffered: a killed run keeps its calls
+        self._f.write(json.dumps(seg) + "\n")
+
+    def _read(self) -> None:
+        p = self.path
+        raw = p.read_bytes()
+        good = 0  # bytes up to the end of the last whole line
+        lines = []
+        for chunk in raw.splitlines(keepends=True):
+            if not chunk.endswith(b"\n"):
+                break  # cut off mid-write by a killed run: dropped below
+            try:
+                lines.append(json.loads(chunk))
+            except ValueError:
+                if not lines:
+                    break
+                raise SpecschedError(f"journal {p}, line {len(lines) + 1}: not JSON") from None
+            good += len(chunk)
+        head = lines[0] if lines and isinstance(lines[0], dict) else {}
+        if "specsched_journal" not in head:
+            raise SpecschedError(f"journal {p} is not a specsched journal (its first line has no "
+                                 "specsched_journal key): refusing to write to it")
+        for key, want in self.header.items():
+            if head.get(key) != want:
+                raise SpecschedError(
+                    f"journal {p} belongs to another run: its {key} is {head.get(key)!r}, this "
+                    f"run's is {want!r} (use a new journal file)")
+        for i, line in enumerate(lines[1:], start=2):
+            if "segment" in line:
+                self.segments.append(line)
+            elif {"k", "s", "r"} <= set(line):
+                self.entries.append(line)
+            else:
+                raise SpecschedError(f"journal {p}, line {i}: neither a call nor a segment")
+        if good < len(raw):
+            with open(p, "r+b") as f:
+                f.truncate(good)
+                os.fsync(f.fileno())
+
+    def close(self) -> None:
+        if not self._f.closed:
+            self._f.close()
+
+    # -- calls ------------------------------------------------------------------------------------
+    def _call(self, kind: str, batch: Any, live):
+        i = self.calls
+        self.calls += 1
+        sig = batch_digest(batch)
+        if i < len(self.entries):
+            e = self.entries[i]
+            if e["k"] != kind or e["s"] != sig:
+                raise SpecschedError(
+                    f"journal {self.path}, call {i}: this run asks for {_describe_batch(kind, batch)}"
+                    f" [{sig}], the journal holds {e['k']} [{e['s']}]: the runs diverged, so the "
+                    "journal belongs to another run (use a new journal file)")
+            return e["r"]
+        r = live(batch)
+        self._f.write(json.dumps({"i": i, "k": kind, "s": sig, "r": r}) + "\n")
+        return r
+
+    def prefill(self, batch) -> float:
+        return self._call("prefill", batch, lambda b: float(self.inner.prefill(b)))
+
+    def draft(self, batch) -> float:
+        return self._call("draft", batch, lambda b: float(self.inner.draft(b)))
+
+    def draft_extend(self, batch) -> float:
+        return self._call("draft_extend", batch, lambda b: float(self.inner.draft_extend(b)))
+
+    def verify(self, batch) -> VerifyTiming:
+        def live(b):
+            t = self.inner.verify(b)
+            return {"latency_s": float(t.latency_s), "out_of_grid": bool(t.out_of_grid),
+                    "max_abs_error": None if t.max_abs_error is None else float(t.max_abs_error),
+                    "misattributed_rows": t.misattributed_rows,
+                    "extra": json.loads(json.dumps(t.extra, default=str))}
+        return VerifyTiming(**self._call("verify", batch, live))
+
+    def latency_table(self):
+        """None: every call goes through the journal (the engine's live path)."""
+        return None
+
+    def describe(self) -> dict[str, Any]:
+        d = dict(self.inner.describe())
+        replayed = min(self.calls, len(self.entries))
+        d["journal"] = {"file": str(self.path), "replayed_calls": replayed,
+                        "live_calls": self.calls - replayed, "segments": self.segments}
+        # the sittings that measured calls of this run, and on which GPUs
+        firsts = [int(s.get("first_call", 0)) for s in self.segments] + [self.calls]
+        used = [s for s, a, b in zip(self.segments, firsts, firsts[1:]) if b > a]
+        if len(used) > 1:
+            names = [_gpu_name(s.get("gpu")) for s in used]
+            where = "; ".join(f"from call {s['first_call']} on {n}" for s, n in zip(used, names))
+            d["caveats"] = list(d.get("caveats", [])) + [
+                f"measured in {len(used)} sittings (journal {self.path}: {where})"
+                + (f"; on {len(set(names))} different GPUs, whose offsets show as steps in latency"
+                   if len(set(names)) > 1 else "")]
+        return d
+
+    def __getattr__(self, name: str) -> Any:
+        # wall_account() and the rest of a live executor's extras come from the inner one
+        if name == "inner":
+            raise AttributeError(name)
+        return getattr(self.inner, name)
