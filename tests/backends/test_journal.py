@@ -42,27 +42,22 @@ class Counting:
             raise KeyboardInterrupt("time limit")
         self.calls += 1
 
-    def prefill(self, b):
-        self._count()
-        return self.inner.prefill(b)
-
-    def draft(self, b):
-        self._count()
-        return self.inner.draft(b)
-
-    def draft_extend(self, b):
-        self._count()
-        return self.inner.draft_extend(b)
-
-    def verify(self, b):
-        self._count()
-        return self.inner.verify(b)
-
     def latency_table(self):
         return None
 
     def describe(self):
         return self.inner.describe()
+
+
+def _counted(kind):
+    def call(self, batch):
+        self._count()
+        return getattr(self.inner, kind)(batch)
+    return call
+
+
+for _kind in ("prefill", "draft", "draft_extend", "verify"):
+    setattr(Counting, _kind, _counted(_kind))
 
 
 def _run(trace_path, journal=None, executor=None, policy="split"):
