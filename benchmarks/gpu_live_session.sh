@@ -58,10 +58,17 @@
 #                FP8 EP fused MoE against PyTorch, the tp-8 / ep-8 shard built and a verify timed)
 #   v3-moe       only the V3 FP8 EP MoE / MLA decode check of v3-tests
 #   profile-v3   `specsched profile` for the DeepSeek-V3 tp-8 / ep-8 shard (FP8, 61 layers + MTP):
-#                bs 1-64 x KV to 16k at 3 points, prefill at 128-4,096 tokens (the tile thresholds
-#                255/256 and 1,023/1,024 are added), eager bs 1, 8, 16, 16 held-out shapes; run it
-#                alone in a call (limit 560 s: with 11 prefill points and 4 eager sizes it passed
-#                420 s)                                     -> deepseek-v3__H200.parquet
+#                bs 1-64 with SGLang's ladder sizes 10-24 (the live conversation run's worst band,
+#                bs 9-32, was interpolated between 8, 16 and 32) x KV to 16k at 3 points, prefill
+#                at 128-4,096 tokens (the tile thresholds 255/256 and 1,023/1,024 are added),
+#                eager bs 1, 8, 16; no held-out shapes (heldout-v3 adds them in another call).
+#                Alone in a call: on 2026-12-01 the grid of 80 verify points, 10 prefill points
+#                and 16 held-out shapes took 436 s; this one has 128 verify points and 8 prefill
+#                points, and eager passes now wait behind longer holds (docs/aiter.md, Timing)
+#                                                            -> deepseek-v3__H200.parquet
+#   heldout-v3   16 held-out shapes off backends/profiles/deepseek-v3__H200.parquet's grid, written
+#                with its rows (copy profile-v3's output there first; about 90 s)
+#                                                            -> deepseek-v3__H200.parquet
 #   live-v3:N    live run of the first N conversation requests on the DeepSeek-V3 shard, fixed policy
 #   live-v2lite-unsafe:N  the same with --policy unsafe-derived: every mixed launch's output error
 #                (steps.parquet max_abs_error, the MLA path's fixed-width metadata)
@@ -217,8 +224,11 @@ PY
     v3-moe) job v3-moe 90 python3 -m pytest -q -rfEs -p no:cacheprovider \
         tests/aiter/test_aiter_v3_gpu.py::test_fp8_ep_moe_and_mla_decode_match_the_references ;;
     profile-v3) job profile-v3 560 python3 -m specsched profile --model deepseek-v3 --progress \
-        --bs 1,2,4,8,16,32,64 --kv-lens 512,4096,16384 --eager-bs 1,8,16 --eager-kv-lens 1024 \
-        --prefill-tokens 128,384,640,896,2048,4096 --prefill-prefix 0 --heldout 16 \
+        --bs 1,2,4,8,10,12,14,16,24,32,64 --kv-lens 512,4096,16384 --eager-bs 1,8,16 \
+        --eager-kv-lens 1024 --prefill-tokens 128,384,896,4096 --prefill-prefix 0 --heldout 0 \
+        --max-context 32768 -o "$out/deepseek-v3__H200.parquet" ;;
+    heldout-v3) job heldout-v3 200 python3 -m specsched profile --model deepseek-v3 --heldout-only \
+        --progress --base backends/profiles/deepseek-v3__H200.parquet --heldout 16 \
         --max-context 32768 -o "$out/deepseek-v3__H200.parquet" ;;
     live-v3:*) MODEL=deepseek-v3 live "v3${j#live-v3:}" "$CONV" "${j#live-v3:}" --policy fixed ;;
     live-v2lite-unsafe:*) MODEL=deepseek-v2-lite live "v2liteunsafe${j#live-v2lite-unsafe:}" "$CONV" \
