@@ -150,7 +150,8 @@ def build_report(reference_steps: pa.Table, reference_summary: dict, profile_sum
     heldout = heldout_errors(table)
     checks = _checks(full, runs, heldout)
     spread = _spread(table)
-    nc = not_captured(table, full)
+    nc = not_captured(table, full) + starved_notes(
+        table.source if isinstance(table.source, dict) else {}, reference_summary)
     if spread is not None:
         nc.insert(1, f"median p10..p90 spread of the profile's measurements: {spread:.2f}%")
     report = {"steps": full, "heldout": heldout, "runs": runs, "checks": checks,
@@ -175,6 +176,27 @@ def build_report(reference_steps: pa.Table, reference_summary: dict, profile_sum
                      [shape_floor(reference_steps, steps) for _, _, steps in repeats])
     report["all_pass"] = all(c["pass"] for c in checks.values() if c["pass"] is not None)
     return report
+
+
+def starved_notes(source: dict, reference_summary: dict) -> list[str]:
+    """A line for each side whose timed runs outran their hold on every attempt (their times
+    include gaps where the GPU waited for the host: docs/aiter.md, *Timing*)."""
+    out = []
+    detail = reference_summary.get("backend_detail")
+    timing = (((detail.get("runner") or {}).get("timing") or {})
+              if isinstance(detail, dict) else {})
+    n = timing.get("timed_runs_still_starved")
+    if n:
+        out.append(f"the reference run has {n} timed runs that outran their hold on every "
+                   f"attempt ({timing.get('still_starved_by_kind')}): their times include host "
+                   "gaps, so they are not the GPU's alone")
+    for note in source.get("notes") or []:
+        held = note.get("held_timing") if isinstance(note, dict) else None
+        if held and held.get("timed_runs_still_starved"):
+            out.append(f"the profile has {held['timed_runs_still_starved']} timed runs that "
+                       f"outran their hold on every attempt ({held.get('still_starved_by_kind')})"
+                       ": the medians of those points may include host gaps")
+    return out
 
 
 def recording_machines(source: dict, reference_summary: dict) -> dict[str, Any]:

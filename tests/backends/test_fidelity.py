@@ -372,3 +372,20 @@ def test_the_report_says_whether_profile_and_reference_ran_on_the_same_gpu(setup
     report["machines"] = recording_machines({"gpu": {"uuid": "e3d6"}}, run)
     assert ("Recorded on: the profile on GPU e3d6, the reference run on GPU 625d: another GPU."
             in render_markdown(report, reference="aiter"))
+
+
+def test_the_report_names_runs_that_outran_their_holds():
+    from analysis.fidelity.report import starved_notes
+
+    run = {"backend_detail": {"runner": {"timing": {
+        "timed_runs_still_starved": 53, "still_starved_by_kind": {"eager prefill": 53}}}}}
+    prof = {"notes": ["latency_s = median ...", {"held_timing": {
+        "timed_runs_still_starved": 4, "still_starved_by_kind": {"eager verify": 4}}}]}
+    ref, mine = starved_notes(prof, run)
+    assert ref.startswith("the reference run has 53 timed runs") and "eager prefill" in ref
+    assert mine.startswith("the profile has 4 timed runs") and "eager verify" in mine
+    clean = {"backend_detail": {"runner": {"timing": {"timed_runs_still_starved": 0}}}}
+    assert starved_notes({"notes": [{"held_timing": {"timed_runs_still_starved": 0}}]}, clean) == []
+    # runs and profiles recorded before the count existed, and roofline runs: nothing to say
+    assert starved_notes({}, {"backend_detail": {"gpu": "H200"}}) == []
+    assert starved_notes({"notes": None}, {}) == []
