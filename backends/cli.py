@@ -187,10 +187,14 @@ def executor_setup_options(command):
                    "rows plus them to -o (a new file).")
 @click.option("--base", type=click.Path(dir_okay=False), default=None, metavar="PROFILE.parquet",
               help="With --heldout-only: the profile whose grid the points are held out from.")
+@click.option("--journal", type=click.Path(dir_okay=False), default=None, metavar="FILE",
+              help="Keep each grid row in FILE as it is measured. Run again with the same FILE "
+                   "and settings, the sweep takes the rows FILE holds and measures the rest: a "
+                   "profile longer than one sitting (held-out shapes are measured afresh).")
 def profile(model, tp, out, bs, widths, kv_lens, eager_bs, eager_widths, eager_kv_lens, prefill_tokens,
             prefill_prefix, no_draft, extend_widths, extend_eager_widths, no_extend, draft_kind,
             extend_logits, reps, warmup, eager_reps, settle_s, page_size, max_context,
-            kv_pool_gib, gpu_sheet, progress, heldout, heldout_seed, heldout_only, base):
+            kv_pool_gib, gpu_sheet, progress, heldout, heldout_seed, heldout_only, base, journal):
     """Record a latency profile of MODEL on this machine's GPU (AITER executor).
 
     \b
@@ -230,6 +234,11 @@ def profile(model, tp, out, bs, widths, kv_lens, eager_bs, eager_widths, eager_k
     elif base is not None:
         raise SpecschedError("--base is read only with --heldout-only (a full profile measures "
                              "its own grid)")
+    if journal is not None and (heldout_only or Path(journal).resolve() in
+                                {Path(out).resolve(), *(Path(i).resolve() for i in inputs)}):
+        raise SpecschedError(f"--journal {journal}: " + (
+            "not with --heldout-only (held-out shapes are measured afresh)" if heldout_only else
+            "the output file or a file this command reads"))
     check_output_file(out, inputs=inputs, kind="parquet")  # before the measurements, not after
     bridge.require_gpu()
     shape = load_model(model, tp=tp, draft_kind=draft_kind)
@@ -274,9 +283,10 @@ def profile(model, tp, out, bs, widths, kv_lens, eager_bs, eager_widths, eager_k
     opts = _executor_opts(gpu_sheet, page_size, extend_logits, max_context, kv_pool_gib)
     summary = _with_progress(progress, lambda prog, log: run_profile(
         shape, out, spec, executor_opts=opts, command=_command(), progress=prog, log=log,
-        heldout=heldout, heldout_seed=heldout_seed))
+        heldout=heldout, heldout_seed=heldout_seed, journal=journal))
     click.echo(json.dumps({k: summary[k] for k in ("rows", "out", "skipped", "heldout",
-                                                      "timed_runs_still_starved", "wall_s")}))
+                                                      "timed_runs_still_starved",
+                                                      "rows_from_journal", "wall_s")}))
 
 
 def _executor_opts(gpu_sheet, page_size, extend_logits, max_context, kv_pool_gib) -> dict[str, Any]:

@@ -17,6 +17,8 @@ written to.
 
 Each sitting appends a ``segment`` line with the GPU it ran on. A run measured on several GPUs
 says so in its warnings (``describe()["journal"]``).
+
+:class:`PointJournal` does the same for a profile sweep's rows (``specsched profile --journal``).
 """
 
 from __future__ import annotations
@@ -34,7 +36,8 @@ import numpy as np
 from backends.protocol import VerifyTiming
 from traces.errors import SpecschedError
 
-__all__ = ["JournalExecutor", "JOURNAL_VERSION", "batch_digest"]
+__all__ = ["JournalExecutor", "PointJournal", "JOURNAL_VERSION", "batch_digest", "read_journal",
+           "new_segment", "gpu_name"]
 
 JOURNAL_VERSION = 1
 
@@ -49,7 +52,53 @@ def batch_digest(batch: Any) -> str:
     return hashlib.sha256(json.dumps(canon, separators=(",", ":")).encode()).hexdigest()[:16]
 
 
-def _gpu_name(gpu: Any) -> str:
+def read_journal(path: Path, header: dict[str, Any], key: str) -> list[dict]:
+    """The lines after the header of the journal at ``path`` (created with ``header`` when it is
+    missing or empty). Refuses a file whose first line lacks ``key`` (not a journal of this kind)
+    or differs from ``header`` in any of its keys, naming the key. A last line cut off mid-write
+    is dropped from the file."""
+    if path.exists() and not path.is_file():
+        raise SpecschedError(f"journal {path}: not a file")
+    if not path.exists() or path.stat().st_size == 0:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        with open(path, "w") as f:
+            f.write(json.dumps(header) + "\n")
+        return []
+    raw = path.read_bytes()
+    good = 0  # bytes up to the end of the last whole line
+    lines: list[dict] = []
+    for chunk in raw.splitlines(keepends=True):
+        if not chunk.endswith(b"\n"):
+            break  # cut off mid-write by a killed run: dropped below
+        try:
+            lines.append(json.loads(chunk))
+        except ValueError:
+            if not lines:
+                break
+            raise SpecschedError(f"journal {path}, line {len(lines) + 1}: not JSON") from None
+        good += len(chunk)
+    head = lines[0] if lines and isinstance(lines[0], dict) else {}
+    if key not in head:
+        raise SpecschedError(f"journal {path} is not a specsched journal of this kind (its first "
+                             f"line has no {key} key): refusing to write to it")
+    for k, want in header.items():
+        if head.get(k) != want:
+            raise SpecschedError(f"journal {path} belongs to another run: its {k} is "
+                                 f"{head.get(k)!r}, this run's is {want!r} (use a new journal file)")
+    if good < len(raw):
+        with open(path, "r+b") as f:
+            f.truncate(good)
+            os.fsync(f.fileno())
+    return [x if isinstance(x, dict) else {} for x in lines[1:]]
+
+
+def new_segment(index: int, first: int, gpu: Any) -> dict[str, Any]:
+    """The line a sitting appends: its index, when, the first call (or row) it adds, its GPU."""
+    return {"segment": index, "at": datetime.now(timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ"),
+            "first_call": first, "gpu": gpu}
+
+
+def gpu_name(gpu: Any) -> str:
     """A GPU as a segment line recorded it: its UUID when known, else its name."""
     if isinstance(gpu, dict):
         return str(gpu.get("uuid") or gpu.get("name") or "an unnamed GPU")
@@ -77,57 +126,18 @@ class JournalExecutor:
 
     # -- the file ---------------------------------------------------------------------------------
     def _open(self) -> None:
-        p = self.path
-        if p.exists() and not p.is_file():
-            raise SpecschedError(f"journal {p}: not a file")
-        if p.exists() and p.stat().st_size > 0:
-            self._read()
-        else:
-            p.parent.mkdir(parents=True, exist_ok=True)
-            with open(p, "w") as f:
-                f.write(json.dumps(self.header) + "\n")
-        gpu = self.inner.describe().get("gpu")
-        seg = {"segment": len(self.segments), "at": datetime.now(timezone.utc).strftime(
-            "%Y-%m-%dT%H:%M:%SZ"), "first_call": len(self.entries), "gpu": gpu}
-        self.segments.append(seg)
-        self._f = open(p, "a", buffering=1)  # line-buffered: a killed run keeps its calls
-        self._f.write(json.dumps(seg) + "\n")
-
-    def _read(self) -> None:
-        p = self.path
-        raw = p.read_bytes()
-        good = 0  # bytes up to the end of the last whole line
-        lines = []
-        for chunk in raw.splitlines(keepends=True):
-            if not chunk.endswith(b"\n"):
-                break  # cut off mid-write by a killed run: dropped below
-            try:
-                lines.append(json.loads(chunk))
-            except ValueError:
-                if not lines:
-                    break
-                raise SpecschedError(f"journal {p}, line {len(lines) + 1}: not JSON") from None
-            good += len(chunk)
-        head = lines[0] if lines and isinstance(lines[0], dict) else {}
-        if "specsched_journal" not in head:
-            raise SpecschedError(f"journal {p} is not a specsched journal (its first line has no "
-                                 "specsched_journal key): refusing to write to it")
-        for key, want in self.header.items():
-            if head.get(key) != want:
-                raise SpecschedError(
-                    f"journal {p} belongs to another run: its {key} is {head.get(key)!r}, this "
-                    f"run's is {want!r} (use a new journal file)")
-        for i, line in enumerate(lines[1:], start=2):
+        lines = read_journal(self.path, self.header, "specsched_journal")
+        for i, line in enumerate(lines, start=2):
             if "segment" in line:
                 self.segments.append(line)
             elif {"k", "s", "r"} <= set(line):
                 self.entries.append(line)
             else:
-                raise SpecschedError(f"journal {p}, line {i}: neither a call nor a segment")
-        if good < len(raw):
-            with open(p, "r+b") as f:
-                f.truncate(good)
-                os.fsync(f.fileno())
+                raise SpecschedError(f"journal {self.path}, line {i}: neither a call nor a segment")
+        seg = new_segment(len(self.segments), len(self.entries), self.inner.describe().get("gpu"))
+        self.segments.append(seg)
+        self._f = open(self.path, "a", buffering=1)  # line-buffered: a killed run keeps its calls
+        self._f.write(json.dumps(seg) + "\n")
 
     def close(self) -> None:
         if not self._f.closed:
@@ -181,7 +191,7 @@ class JournalExecutor:
         firsts = [int(s.get("first_call", 0)) for s in self.segments] + [self.calls]
         used = [s for s, a, b in zip(self.segments, firsts, firsts[1:]) if b > a]
         if len(used) > 1:
-            names = [_gpu_name(s.get("gpu")) for s in used]
+            names = [gpu_name(s.get("gpu")) for s in used]
             where = "; ".join(f"from call {s['first_call']} on {n}" for s, n in zip(used, names))
             d["caveats"] = list(d.get("caveats", [])) + [
                 f"measured in {len(used)} sittings (journal {self.path}: {where})"
@@ -194,3 +204,72 @@ class JournalExecutor:
         if name == "inner":
             raise AttributeError(name)
         return getattr(self.inner, name)
+
+
+class PointJournal:
+    """A profile sweep's measured rows, kept in a file as they are measured, so that a sweep
+    cut off by a time limit goes on from where it stopped (``specsched profile --journal``).
+
+    Rows are known by ``(kind, graph, bs, width, kv_len, tokens)``. :meth:`point` returns the
+    journal's row for a key when it holds one, else measures, appends and returns it;
+    :meth:`has_all` lets a sweep skip a graph capture whose points are all measured. The header
+    (model, the sweep's settings) must match, as for :class:`JournalExecutor`. Without a path
+    the journal lives in memory only and every point is measured."""
+
+    KEY = "specsched_profile_journal"
+
+    def __init__(self, path: str | Path | None, header: dict[str, Any], gpu: Any) -> None:
+        self.path = None if path is None else Path(path)
+        self.rows: dict[tuple, dict] = {}
+        self.segments: list[dict] = []
+        self.measured = 0
+        self._f = None
+        if self.path is None:
+            return
+        lines = read_journal(self.path, {self.KEY: JOURNAL_VERSION, **header}, self.KEY)
+        for i, line in enumerate(lines, start=2):
+            if "segment" in line:
+                self.segments.append(line)
+            elif isinstance(line.get("row"), dict):
+                self.rows[self.key_of(line["row"])] = line["row"]
+            else:
+                raise SpecschedError(f"journal {self.path}, line {i}: neither a row nor a segment")
+        seg = new_segment(len(self.segments), len(self.rows), gpu)
+        self.segments.append(seg)
+        self._f = open(self.path, "a", buffering=1)
+        self._f.write(json.dumps(seg) + "\n")
+
+    @staticmethod
+    def key_of(row: dict) -> tuple:
+        return (row["kind"], bool(row["graph"]), int(row["bs"]), int(row["width"]),
+                int(row["kv_len"]), int(row["tokens"]))
+
+    def has_all(self, keys) -> bool:
+        return all(k in self.rows for k in keys)
+
+    def point(self, key: tuple, measure) -> dict:
+        """The row for ``key``: the journal's, else ``measure()``'s, journalled."""
+        if key in self.rows:
+            return self.rows[key]
+        row = measure()
+        assert self.key_of(row) == key, (self.key_of(row), key)
+        self.rows[key] = row
+        self.measured += 1
+        if self._f is not None:
+            self._f.write(json.dumps({"row": row}) + "\n")
+        return row
+
+    def note(self) -> dict[str, Any] | None:
+        """What a profile's notes say of its journal (``None`` without one)."""
+        if self.path is None:
+            return None
+        firsts = [int(s.get("first_call", 0)) for s in self.segments] + [len(self.rows)]
+        gpus = sorted({gpu_name(s.get("gpu")) for s, a, b in zip(self.segments, firsts, firsts[1:])
+                       if b > a})
+        return {"journal": {"file": str(self.path), "rows_from_journal": len(self.rows) -
+                            self.measured, "rows_measured": self.measured,
+                            "segments": self.segments, "gpus": gpus}}
+
+    def close(self) -> None:
+        if self._f is not None and not self._f.closed:
+            self._f.close()

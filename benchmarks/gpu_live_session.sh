@@ -78,7 +78,9 @@
 # compared on any machine with `specsched fidelity --reference-run`. Each also leaves its journal,
 # OUT_DIR/journal_<name>.jsonl (`simulate --journal`). A run cut off by its limit keeps every
 # measured call there: copy the file to journals/ here (git ignores it), carry journals, and the
-# same job in the next call replays it and goes on (live-v3:400 over several calls). Fidelity jobs leave
+# same job in the next call replays it and goes on (live-v3:400 over several calls). The profile
+# jobs keep OUT_DIR/journal_<job>.jsonl the same way (`profile --journal`): a sweep cut off by
+# its limit goes on in the next call from the rows it measured. Fidelity jobs leave
 # OUT_DIR/fidelity_<name>.{md,json}.  DEADLINE (seconds from the start, default 570) bounds
 # every job.
 set -uo pipefail
@@ -129,6 +131,11 @@ job() {  # job NAME SECONDS COMMAND...
   local t0=$SECONDS
   timeout "$secs" "$@" >>"$log" 2>&1
   echo "=== $name rc=$? in $((SECONDS - t0))s ===" | tee -a "$log"
+}
+pjournal() {  # pjournal NAME: a profile job's journal in OUT_DIR, continued from journals/ if there
+  local f="$out/journal_$1.jsonl"
+  [ -f "journals/journal_$1.jsonl" ] && cp "journals/journal_$1.jsonl" "$f"
+  echo "$f"
 }
 live() {  # live NAME TRACE [LIMIT [SIMULATE OPTIONS...]]
   local name=$1 trace=$2 lim=${3:-}; shift 3 2>/dev/null || shift $#
@@ -191,7 +198,7 @@ PY
         --kv-lens 512,4096,32768 --eager-bs 1,64,384 --eager-widths 1,4 --eager-kv-lens 1024 \
         --prefill-tokens 256,4096 --prefill-prefix 0,8192 --reps 3 --warmup 1 --eager-reps 2 --progress \
         -o "$out/coarse-llama-3.1-8b__H200.parquet" ;;
-    profile8b) job profile8b 560 python3 -m specsched profile --model llama-3.1-8b --progress \
+    profile8b) job profile8b 560 python3 -m specsched profile --journal "$(pjournal profile8b)" --model llama-3.1-8b --progress \
         --bs "$BS" --kv-lens "$KV" -o "$out/llama-3.1-8b__H200.parquet" ;;
     heldout8b) job heldout8b 150 python3 -m specsched profile --model llama-3.1-8b --heldout-only --progress \
         --base backends/profiles/llama-3.1-8b__H200.parquet --heldout 48 -o "$out/llama-3.1-8b__H200.parquet" ;;
@@ -199,7 +206,7 @@ PY
         -o "$out/llama-3.1-8b__H200.calibrated.parquet" --budget-s 120 ;;
     calibrate70b) job calibrate70b 150 python3 -m specsched calibrate --model llama-3.1-70b --tp 8 \
         --progress -o "$out/llama-3.1-70b__H200.calibrated.parquet" --budget-s 120 ;;
-    profile70b) job profile70b 560 python3 -m specsched profile --model llama-3.1-70b --tp 8 --progress \
+    profile70b) job profile70b 560 python3 -m specsched profile --journal "$(pjournal profile70b)" --model llama-3.1-70b --tp 8 --progress \
         --bs "$BS70" --kv-lens "$KV70" -o "$out/llama-3.1-70b__H200.parquet" ;;
     live-conv:*) live "conv${j#live-conv:}" "$CONV" "${j#live-conv:}" ;;
     live-split:*) live "split${j#live-split:}" "$CONV" "${j#live-split:}" --policy split ;;
@@ -213,7 +220,7 @@ PY
         --controller sglang-adaptive ;;
     live-schedule:*) live "schedule${j#live-schedule:}" "$CONV" "${j#live-schedule:}" \
         --controller schedule --set "controller.schedule=$SCHEDULE" ;;
-    profile-v2lite) job profile-v2lite 560 python3 -m specsched profile --model deepseek-v2-lite --progress \
+    profile-v2lite) job profile-v2lite 560 python3 -m specsched profile --journal "$(pjournal profile-v2lite)" --model deepseek-v2-lite --progress \
         --bs 1,2,4,8,16,24,32,48 --kv-lens 128,512,2048,8192,32768 --eager-bs 1,16,48 \
         --prefill-tokens 64,128,256,512,768,1024,2048,4096,8192 --prefill-prefix 0,8192 \
         -o "$out/deepseek-v2-lite__H200.parquet" ;;
@@ -223,7 +230,7 @@ PY
         -p no:cacheprovider --junitxml "$out/v3_tests.xml" ;;
     v3-moe) job v3-moe 90 python3 -m pytest -q -rfEs -p no:cacheprovider \
         tests/aiter/test_aiter_v3_gpu.py::test_fp8_ep_moe_and_mla_decode_match_the_references ;;
-    profile-v3) job profile-v3 560 python3 -m specsched profile --model deepseek-v3 --progress \
+    profile-v3) job profile-v3 560 python3 -m specsched profile --journal "$(pjournal profile-v3)" --model deepseek-v3 --progress \
         --bs 1,2,4,8,10,12,14,16,24,32,64 --kv-lens 512,4096,16384 --eager-bs 1,8,16 \
         --eager-kv-lens 1024 --prefill-tokens 128,384,896,4096 --prefill-prefix 0 --heldout 0 \
         --max-context 32768 -o "$out/deepseek-v3__H200.parquet" ;;

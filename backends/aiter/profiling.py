@@ -20,10 +20,16 @@ Then, with ``heldout`` > 0, shapes off that grid (``backends.heldout`` chooses t
 Shapes whose KV cannot exist on the profiled GPU (``bs * (kv_len + width)`` above the model's KV
 capacity there, as SGLang sizes its pool) are skipped; the engine can never produce them.  Every
 skipped point is listed in the file's ``specsched.notes``.
+
+Every grid row passes through a :class:`backends.journal.PointJournal`: with a file, a sweep cut
+off by a time limit goes on from the rows it measured.  The module is past 400 lines because the
+seven sections share one runner, one journal and the skipped-point bookkeeping; each section is
+one block of :func:`_sweep`.
 """
 
 from __future__ import annotations
 
+import json
 import time
 from dataclasses import asdict, dataclass
 from typing import Any, Callable, Sequence
@@ -166,15 +172,15 @@ def open_runner(model: Any, widths: Sequence[int], opts: dict,
 def run_profile(model: Any, out: str, spec: ProfileSpec, *, executor_opts: dict | None = None,
                 command: str = "", progress: Callable[[str, int, int], None] | None = None,
                 log: Callable[[str], None] | None = None, heldout: int = 0,
-                heldout_seed: int = 0) -> dict[str, Any]:
+                heldout_seed: int = 0, journal: str | None = None) -> dict[str, Any]:
     """Run the sweep on this machine's GPU and write the profile to ``out``; returns a summary.
 
     ``heldout`` > 0: after the grid, measure that many shapes off it (``backends.heldout``,
     drawn from ``heldout_seed``) and store them with ``split = "heldout"``, the grid's rows with
-    ``split = "grid"``; 0 writes no ``split`` column."""
-    from backends.aiter import bridge
+    ``split = "grid"``; 0 writes no ``split`` column.  ``journal``: a file keeping each grid row
+    as it is measured; a sweep run again with it takes the rows it holds and measures the rest
+    (:class:`backends.journal.PointJournal`; held-out shapes are measured afresh)."""
     from backends.aiter.executor import gpu_info
-    from backends.profile import write_profile
 
     spec.check()
     opts = dict(executor_opts or {})
@@ -195,6 +201,38 @@ def run_profile(model: Any, out: str, spec: ProfileSpec, *, executor_opts: dict 
     t_start = time.perf_counter()
     say = log or (lambda s: None)
     runner, shape, cap, fits = open_runner(model, widths, opts, say)
+    for b in sorted(set(int(b) for b in spec.bs)):
+        if md.padded_batch_size(b, runner.capture_bs) != b:
+            from traces.errors import SpecschedError
+
+            raise SpecschedError(f"--bs: {b} is not a captured batch size (the ladder: "
+                                 f"{', '.join(map(str, runner.capture_bs))})")
+    pj = _point_journal(journal, shape, spec, opts, gpu_info())
+    try:
+        return _sweep(runner, shape, cap, fits, spec, pj, out=out, command=command,
+                      progress=progress, say=say, heldout=heldout, heldout_seed=heldout_seed,
+                      t_start=t_start, model=model, widths=widths)
+    finally:
+        pj.close()
+
+
+def _point_journal(path: str | None, shape: Any, spec: ProfileSpec, opts: dict, gpu: Any):
+    """The sweep's :class:`~backends.journal.PointJournal` (in memory without ``path``)."""
+    from backends.journal import PointJournal
+
+    def plain(x):  # as JSON gives it back (tuples become lists), to compare with a read header
+        return json.loads(json.dumps(x, default=str))
+
+    header = {"model": plain(shape), "spec": plain(asdict(spec)), "executor_opts": plain(opts)}
+    return PointJournal(path, header, gpu)
+
+
+def _sweep(runner, shape, cap, fits, spec: ProfileSpec, pj, *, out, command, progress, say,
+           heldout, heldout_seed, t_start, model, widths) -> dict[str, Any]:
+    """The sweep itself, section by section; every grid row goes through ``pj``."""
+    from backends.aiter import bridge
+    from backends.aiter.executor import gpu_info
+    from backends.profile import write_profile
 
     rows: list[dict] = []
     skipped: dict[str, list] = {"verify_graph": [], "verify_eager": [], "draft_graph": [],
@@ -202,12 +240,6 @@ def run_profile(model: Any, out: str, spec: ProfileSpec, *, executor_opts: dict 
                                 "prefill": []}
     bs_list = sorted(set(int(b) for b in spec.bs))
     kv_list = sorted(set(int(k) for k in spec.kv))
-    for b in bs_list:
-        if md.padded_batch_size(b, runner.capture_bs) != b:
-            from traces.errors import SpecschedError
-
-            raise SpecschedError(f"--bs: {b} is not a captured batch size (the ladder: "
-                                 f"{', '.join(map(str, runner.capture_bs))})")
     total_points = len(bs_list) * len(widths) * len(kv_list)
     done = 0
     timing = {"verify_graph_s": 0.0, "capture_s": 0.0}
@@ -222,6 +254,11 @@ def run_profile(model: Any, out: str, spec: ProfileSpec, *, executor_opts: dict 
         for w in widths:
             todo = [kv for kv in kv_list if fits(b, kv, w)]
             skipped["verify_graph"] += [[b, w, kv] for kv in kv_list if kv not in todo]
+            keys = [("verify", True, b, w, kv, b * w) for kv in todo]
+            if todo and pj.has_all(keys):
+                rows += [pj.rows[k] for k in keys]
+                done += len(kv_list)
+                continue
             if todo:
                 key = ("verify", b, w)
                 c0 = time.perf_counter()
@@ -231,10 +268,12 @@ def run_profile(model: Any, out: str, spec: ProfileSpec, *, executor_opts: dict 
                                                 padded_bs=b, launch_width=w)
                 _settle(spec.settle_s, lambda: runner.run(key, first, graph=True, warmup=0))
                 for kv in todo:
-                    launch, _ = runner.verify_launch(np.full(b, w), np.full(b, kv), mode="uniform",
-                                                     padded_bs=b, launch_width=w)
-                    ts = runner.run(key, launch, graph=True, reps=spec.reps, warmup=spec.warmup)
-                    rows.append(_row("verify", True, b, w, kv, b * w, [t.latency_s for t in ts]))
+                    def measure(kv=kv):
+                        launch, _ = runner.verify_launch(np.full(b, w), np.full(b, kv),
+                                                         mode="uniform", padded_bs=b, launch_width=w)
+                        ts = runner.run(key, launch, graph=True, reps=spec.reps, warmup=spec.warmup)
+                        return _row("verify", True, b, w, kv, b * w, [t.latency_s for t in ts])
+                    rows.append(pj.point(("verify", True, b, w, kv, b * w), measure))
                     done += 1
                     tick(f"verify bs={b} w={w} kv={kv}")
                 runner.graphs.pop(key, None)  # free the graph; the pool memory is reused
@@ -252,13 +291,17 @@ def run_profile(model: Any, out: str, spec: ProfileSpec, *, executor_opts: dict 
                 if not fits(b, kv, w):
                     skipped["verify_eager"].append([b, w, kv])
                     continue
+                if ("verify", False, b, w, kv, b * w) in pj.rows:
+                    rows.append(pj.rows[("verify", False, b, w, kv, b * w)])
+                    continue
                 launch, key = runner.verify_launch(np.full(b, w), np.full(b, kv), mode="uniform",
                                                    padded_bs=b, launch_width=w)
                 if not settled:
                     _settle(spec.settle_s, lambda: runner.run(key, launch, graph=False, warmup=0))
                     settled = True
                 ts = runner.run(key, launch, graph=False, reps=spec.eager_reps, warmup=1)
-                rows.append(_row("verify", False, b, w, kv, b * w, [t.latency_s for t in ts]))
+                rows.append(pj.point(("verify", False, b, w, kv, b * w), lambda: _row(
+                    "verify", False, b, w, kv, b * w, [t.latency_s for t in ts])))
             runner.graphs = {k: v for k, v in runner.graphs.items() if k[0] != "eager"}
     timing["verify_eager_s"] = time.perf_counter() - t0
     say(f"verify eager: {sum(1 for r in rows if r['kind'] == 'verify' and not r['graph'])} points "
@@ -271,16 +314,20 @@ def run_profile(model: Any, out: str, spec: ProfileSpec, *, executor_opts: dict 
         for b in bs_list:
             todo = [kv for kv in dkv if fits(b, kv, 1)]
             skipped["draft_graph"] += [[b, kv] for kv in dkv if kv not in todo]
-            if not todo:
+            keys = [("draft", True, b, 1, kv, b) for kv in todo]
+            if not todo or pj.has_all(keys):
+                rows += [pj.rows[k] for k in keys]
                 continue
             key = ("draft", b)
             runner.capture(key)
             first, _ = runner.draft_launch(np.full(b, todo[0]), b)
             _settle(spec.settle_s, lambda: runner.run(key, first, graph=True, warmup=0))
             for kv in todo:
-                launch, _ = runner.draft_launch(np.full(b, kv), b)
-                ts = runner.run(key, launch, graph=True, reps=spec.reps, warmup=spec.warmup)
-                rows.append(_row("draft", True, b, 1, kv, b, [t.latency_s for t in ts]))
+                def measure(kv=kv):
+                    launch, _ = runner.draft_launch(np.full(b, kv), b)
+                    ts = runner.run(key, launch, graph=True, reps=spec.reps, warmup=spec.warmup)
+                    return _row("draft", True, b, 1, kv, b, [t.latency_s for t in ts])
+                rows.append(pj.point(("draft", True, b, 1, kv, b), measure))
             runner.graphs.pop(key, None)
         settled = False
         for b in sorted(set(int(x) for x in spec.eager_bs)):
@@ -288,12 +335,16 @@ def run_profile(model: Any, out: str, spec: ProfileSpec, *, executor_opts: dict 
                 if not fits(b, kv, 1):
                     skipped["draft_eager"].append([b, kv])
                     continue
+                if ("draft", False, b, 1, kv, b) in pj.rows:
+                    rows.append(pj.rows[("draft", False, b, 1, kv, b)])
+                    continue
                 launch, key = runner.draft_launch(np.full(b, kv), b)
                 if not settled:
                     _settle(spec.settle_s, lambda: runner.run(key, launch, graph=False, warmup=0))
                     settled = True
                 ts = runner.run(key, launch, graph=False, reps=spec.eager_reps, warmup=1)
-                rows.append(_row("draft", False, b, 1, kv, b, [t.latency_s for t in ts]))
+                rows.append(pj.point(("draft", False, b, 1, kv, b), lambda: _row(
+                    "draft", False, b, 1, kv, b, [t.latency_s for t in ts])))
         runner.graphs = {k: v for k, v in runner.graphs.items() if k[0] != "eager"}
     timing["draft_s"] = time.perf_counter() - t0
     say(f"draft: {sum(1 for r in rows if r['kind'] == 'draft')} points in {timing['draft_s']:.1f} s")
@@ -306,16 +357,20 @@ def run_profile(model: Any, out: str, spec: ProfileSpec, *, executor_opts: dict 
             for w in sorted(set(int(x) for x in spec.extend_widths)):
                 todo = [kv for kv in dkv if fits(b, kv, w)]
                 skipped["extend_graph"] += [[b, w, kv] for kv in dkv if kv not in todo]
-                if not todo:
+                keys = [("draft_extend", True, b, w, kv, b * w) for kv in todo]
+                if not todo or pj.has_all(keys):
+                    rows += [pj.rows[k] for k in keys]
                     continue
                 key = ("extend", b, w)
                 runner.capture(key)
                 first, _ = runner.extend_launch(np.full(b, todo[0]), b, w)
                 _settle(spec.settle_s, lambda: runner.run(key, first, graph=True, warmup=0))
                 for kv in todo:
-                    launch, _ = runner.extend_launch(np.full(b, kv), b, w)
-                    ts = runner.run(key, launch, graph=True, reps=spec.reps, warmup=spec.warmup)
-                    rows.append(_row("draft_extend", True, b, w, kv, b * w, [t.latency_s for t in ts]))
+                    def measure(kv=kv):
+                        launch, _ = runner.extend_launch(np.full(b, kv), b, w)
+                        ts = runner.run(key, launch, graph=True, reps=spec.reps, warmup=spec.warmup)
+                        return _row("draft_extend", True, b, w, kv, b * w, [t.latency_s for t in ts])
+                    rows.append(pj.point(("draft_extend", True, b, w, kv, b * w), measure))
                 runner.graphs.pop(key, None)
         settled = False
         for b in sorted(set(int(x) for x in spec.eager_bs)):
@@ -324,12 +379,16 @@ def run_profile(model: Any, out: str, spec: ProfileSpec, *, executor_opts: dict 
                     if not fits(b, kv, w):
                         skipped["extend_eager"].append([b, w, kv])
                         continue
+                    if ("draft_extend", False, b, w, kv, b * w) in pj.rows:
+                        rows.append(pj.rows[("draft_extend", False, b, w, kv, b * w)])
+                        continue
                     launch, key = runner.extend_launch(np.full(b, kv), b, w)
                     if not settled:
                         _settle(spec.settle_s, lambda: runner.run(key, launch, graph=False, warmup=0))
                         settled = True
                     ts = runner.run(key, launch, graph=False, reps=spec.eager_reps, warmup=1)
-                    rows.append(_row("draft_extend", False, b, w, kv, b * w, [t.latency_s for t in ts]))
+                    rows.append(pj.point(("draft_extend", False, b, w, kv, b * w), lambda: _row(
+                        "draft_extend", False, b, w, kv, b * w, [t.latency_s for t in ts])))
                 runner.graphs = {k: v for k, v in runner.graphs.items() if k[0] != "eager"}
     timing["draft_extend_s"] = time.perf_counter() - t0
     say(f"draft-extend: {sum(1 for r in rows if r['kind'] == 'draft_extend')} points in "
@@ -337,15 +396,21 @@ def run_profile(model: Any, out: str, spec: ProfileSpec, *, executor_opts: dict 
 
     # ---- prefill ------------------------------------------------------------------------------
     t0 = time.perf_counter()
+    settled = False
     for tok in prefill_grid(spec.prefill_tokens, getattr(model, "experts", 0)):
         for pre in sorted(set(int(x) for x in spec.prefill_prefix)):
             if not fits(1, pre, tok):
                 skipped["prefill"].append([tok, pre])
                 continue
-            if not rows or rows[-1]["kind"] != "prefill":  # the first prefill point
+            if ("prefill", False, 1, 0, pre, tok) in pj.rows:
+                rows.append(pj.rows[("prefill", False, 1, 0, pre, tok)])
+                continue
+            if not settled:  # the first prefill point measured in this sitting
                 _settle(spec.settle_s, lambda: runner.prefill(np.array([tok]), np.array([pre])))
+                settled = True
             ts = runner.prefill(np.array([tok]), np.array([pre]), reps=spec.eager_reps, warmup=1)
-            rows.append(_row("prefill", False, 1, 0, pre, tok, [t.latency_s for t in ts]))
+            rows.append(pj.point(("prefill", False, 1, 0, pre, tok), lambda: _row(
+                "prefill", False, 1, 0, pre, tok, [t.latency_s for t in ts])))
     timing["prefill_s"] = time.perf_counter() - t0
     say(f"prefill: {sum(1 for r in rows if r['kind'] == 'prefill')} points in "
         f"{timing['prefill_s']:.1f} s")
@@ -389,6 +454,14 @@ def run_profile(model: Any, out: str, spec: ProfileSpec, *, executor_opts: dict 
     ]
     if held_note is not None:
         notes.append(held_note)
+    jn = pj.note()
+    if jn is not None:
+        notes.append(jn)
+        if len(jn["journal"]["gpus"]) > 1:
+            notes.append(f"measured on {len(jn['journal']['gpus'])} GPUs over "
+                         f"{len(jn['journal']['segments'])} sittings (journal): rows from "
+                         "different machines carry their offset")
+            say(f"warning: {notes[-1]}")
     t = runner.timing_describe()
     notes.append({"held_timing": {k: t[k] for k in ("held_runs", "reruns_after_a_short_hold",
                                                     "timed_runs_still_starved",
@@ -424,6 +497,7 @@ def run_profile(model: Any, out: str, spec: ProfileSpec, *, executor_opts: dict 
     summary = {"rows": len(rows), "out": str(out), "skipped": {k: len(v) for k, v in skipped.items()},
                "heldout": sum(1 for x in rows if x.get("split") == "heldout"),
                "timed_runs_still_starved": t["timed_runs_still_starved"],
+               "rows_from_journal": len(pj.rows) - pj.measured,
                "timing_s": timing, "wall_s": time.perf_counter() - t_start}
     say(f"wrote {len(rows)} rows to {out} in {summary['wall_s']:.1f} s")
     return summary

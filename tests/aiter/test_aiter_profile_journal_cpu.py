@@ -1,0 +1,68 @@
+"""``specsched profile --journal`` on the CPU (AITER's Triton kernels under the Triton
+interpreter): a sweep cut off after a few rows goes on from its journal and measures only the
+rest, and a journal of other settings is refused."""
+
+from __future__ import annotations
+
+import json
+
+from tests.aiter.conftest import INTERPRETED_MARKS, TINY_PROFILE, cpu_profiler_prelude, run_interpreted
+
+pytestmark = INTERPRETED_MARKS
+
+
+def test_a_cut_off_profile_sweep_goes_on_from_its_journal(tmp_path):
+    """The tiny grid, cut after its 5th measured row (as a time limit kills a sweep), then run
+    again with the same journal: the second sitting takes those 5 rows unchanged and measures
+    the rest; the file holds every grid row once, and the profile's notes name both sittings.
+    The same journal with another KV grid is refused before anything is measured."""
+    j, out = tmp_path / "sweep.jsonl", tmp_path / "tiny.parquet"
+    res = run_interpreted(f"""
+import json
+from dataclasses import replace
+from backends.aiter import bridge, executor
+from backends.aiter.runner import Runner
+from backends.aiter.profiling import ProfileSpec, run_profile
+from backends.journal import PointJournal
+from backends.models import ModelShape
+from backends.profile import read_profile
+from traces.errors import SpecschedError
+
+{cpu_profiler_prelude('[1, 2, 3]')}
+{TINY_PROFILE}
+point = PointJournal.point
+def cut(self, key, measure):
+    if self.measured == 5 and key not in self.rows:
+        raise KeyboardInterrupt('time limit')
+    return point(self, key, measure)
+PointJournal.point = cut
+try:
+    run_profile(m, {str(out)!r}, spec, command='pytest', journal={str(j)!r})
+except KeyboardInterrupt:
+    pass
+PointJournal.point = point
+first = [json.loads(x)['row'] for x in open({str(j)!r}) if '"row"' in x]
+exists = __import__('os').path.exists({str(out)!r})
+s = run_profile(m, {str(out)!r}, spec, command='pytest', journal={str(j)!r})
+rows, meta = read_profile({str(out)!r})
+jn = [n['journal'] for n in meta['notes'] if isinstance(n, dict) and 'journal' in n][0]
+try:
+    run_profile(m, {str(tmp_path / 'other.parquet')!r}, replace(spec, kv=(16, 32)), journal={str(j)!r})
+    refused = None
+except SpecschedError as e:
+    refused = str(e)
+print(json.dumps({{'first': first, 'exists': exists, 'rows': rows.to_pylist(),
+                  'from_journal': s['rows_from_journal'], 'jn': jn, 'refused': refused}}))
+""")
+    d = json.loads(res.strip().splitlines()[-1])
+    key = lambda r: (r["kind"], r["graph"], r["bs"], r["width"], r["kv_len"], r["tokens"])  # noqa: E731
+    assert len(d["first"]) == 5 and not d["exists"]  # cut off: nothing but the journal written
+    rows = d["rows"]
+    assert len({key(r) for r in rows}) == len(rows)  # every grid row once
+    by_key = {key(r): r for r in rows}
+    for r in d["first"]:  # the first sitting's rows, unchanged
+        assert {k: by_key[key(r)][k] for k in r} == r
+    assert d["from_journal"] == 5
+    assert (d["jn"]["rows_from_journal"], d["jn"]["rows_measured"]) == (5, len(rows) - 5)
+    assert [s["first_call"] for s in d["jn"]["segments"]] == [0, 5]
+    assert "belongs to another run: its spec" in d["refused"]
