@@ -36,7 +36,11 @@ def test_a_signal_stops_simulate_within_a_second(slow_trace, tmp_path, sig):
         [sys.executable, "-m", "specsched", "simulate", "--trace", str(slow_trace), "--out",
          str(out), "--replicas", "4", "--set", "engine.max_running=1", "--no-report"],
         cwd=ROOT, env=dict(os.environ, PYTHONPATH=str(ROOT)), stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE, text=True)
+        stderr=subprocess.PIPE, text=True,
+        # a test runner started in the background of a shell without job control inherits
+        # SIGINT ignored, and so would the command (Python keeps an ignored SIGINT ignored):
+        # start it as a terminal would
+        preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
     try:
         deadline = time.monotonic() + 300  # the first run after a change compiles the engine
         # the engine is running once it has streamed its first step rows into the temporary
