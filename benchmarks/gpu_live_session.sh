@@ -76,9 +76,10 @@
 #                `specsched fidelity` (live run and shipped profile) on the same traces
 # Live runs are packed as OUT_DIR/live_<name>.tar.gz (summary.json, steps.parquet, ...), to be
 # compared on any machine with `specsched fidelity --reference-run`. Each also leaves its journal,
-# OUT_DIR/journal_<name>.jsonl (`simulate --journal`). A run cut off by its limit keeps every
-# measured call there: copy the file to journals/ here (git ignores it), carry journals, and the
-# same job in the next call replays it and goes on (live-v3:400 over several calls). The profile
+# OUT_DIR/journal_<name>.jsonl (`simulate --journal`), removed once the run finishes. A run cut
+# off by its limit keeps every measured call there: copy the file to journals/ here (git ignores
+# it), carry journals, and the same job in the next call replays it and goes on (live-v3:400 over
+# several calls). The profile
 # jobs keep OUT_DIR/journal_<job>.jsonl the same way (`profile --journal`): a sweep cut off by
 # its limit goes on in the next call from the rows it measured. Fidelity jobs leave
 # OUT_DIR/fidelity_<name>.{md,json}.  DEADLINE (seconds from the start, default 570) bounds
@@ -146,7 +147,9 @@ live() {  # live NAME TRACE [LIMIT [SIMULATE OPTIONS...]]
   job "live-$name" 580 python3 -m specsched simulate --trace "$trace" --backend aiter \
     --model "${MODEL:-llama-3.1-8b}" ${lim:+--limit $lim} --no-report --progress --out "/tmp/live_$name" \
     --journal "$jn" "$@"
-  [ -d "/tmp/live_$name" ] && tar -czf "$out/live_$name.tar.gz" -C /tmp "live_$name"
+  # a finished run comes back as its results folder; its journal only when cut off (a call
+  # returns at most 8 files)
+  [ -d "/tmp/live_$name" ] && tar -czf "$out/live_$name.tar.gz" -C /tmp "live_$name" && rm -f "$jn"
 }
 fid() {  # fid NAME TRACE [LIMIT]
   local name=$1 trace=$2 lim=${3:-}
