@@ -37,7 +37,7 @@ from backends.protocol import VerifyTiming
 from traces.errors import SpecschedError
 
 __all__ = ["JournalExecutor", "PointJournal", "JOURNAL_VERSION", "batch_digest", "read_journal",
-           "new_segment", "gpu_name"]
+           "open_journal", "sittings_used", "gpu_name"]
 
 JOURNAL_VERSION = 1
 
@@ -92,10 +92,34 @@ def read_journal(path: Path, header: dict[str, Any], key: str) -> list[dict]:
     return [x if isinstance(x, dict) else {} for x in lines[1:]]
 
 
-def new_segment(index: int, first: int, gpu: Any) -> dict[str, Any]:
-    """The line a sitting appends: its index, when, the first call (or row) it adds, its GPU."""
-    return {"segment": index, "at": datetime.now(timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ"),
-            "first_call": first, "gpu": gpu}
+def open_journal(path: Path, header: dict[str, Any], key: str, is_entry, gpu: Any):
+    """Open the journal at ``path`` for a new sitting: ``(segments, entries, file)``.
+
+    Reads it (:func:`read_journal`), sorts its lines into sittings and the entries ``is_entry``
+    accepts (any other line is refused, naming it), appends this sitting's line (its index,
+    when, the entries before it, its GPU) and returns the file open for appending, line-buffered
+    so that a killed process keeps every entry written."""
+    segments: list[dict] = []
+    entries: list[dict] = []
+    for i, line in enumerate(read_journal(path, header, key), start=2):
+        if "segment" in line:
+            segments.append(line)
+        elif is_entry(line):
+            entries.append(line)
+        else:
+            raise SpecschedError(f"journal {path}, line {i}: neither an entry nor a segment")
+    seg = {"segment": len(segments), "at": datetime.now(timezone.utc).strftime(
+        "%Y-%m-%dT%H:%M:%SZ"), "first_call": len(entries), "gpu": gpu}
+    segments.append(seg)
+    f = open(path, "a", buffering=1)
+    f.write(json.dumps(seg) + "\n")
+    return segments, entries, f
+
+
+def sittings_used(segments: list[dict], total: int) -> list[dict]:
+    """The sittings that added entries, of ``total`` entries in all."""
+    firsts = [int(s.get("first_call", 0)) for s in segments] + [int(total)]
+    return [s for s, a, b in zip(segments, firsts, firsts[1:]) if b > a]
 
 
 def gpu_name(gpu: Any) -> str:
@@ -119,25 +143,14 @@ class JournalExecutor:
         self.name = inner.name
         self.path = Path(path)
         self.header = {"specsched_journal": JOURNAL_VERSION, **header}
-        self.entries: list[dict] = []
-        self.segments: list[dict] = []
         self.calls = 0
         self._open()
 
     # -- the file ---------------------------------------------------------------------------------
     def _open(self) -> None:
-        lines = read_journal(self.path, self.header, "specsched_journal")
-        for i, line in enumerate(lines, start=2):
-            if "segment" in line:
-                self.segments.append(line)
-            elif {"k", "s", "r"} <= set(line):
-                self.entries.append(line)
-            else:
-                raise SpecschedError(f"journal {self.path}, line {i}: neither a call nor a segment")
-        seg = new_segment(len(self.segments), len(self.entries), self.inner.describe().get("gpu"))
-        self.segments.append(seg)
-        self._f = open(self.path, "a", buffering=1)  # line-buffered: a killed run keeps its calls
-        self._f.write(json.dumps(seg) + "\n")
+        self.segments, self.entries, self._f = open_journal(
+            self.path, self.header, "specsched_journal", lambda x: {"k", "s", "r"} <= set(x),
+            self.inner.describe().get("gpu"))
 
     def close(self) -> None:
         if not self._f.closed:
@@ -187,9 +200,7 @@ class JournalExecutor:
         replayed = min(self.calls, len(self.entries))
         d["journal"] = {"file": str(self.path), "replayed_calls": replayed,
                         "live_calls": self.calls - replayed, "segments": self.segments}
-        # the sittings that measured calls of this run, and on which GPUs
-        firsts = [int(s.get("first_call", 0)) for s in self.segments] + [self.calls]
-        used = [s for s, a, b in zip(self.segments, firsts, firsts[1:]) if b > a]
+        used = sittings_used(self.segments, self.calls)  # those that measured calls of this run
         if len(used) > 1:
             names = [gpu_name(s.get("gpu")) for s in used]
             where = "; ".join(f"from call {s['first_call']} on {n}" for s, n in zip(used, names))
@@ -210,9 +221,9 @@ class PointJournal:
     """A profile sweep's measured rows, kept in a file as they are measured, so that a sweep
     cut off by a time limit goes on from where it stopped (``specsched profile --journal``).
 
-    Rows are known by ``(kind, graph, bs, width, kv_len, tokens)``. :meth:`point` returns the
-    journal's row for a key when it holds one, else measures, appends and returns it;
-    :meth:`has_all` lets a sweep skip a graph capture whose points are all measured. The header
+    Rows are known by ``(kind, graph, bs, width, kv_len, tokens)`` (:meth:`key_of`): a sweep
+    measures a point only when ``rows`` lacks its key, and :meth:`add` keeps what it measured;
+    :meth:`has_all` lets it skip a graph capture whose points are all in the journal. The header
     (model, the sweep's settings) must match, as for :class:`JournalExecutor`. Without a path
     the journal lives in memory only and every point is measured."""
 
@@ -226,18 +237,10 @@ class PointJournal:
         self._f = None
         if self.path is None:
             return
-        lines = read_journal(self.path, {self.KEY: JOURNAL_VERSION, **header}, self.KEY)
-        for i, line in enumerate(lines, start=2):
-            if "segment" in line:
-                self.segments.append(line)
-            elif isinstance(line.get("row"), dict):
-                self.rows[self.key_of(line["row"])] = line["row"]
-            else:
-                raise SpecschedError(f"journal {self.path}, line {i}: neither a row nor a segment")
-        seg = new_segment(len(self.segments), len(self.rows), gpu)
-        self.segments.append(seg)
-        self._f = open(self.path, "a", buffering=1)
-        self._f.write(json.dumps(seg) + "\n")
+        self.segments, entries, self._f = open_journal(
+            self.path, {self.KEY: JOURNAL_VERSION, **header}, self.KEY,
+            lambda x: isinstance(x.get("row"), dict), gpu)
+        self.rows = {self.key_of(e["row"]): e["row"] for e in entries}
 
     @staticmethod
     def key_of(row: dict) -> tuple:
@@ -247,25 +250,18 @@ class PointJournal:
     def has_all(self, keys) -> bool:
         return all(k in self.rows for k in keys)
 
-    def point(self, key: tuple, measure) -> dict:
-        """The row for ``key``: the journal's, else ``measure()``'s, journalled."""
-        if key in self.rows:
-            return self.rows[key]
-        row = measure()
-        assert self.key_of(row) == key, (self.key_of(row), key)
-        self.rows[key] = row
+    def add(self, row: dict) -> None:
+        """Keep a row just measured (journalled at once when there is a file)."""
+        self.rows[self.key_of(row)] = row
         self.measured += 1
         if self._f is not None:
             self._f.write(json.dumps({"row": row}) + "\n")
-        return row
 
     def note(self) -> dict[str, Any] | None:
         """What a profile's notes say of its journal (``None`` without one)."""
         if self.path is None:
             return None
-        firsts = [int(s.get("first_call", 0)) for s in self.segments] + [len(self.rows)]
-        gpus = sorted({gpu_name(s.get("gpu")) for s, a, b in zip(self.segments, firsts, firsts[1:])
-                       if b > a})
+        gpus = sorted({gpu_name(s.get("gpu")) for s in sittings_used(self.segments, len(self.rows))})
         return {"journal": {"file": str(self.path), "rows_from_journal": len(self.rows) -
                             self.measured, "rows_measured": self.measured,
                             "segments": self.segments, "gpus": gpus}}

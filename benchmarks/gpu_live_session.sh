@@ -133,7 +133,7 @@ job() {  # job NAME SECONDS COMMAND...
   timeout "$secs" "$@" >>"$log" 2>&1
   echo "=== $name rc=$? in $((SECONDS - t0))s ===" | tee -a "$log"
 }
-pjournal() {  # pjournal NAME: a profile job's journal in OUT_DIR, continued from journals/ if there
+pjournal() {  # pjournal NAME: a job's journal in OUT_DIR, continued from journals/ if there
   local f="$out/journal_$1.jsonl"
   [ -f "journals/journal_$1.jsonl" ] && cp "journals/journal_$1.jsonl" "$f"
   echo "$f"
@@ -142,8 +142,7 @@ live() {  # live NAME TRACE [LIMIT [SIMULATE OPTIONS...]]
   local name=$1 trace=$2 lim=${3:-}; shift 3 2>/dev/null || shift $#
   # every executor call goes to OUT_DIR/journal_NAME.jsonl as it is measured; a journal of the
   # same name under journals/ (carried from an earlier call) is replayed first and continued
-  local jn="$out/journal_$name.jsonl"
-  [ -f "journals/journal_$name.jsonl" ] && cp "journals/journal_$name.jsonl" "$jn"
+  local jn; jn=$(pjournal "$name")
   job "live-$name" 580 python3 -m specsched simulate --trace "$trace" --backend aiter \
     --model "${MODEL:-llama-3.1-8b}" ${lim:+--limit $lim} --no-report --progress --out "/tmp/live_$name" \
     --journal "$jn" "$@"

@@ -103,14 +103,14 @@ def simulate_to(trace, config: SimConfig, out_dir: str | Path | None, *, executo
 
     prep = prepare(config, executor=executor)
     trace, context = fit_context(trace, prep.model.context_len, config.engine.context_overflow)
+    files = input_files(config, getattr(trace, "path", None), *inputs)
     if journal is not None:
-        prep = _journalled(prep, trace, journal, out_dir,
-                           input_files(config, getattr(trace, "path", None), *inputs))
+        prep = _journalled(prep, trace, journal, out_dir, files)
     if on_executor is not None:
         on_executor(prep.executor)
     try:
-        return _simulate_prepared(trace, config, prep, out_dir, context, progress=progress,
-                                  report=report, inputs=inputs)
+        return _simulate_prepared(trace, prep, out_dir, context, progress=progress,
+                                  report=report, files=files)
     finally:
         if journal is not None:
             prep.executor.close()
@@ -138,9 +138,10 @@ def _journalled(prep: Prepared, trace, journal: str | Path, out_dir, inputs) -> 
     return replace(prep, executor=JournalExecutor(prep.executor, j, header))
 
 
-def _simulate_prepared(trace, config: SimConfig, prep: Prepared, out_dir, context: dict, *,
-                       progress, report: bool, inputs):
-    """The run and its results folder, once the executor and the trace are ready."""
+def _simulate_prepared(trace, prep: Prepared, out_dir, context: dict, *, progress, report: bool,
+                       files: list[str]):
+    """The run and its results folder, once the executor and the trace are ready (``files``:
+    what the run reads, which the folder may not hold)."""
     from simulator import run, run_to
 
     kw = dict(kv_capacity_tokens=prep.kv_capacity_tokens, progress=progress,
@@ -165,7 +166,6 @@ def _simulate_prepared(trace, config: SimConfig, prep: Prepared, out_dir, contex
             write_report([run_], folder / "report.html")
     extra_summary["warnings"] = []
     _context_warning(extra_summary, context)
-    files = input_files(config, getattr(trace, "path", None), *inputs)
     return run_to(out_dir, trace, prep.config, prep.executor, extra=extra,
                   summary_extra=extra_summary, inputs=files, **kw)
 

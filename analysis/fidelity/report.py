@@ -150,8 +150,8 @@ def build_report(reference_steps: pa.Table, reference_summary: dict, profile_sum
     heldout = heldout_errors(table)
     checks = _checks(full, runs, heldout)
     spread = _spread(table)
-    nc = not_captured(table, full) + starved_notes(
-        table.source if isinstance(table.source, dict) else {}, reference_summary)
+    src = table.source if isinstance(table.source, dict) else {}
+    nc = not_captured(table, full) + starved_notes(src, reference_summary)
     if spread is not None:
         nc.insert(1, f"median p10..p90 spread of the profile's measurements: {spread:.2f}%")
     report = {"steps": full, "heldout": heldout, "runs": runs, "checks": checks,
@@ -164,8 +164,7 @@ def build_report(reference_steps: pa.Table, reference_summary: dict, profile_sum
             "gpu": (cal.get("machine") or {}).get("name"), "at": cal.get("at"),
             "base": cal.get("base"), "anchors": len(cal.get("anchors") or []),
             "factors": {g: f.get("factor") for g, f in (cal.get("factors") or {}).items()}}
-    report["machines"] = recording_machines(table.source if isinstance(table.source, dict)
-                                            else {}, reference_summary)
+    report["machines"] = recording_machines(src, reference_summary)
     if repeats:
         reps = [{"run": path, "runs": compare_runs(reference_summary, summary),
                  "matched_shape_ratio": matched_shape_ratio(reference_steps, steps)}

@@ -237,7 +237,6 @@ class AiterExecutor:
             "caveats": caveats,
         }
 
-
     def timing_caveats(self) -> list[str]:
         """A warning when timed runs outran their hold on every attempt (empty otherwise)."""
         r = self.runner

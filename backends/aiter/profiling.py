@@ -144,6 +144,18 @@ def _settle(seconds: float, once: Callable[[], Any]) -> None:
             return
 
 
+def _eager_point(runner: Any, spec: ProfileSpec, pj: Any, k: tuple, settled: bool, launch: Any,
+                 key: tuple) -> bool:
+    """Measure the eager point ``k`` (a row key) through ``launch`` and keep its row in ``pj``;
+    the first point of a section (``settled`` false) runs untimed for ``spec.settle_s`` first.
+    Returns True: the section is settled."""
+    if not settled:
+        _settle(spec.settle_s, lambda: runner.run(key, launch, graph=False, warmup=0))
+    ts = runner.run(key, launch, graph=False, reps=spec.eager_reps, warmup=1)
+    pj.add(_row(*k, [t.latency_s for t in ts]))
+    return True
+
+
 def open_runner(model: Any, widths: Sequence[int], opts: dict,
                 say: Callable[[str], None]) -> tuple[Any, Any, int | None, Callable[[int, int, int], bool]]:
     """The live executor's runner for ``model`` with graphs for ``widths`` (and the default
@@ -267,13 +279,14 @@ def _sweep(runner, shape, cap, fits, spec: ProfileSpec, pj, *, out, command, pro
                 first, _ = runner.verify_launch(np.full(b, w), np.full(b, todo[0]), mode="uniform",
                                                 padded_bs=b, launch_width=w)
                 _settle(spec.settle_s, lambda: runner.run(key, first, graph=True, warmup=0))
-                for kv in todo:
-                    def measure(kv=kv):
+                for k in keys:
+                    kv = k[4]
+                    if k not in pj.rows:
                         launch, _ = runner.verify_launch(np.full(b, w), np.full(b, kv),
                                                          mode="uniform", padded_bs=b, launch_width=w)
                         ts = runner.run(key, launch, graph=True, reps=spec.reps, warmup=spec.warmup)
-                        return _row("verify", True, b, w, kv, b * w, [t.latency_s for t in ts])
-                    rows.append(pj.point(("verify", True, b, w, kv, b * w), measure))
+                        pj.add(_row(*k, [t.latency_s for t in ts]))
+                    rows.append(pj.rows[k])
                     done += 1
                     tick(f"verify bs={b} w={w} kv={kv}")
                 runner.graphs.pop(key, None)  # free the graph; the pool memory is reused
@@ -291,17 +304,11 @@ def _sweep(runner, shape, cap, fits, spec: ProfileSpec, pj, *, out, command, pro
                 if not fits(b, kv, w):
                     skipped["verify_eager"].append([b, w, kv])
                     continue
-                if ("verify", False, b, w, kv, b * w) in pj.rows:
-                    rows.append(pj.rows[("verify", False, b, w, kv, b * w)])
-                    continue
-                launch, key = runner.verify_launch(np.full(b, w), np.full(b, kv), mode="uniform",
-                                                   padded_bs=b, launch_width=w)
-                if not settled:
-                    _settle(spec.settle_s, lambda: runner.run(key, launch, graph=False, warmup=0))
-                    settled = True
-                ts = runner.run(key, launch, graph=False, reps=spec.eager_reps, warmup=1)
-                rows.append(pj.point(("verify", False, b, w, kv, b * w), lambda: _row(
-                    "verify", False, b, w, kv, b * w, [t.latency_s for t in ts])))
+                k = ("verify", False, b, w, kv, b * w)
+                if k not in pj.rows:
+                    settled = _eager_point(runner, spec, pj, k, settled, *runner.verify_launch(
+                        np.full(b, w), np.full(b, kv), mode="uniform", padded_bs=b, launch_width=w))
+                rows.append(pj.rows[k])
             runner.graphs = {k: v for k, v in runner.graphs.items() if k[0] != "eager"}
     timing["verify_eager_s"] = time.perf_counter() - t0
     say(f"verify eager: {sum(1 for r in rows if r['kind'] == 'verify' and not r['graph'])} points "
@@ -322,12 +329,12 @@ def _sweep(runner, shape, cap, fits, spec: ProfileSpec, pj, *, out, command, pro
             runner.capture(key)
             first, _ = runner.draft_launch(np.full(b, todo[0]), b)
             _settle(spec.settle_s, lambda: runner.run(key, first, graph=True, warmup=0))
-            for kv in todo:
-                def measure(kv=kv):
-                    launch, _ = runner.draft_launch(np.full(b, kv), b)
+            for k in keys:
+                if k not in pj.rows:
+                    launch, _ = runner.draft_launch(np.full(b, k[4]), b)
                     ts = runner.run(key, launch, graph=True, reps=spec.reps, warmup=spec.warmup)
-                    return _row("draft", True, b, 1, kv, b, [t.latency_s for t in ts])
-                rows.append(pj.point(("draft", True, b, 1, kv, b), measure))
+                    pj.add(_row(*k, [t.latency_s for t in ts]))
+                rows.append(pj.rows[k])
             runner.graphs.pop(key, None)
         settled = False
         for b in sorted(set(int(x) for x in spec.eager_bs)):
@@ -335,16 +342,11 @@ def _sweep(runner, shape, cap, fits, spec: ProfileSpec, pj, *, out, command, pro
                 if not fits(b, kv, 1):
                     skipped["draft_eager"].append([b, kv])
                     continue
-                if ("draft", False, b, 1, kv, b) in pj.rows:
-                    rows.append(pj.rows[("draft", False, b, 1, kv, b)])
-                    continue
-                launch, key = runner.draft_launch(np.full(b, kv), b)
-                if not settled:
-                    _settle(spec.settle_s, lambda: runner.run(key, launch, graph=False, warmup=0))
-                    settled = True
-                ts = runner.run(key, launch, graph=False, reps=spec.eager_reps, warmup=1)
-                rows.append(pj.point(("draft", False, b, 1, kv, b), lambda: _row(
-                    "draft", False, b, 1, kv, b, [t.latency_s for t in ts])))
+                k = ("draft", False, b, 1, kv, b)
+                if k not in pj.rows:
+                    settled = _eager_point(runner, spec, pj, k, settled,
+                                           *runner.draft_launch(np.full(b, kv), b))
+                rows.append(pj.rows[k])
         runner.graphs = {k: v for k, v in runner.graphs.items() if k[0] != "eager"}
     timing["draft_s"] = time.perf_counter() - t0
     say(f"draft: {sum(1 for r in rows if r['kind'] == 'draft')} points in {timing['draft_s']:.1f} s")
@@ -365,12 +367,12 @@ def _sweep(runner, shape, cap, fits, spec: ProfileSpec, pj, *, out, command, pro
                 runner.capture(key)
                 first, _ = runner.extend_launch(np.full(b, todo[0]), b, w)
                 _settle(spec.settle_s, lambda: runner.run(key, first, graph=True, warmup=0))
-                for kv in todo:
-                    def measure(kv=kv):
-                        launch, _ = runner.extend_launch(np.full(b, kv), b, w)
+                for k in keys:
+                    if k not in pj.rows:
+                        launch, _ = runner.extend_launch(np.full(b, k[4]), b, w)
                         ts = runner.run(key, launch, graph=True, reps=spec.reps, warmup=spec.warmup)
-                        return _row("draft_extend", True, b, w, kv, b * w, [t.latency_s for t in ts])
-                    rows.append(pj.point(("draft_extend", True, b, w, kv, b * w), measure))
+                        pj.add(_row(*k, [t.latency_s for t in ts]))
+                    rows.append(pj.rows[k])
                 runner.graphs.pop(key, None)
         settled = False
         for b in sorted(set(int(x) for x in spec.eager_bs)):
@@ -379,16 +381,11 @@ def _sweep(runner, shape, cap, fits, spec: ProfileSpec, pj, *, out, command, pro
                     if not fits(b, kv, w):
                         skipped["extend_eager"].append([b, w, kv])
                         continue
-                    if ("draft_extend", False, b, w, kv, b * w) in pj.rows:
-                        rows.append(pj.rows[("draft_extend", False, b, w, kv, b * w)])
-                        continue
-                    launch, key = runner.extend_launch(np.full(b, kv), b, w)
-                    if not settled:
-                        _settle(spec.settle_s, lambda: runner.run(key, launch, graph=False, warmup=0))
-                        settled = True
-                    ts = runner.run(key, launch, graph=False, reps=spec.eager_reps, warmup=1)
-                    rows.append(pj.point(("draft_extend", False, b, w, kv, b * w), lambda: _row(
-                        "draft_extend", False, b, w, kv, b * w, [t.latency_s for t in ts])))
+                    k = ("draft_extend", False, b, w, kv, b * w)
+                    if k not in pj.rows:
+                        settled = _eager_point(runner, spec, pj, k, settled,
+                                               *runner.extend_launch(np.full(b, kv), b, w))
+                    rows.append(pj.rows[k])
                 runner.graphs = {k: v for k, v in runner.graphs.items() if k[0] != "eager"}
     timing["draft_extend_s"] = time.perf_counter() - t0
     say(f"draft-extend: {sum(1 for r in rows if r['kind'] == 'draft_extend')} points in "
@@ -402,15 +399,14 @@ def _sweep(runner, shape, cap, fits, spec: ProfileSpec, pj, *, out, command, pro
             if not fits(1, pre, tok):
                 skipped["prefill"].append([tok, pre])
                 continue
-            if ("prefill", False, 1, 0, pre, tok) in pj.rows:
-                rows.append(pj.rows[("prefill", False, 1, 0, pre, tok)])
-                continue
-            if not settled:  # the first prefill point measured in this sitting
-                _settle(spec.settle_s, lambda: runner.prefill(np.array([tok]), np.array([pre])))
-                settled = True
-            ts = runner.prefill(np.array([tok]), np.array([pre]), reps=spec.eager_reps, warmup=1)
-            rows.append(pj.point(("prefill", False, 1, 0, pre, tok), lambda: _row(
-                "prefill", False, 1, 0, pre, tok, [t.latency_s for t in ts])))
+            k = ("prefill", False, 1, 0, pre, tok)
+            if k not in pj.rows:
+                if not settled:  # the first prefill point measured in this sitting
+                    _settle(spec.settle_s, lambda: runner.prefill(np.array([tok]), np.array([pre])))
+                    settled = True
+                ts = runner.prefill(np.array([tok]), np.array([pre]), reps=spec.eager_reps, warmup=1)
+                pj.add(_row(*k, [t.latency_s for t in ts]))
+            rows.append(pj.rows[k])
     timing["prefill_s"] = time.perf_counter() - t0
     say(f"prefill: {sum(1 for r in rows if r['kind'] == 'prefill')} points in "
         f"{timing['prefill_s']:.1f} s")
