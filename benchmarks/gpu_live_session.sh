@@ -67,8 +67,11 @@
 #                points, and eager passes now wait behind longer holds (docs/aiter.md, Timing)
 #                                                            -> deepseek-v3__H200.parquet
 #   heldout-v3   16 held-out shapes off backends/profiles/deepseek-v3__H200.parquet's grid, written
-#                with its rows (copy profile-v3's output there first; about 90 s)
-#                                                            -> deepseek-v3__H200.parquet
+#                with its rows (about 90 s)                   -> deepseek-v3__H200.parquet
+#                after profile-v3 in the same call, off that profile's grid
+#                                                            -> deepseek-v3__H200.heldout.parquet
+#   eager-sync   benchmarks/bench_aiter_eager_sync.py on the V3 shard: the launch queue's capacity,
+#                and why (or whether) its eager prefills outrun their holds -> eager_sync_v3.json
 #   live-v3:N    live run of the first N conversation requests on the DeepSeek-V3 shard, fixed policy
 #   live-v2lite-unsafe:N  the same with --policy unsafe-derived: every mixed launch's output error
 #                (steps.parquet max_abs_error, the MLA path's fixed-width metadata)
@@ -236,9 +239,13 @@ PY
         --bs 1,2,4,8,10,12,14,16,24,32,64 --kv-lens 512,4096,16384 --eager-bs 1,8,16 \
         --eager-kv-lens 1024 --prefill-tokens 128,384,896,4096 --prefill-prefix 0 --heldout 0 \
         --max-context 32768 -o "$out/deepseek-v3__H200.parquet" ;;
-    heldout-v3) job heldout-v3 200 python3 -m specsched profile --model deepseek-v3 --heldout-only \
-        --progress --base backends/profiles/deepseek-v3__H200.parquet --heldout 16 \
-        --max-context 32768 -o "$out/deepseek-v3__H200.parquet" ;;
+    heldout-v3) base=backends/profiles/deepseek-v3__H200.parquet; hout="$out/deepseek-v3__H200.parquet"
+        # after profile-v3 in the same call: that profile, written beside it
+        [ -f "$hout" ] && { base=$hout; hout="$out/deepseek-v3__H200.heldout.parquet"; }
+        job heldout-v3 200 python3 -m specsched profile --model deepseek-v3 --heldout-only \
+        --progress --base "$base" --heldout 16 --max-context 32768 -o "$hout" ;;
+    eager-sync) job eager-sync 150 python3 benchmarks/bench_aiter_eager_sync.py --model deepseek-v3 \
+        --tokens 64,203,1315 --json "$out/eager_sync_v3.json" ;;
     live-v3:*) MODEL=deepseek-v3 live "v3${j#live-v3:}" "$CONV" "${j#live-v3:}" --policy fixed ;;
     live-v2lite-unsafe:*) MODEL=deepseek-v2-lite live "v2liteunsafe${j#live-v2lite-unsafe:}" "$CONV" \
         "${j#live-v2lite-unsafe:}" --policy unsafe-derived ;;

@@ -37,6 +37,10 @@ class MLATransformer(RMSNorms):
     ``extend_plan``: set (by the runner) for a prefill forward; ``None`` for verify/draft rows.
     """
 
+    #: ``after_layer(i, layers)``, called after each layer is queued (None: not called); the
+    #: runner sets it while timing an eager pass in segments (backends/aiter/segments.py)
+    after_layer = None
+
     def __init__(self, geometry: dict, *, kernels: Any, mla_kernels: Any, caches: list, rope: Any,
                  index_buf: Any, page_size: int, device: Any, dtype: Any, generator: Any = None,
                  eps: float = 1e-6, routing: str = "uniform", skew: float = 1.0,
@@ -130,7 +134,7 @@ class MLATransformer(RMSNorms):
                          self.eh_proj)
         rm = self._rows(x, a)
         residual = None
-        for lw in self.layers:
+        for i, lw in enumerate(self.layers):
             if residual is None:
                 residual = x
                 h_in = self._norm(x, lw.norm1)
@@ -139,6 +143,8 @@ class MLATransformer(RMSNorms):
             attn = self._attention(lw, h_in, a, rm)
             h2, residual = self._add_norm(attn, residual, lw.norm2)
             x = self._mlp(lw, h2)
+            if self.after_layer is not None:   # timed eager passes: backends/aiter/segments.py
+                self.after_layer(i, len(self.layers))
         out, _ = self._add_norm(x, residual, self.final_norm)
         if logits_index is not None:
             out = out.index_select(0, logits_index)

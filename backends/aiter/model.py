@@ -180,6 +180,10 @@ class Transformer(RMSNorms):
     layer and ``geometry["role"]`` ``"eagle"`` or ``"eagle3"`` (the module docstring).
     """
 
+    #: ``after_layer(i, layers)``, called after each layer is queued (None: not called); the
+    #: runner sets it while timing an eager pass in segments (backends/aiter/segments.py)
+    after_layer = None
+
     def __init__(self, geometry: dict[str, int], *, kernels: Any, views: list, rope: Rope,
                  device: Any, dtype: Any, generator: Any = None, eps: float = 1e-5) -> None:
         import torch
@@ -290,6 +294,8 @@ class Transformer(RMSNorms):
             attn = self._attention(lw, h_in, a)
             h2, residual = self._add_norm(attn, residual, lw.norm2)
             x = self._mlp(lw, h2)
+            if self.after_layer is not None:   # timed eager passes: backends/aiter/segments.py
+                self.after_layer(i, len(self.layers))
         if self.role == "eagle":
             out = x + residual  # LlamaForCausalLMEagle: no final norm
         else:

@@ -459,9 +459,10 @@ def _sweep(runner, shape, cap, fits, spec: ProfileSpec, pj, *, out, command, pro
                          "different machines carry their offset")
             say(f"warning: {notes[-1]}")
     t = runner.timing_describe()
+    # eager_segments: the kinds whose passes filled the launch queue and were timed in segments
     notes.append({"held_timing": {k: t[k] for k in ("held_runs", "reruns_after_a_short_hold",
                                                     "timed_runs_still_starved",
-                                                    "still_starved_by_kind")}})
+                                                    "still_starved_by_kind", "eager_segments")}})
     if t["timed_runs_still_starved"]:
         say(f"warning: {t['timed_runs_still_starved']} timed runs outran their hold on every "
             f"attempt ({t['still_starved_by_kind']}): their medians may include host gaps")

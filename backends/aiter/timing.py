@@ -14,11 +14,22 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
+from backends.aiter.segments import EagerSegments, SegmentedRun, segments_after_block
+
 if TYPE_CHECKING:
     from backends.aiter.launch import Launch, _Static
 
 __all__ = ["wait_event", "gc_paused", "lead_kind", "next_lead", "Timing", "QueuedTiming",
            "FIRST_LEAD_CAP_S", "MAX_LEAD_S"]
+
+
+def _recorded_event():
+    """A new timing CUDA event, recorded on the current stream."""
+    import torch
+
+    ev = torch.cuda.Event(enable_timing=True)
+    ev.record()
+    return ev
 
 
 def wait_event(ev, spin: bool = True) -> None:
@@ -110,6 +121,10 @@ class QueuedTiming:
         self.starved_runs = 0
         self.starved_by_kind: dict[str, int] = {}
         self._attempt = 0  # the attempt of the run in progress (0 first, 1-2 re-runs)
+        self._hold_last_s = 0.0
+        self._segments_learned = False
+        #: eager passes too long for the GPU's launch queue are timed in segments (segments.py)
+        self.eager_segments = EagerSegments()
         self.capture_s: dict[tuple, float] = {}
         self.capture_phase_s = {"warm": 0.0, "record": 0.0, "upload": 0.0}
 
@@ -142,28 +157,50 @@ class QueuedTiming:
                 "timed_runs_still_starved": self.starved_runs,
                 "still_starved_by_kind": dict(sorted(self.starved_by_kind.items())),
                 "eager_timed_runs": self.eager_timed_runs,
+                "eager_segments": self.eager_segments.describe(),
                 "eager_runs_with_driver_allocs": self.eager_alloc_events,
                 "wall_s": {k: round(v, 3) for k, v in self.wall_s.items()},
                 "hold_s": round(self.hold_s, 3),
                 "capture_phase_s": {k: round(v, 3) for k, v in self.capture_phase_s.items()}}
 
-    def _hold(self, key: tuple) -> bool:
-        """Queue a spin kernel covering the host's time to queue ``key``'s launch (1.5 x the
-        estimate kept by :meth:`_note_lead`, at least ``min_hold_s``); False when not holding
-        (CPU, ``hold_gpu`` off, or no estimate yet)."""
+    def _hold(self, key: tuple, share: float = 1.0) -> bool:
+        """Queue a spin kernel covering the host's time to queue ``key``'s launch, or ``share``
+        of it for one segment of an eager pass (1.5 x the estimate kept by :meth:`_note_lead`,
+        at least ``min_hold_s``; its seconds in ``_hold_last_s``); False when not holding (CPU,
+        ``hold_gpu`` off, or no estimate yet)."""
+        return self._hold_seconds(key, share) > 0
+
+    def _hold_seconds(self, key: tuple, share: float = 1.0) -> float:
+        """:meth:`_hold`, returning the hold's seconds (0.0: not held)."""
+        self._hold_last_s = 0.0
         if not (self.on_gpu and self.hold_gpu):
-            return False
+            return 0.0
         lead = self.lead_estimate(key)
         if lead is None:
-            return False
+            return 0.0
         import torch
 
         if self._cycles_per_s is None:
             self._cycles_per_s = self._calibrate_spin()
-        hold = max(self.min_hold_s, 1.5 * lead)
+        hold = max(self.min_hold_s, 1.5 * lead * share)
         torch.cuda._sleep(max(1, int(hold * self._cycles_per_s)))
         self.hold_s += hold
-        return True
+        self._hold_last_s = hold
+        return hold
+
+    @contextmanager
+    def _after_each_layer(self, hook):
+        """Set ``hook(i, layers)`` as the models' per-layer callback (``after_layer``) for the
+        duration of a timed eager body."""
+        models = [m for m in (getattr(self, "target", None), getattr(self, "draft", None))
+                  if m is not None]
+        for m in models:
+            m.after_layer = hook
+        try:
+            yield
+        finally:
+            for m in models:
+                m.after_layer = None
 
     def lead_estimate(self, key: tuple) -> float | None:
         """The host-queueing estimate a hold for ``key`` uses: its own, else its kind's."""
@@ -217,14 +254,18 @@ class QueuedTiming:
         """``warmup + reps`` runs of ``once() -> (gpu_s, host_s, held, starved)``, the garbage
         collector held off in each; the timings of the last ``reps``.  A run whose hold ran out
         before the launch was queued is run again (at most twice; ``once`` has lengthened the
-        hold through :meth:`_note_lead`).  Eager runs also count driver allocations."""
+        hold through :meth:`_note_lead`), once more after a run that found the GPU's launch queue
+        full and learned to time the pass in segments (segments.py).  Eager runs also count driver allocations."""
         out: list[Timing] = []
         for i in range(warmup + reps):
             timed = i >= warmup
             before = self._driver_allocs() if timed and not graph else 0
-            for attempt in range(3):
+            last = 2        # two re-runs; one more after a run that learned segments
+            attempt = 0
+            while True:
                 w0 = time.perf_counter()
                 self._attempt = attempt
+                self._segments_learned = False
                 try:
                     with gc_paused(self.pause_gc):
                         gpu, host, held, starved = once()
@@ -232,9 +273,12 @@ class QueuedTiming:
                     self._attempt = 0
                 part = "rerun" if attempt else ("timed" if timed else "warmup")
                 self.wall_s[part] += time.perf_counter() - w0
-                if not starved or attempt == 2:
+                if self._segments_learned:
+                    last = min(max(last, attempt + 1), 4)
+                if not starved or attempt >= last:
                     break
                 self.rerun_starved += 1
+                attempt += 1
             if not timed:
                 continue
             clean = held and not starved
@@ -262,26 +306,38 @@ class QueuedTiming:
             warmup = self.auto_warmup(lead_key)
 
         def once():
-            if self.on_gpu:
-                e0 = torch.cuda.Event(enable_timing=True)
-                e1 = torch.cuda.Event(enable_timing=True)
             self._stage(st, launch)
-            held = self._hold(lead_key)
+            kind = lead_kind(lead_key)
+            segs = self.eager_segments.segments(lead_key, kind)
+            held = self._hold(lead_key, share=1.0 / segs)
             h0 = time.perf_counter()
-            if self.on_gpu:
-                e0.record()
-            with torch.no_grad():
+            if not self.on_gpu:
+                with torch.no_grad():
+                    st.out = body()
+                host = time.perf_counter() - h0
+                self._note_lead(lead_key, host, False)
+                return host, host, held, False
+            e0 = _recorded_event()
+            run = SegmentedRun(segs, clock=time.perf_counter, event=_recorded_event,
+                               hold=lambda: self._hold_seconds(lead_key, 1.0 / segs), start=e0,
+                               hold_s=self._hold_last_s if held else 0.0, t0=h0)
+            with self._after_each_layer(run.after_layer), torch.no_grad():
                 st.out = body()
-            starved = held and e0.query()
-            if self.on_gpu:
-                e1.record()
+            run.finish()
+            starved = held and run.starved
             host = time.perf_counter() - h0
-            if self.on_gpu:
-                wait_event(e1, self.spin_wait)
-                gpu = e0.elapsed_time(e1) / 1e3
-            else:
-                gpu = time.perf_counter() - h0
+            wait_event(run.pairs[-1][1], self.spin_wait)
+            gpu = run.gpu_s()
             self._note_lead(lead_key, host, starved)
+            if starved and run.blocked is not None and self._attempt > 0:
+                # the launch queue was full (segments.py): time in shorter segments from now on,
+                # behind holds for what queueing the pass takes when the host is not blocked
+                layers = run.layers
+                self._segments_learned = True
+                self.eager_segments.learn(lead_key, kind,
+                                          segments_after_block(layers, run.blocked[0]))
+                unblocked = min(run.blocked[1] * layers, MAX_LEAD_S)
+                self._lead[lead_key] = self._lead[kind] = unblocked
             return gpu, host, held, starved
 
         return self._timed_runs(once, key=key, comm=comm, graph=False, reps=reps, warmup=warmup)
