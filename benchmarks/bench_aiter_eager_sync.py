@@ -157,7 +157,8 @@ def main() -> None:
             w0 = time.perf_counter()
             t = r.prefill(tok, pre)[0]
             case["runs"].append({
-                "run": label, "gpu_ms": round(t.gpu_s * 1e3, 3), "host_ms": round(t.host_s * 1e3, 3),
+                "run": label, "gpu_ms": round(t.gpu_s * 1e3, 3),
+                "host_ms": round(t.host_s * 1e3, 3),
                 "held": t.held, "reruns": r.rerun_starved - rr0,
                 "starved": r.starved_runs - sv0, "wall_s": round(time.perf_counter() - w0, 3),
                 "lead_s": round(r.lead_estimate(("eager", "prefill", 1, n)) or 0, 4),

@@ -255,7 +255,8 @@ class QueuedTiming:
         collector held off in each; the timings of the last ``reps``.  A run whose hold ran out
         before the launch was queued is run again (at most twice; ``once`` has lengthened the
         hold through :meth:`_note_lead`), once more after a run that found the GPU's launch queue
-        full and learned to time the pass in segments (segments.py).  Eager runs also count driver allocations."""
+        full and learned to time the pass in segments (segments.py).  Eager runs also count
+        driver allocations."""
         out: list[Timing] = []
         for i in range(warmup + reps):
             timed = i >= warmup
