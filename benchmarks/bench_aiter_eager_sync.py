@@ -33,6 +33,7 @@ import time
 import traceback
 import warnings
 from pathlib import Path
+from unittest import mock
 
 import numpy as np
 
@@ -109,17 +110,12 @@ def _profiled_runner(runner, torch, out: dict, hold_s: float = 3.0, top: int = 8
     return run
 
 
-def queue_capacity(torch, hold_s: float = 0.5, n: int = 4096) -> dict:
-    """Kernels the host can queue behind a ``hold_s`` spin kernel before a launch blocks: the
-    index of the first of ``n`` one-element adds whose launch took over half the hold."""
+def queue_capacity(torch, cps: float, hold_s: float = 0.5, n: int = 4096) -> dict:
+    """Kernels the host can queue behind a ``hold_s`` spin kernel (``cps``: its cycles per
+    second) before a launch blocks: the index of the first of ``n`` one-element adds whose
+    launch took over half the hold."""
     x = torch.zeros(1, device="cuda")
     x.add_(1)
-    a, b = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-    a.record()
-    torch.cuda._sleep(1_000_000)
-    b.record()
-    b.synchronize()
-    cps = 1_000_000 / (a.elapsed_time(b) / 1e3)
     torch.cuda.synchronize()
     torch.cuda._sleep(int(hold_s * cps))
     times = []
@@ -147,7 +143,7 @@ def main() -> None:
     ex = make_executor(a.model, capture_bs=[1], kv_pool_gib=8, max_context=16384)
     r = ex.runner
     res: dict = {"model": a.model, "build_s": round(time.perf_counter() - t0, 1), "cases": [],
-                 "queue": queue_capacity(torch)}
+                 "queue": queue_capacity(torch, r._calibrate_spin())}
     print(json.dumps(res["queue"]), flush=True)
     for n in (int(x) for x in a.tokens.split(",")):
         case: dict = {"tokens": n, "runs": []}
@@ -182,20 +178,12 @@ def main() -> None:
         r._lead.update(saved)
         for mode in ("error", "warn"):
             out: dict = {}
-            orig = r._time_eager
-            r._time_eager = _body_runner(r, torch, mode, out)
-            try:
+            with mock.patch.object(r, "_time_eager", _body_runner(r, torch, mode, out)):
                 r.prefill(tok, pre)
-            finally:
-                r._time_eager = orig
             case[f"sync_debug_{mode}"] = out
         out = {}
-        orig = r._time_eager
-        r._time_eager = _profiled_runner(r, torch, out)
-        try:
+        with mock.patch.object(r, "_time_eager", _profiled_runner(r, torch, out)):
             r.prefill(tok, pre)
-        finally:
-            r._time_eager = orig
         text = out.pop("callers_text", "")
         case["host_profile"] = out
         print(text, flush=True)

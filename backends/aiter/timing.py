@@ -121,7 +121,6 @@ class QueuedTiming:
         self.starved_runs = 0
         self.starved_by_kind: dict[str, int] = {}
         self._attempt = 0  # the attempt of the run in progress (0 first, 1-2 re-runs)
-        self._hold_last_s = 0.0
         self._segments_learned = False
         #: eager passes too long for the GPU's launch queue are timed in segments (segments.py)
         self.eager_segments = EagerSegments()
@@ -163,16 +162,16 @@ class QueuedTiming:
                 "hold_s": round(self.hold_s, 3),
                 "capture_phase_s": {k: round(v, 3) for k, v in self.capture_phase_s.items()}}
 
-    def _hold(self, key: tuple, share: float = 1.0) -> bool:
-        """Queue a spin kernel covering the host's time to queue ``key``'s launch, or ``share``
-        of it for one segment of an eager pass (1.5 x the estimate kept by :meth:`_note_lead`,
-        at least ``min_hold_s``; its seconds in ``_hold_last_s``); False when not holding (CPU,
-        ``hold_gpu`` off, or no estimate yet)."""
-        return self._hold_seconds(key, share) > 0
+    def _hold(self, key: tuple) -> bool:
+        """Queue a spin kernel covering the host's time to queue ``key``'s launch (see
+        :meth:`_hold_seconds`); False when not holding."""
+        return self._hold_seconds(key) > 0
 
     def _hold_seconds(self, key: tuple, share: float = 1.0) -> float:
-        """:meth:`_hold`, returning the hold's seconds (0.0: not held)."""
-        self._hold_last_s = 0.0
+        """Queue a spin kernel covering the host's time to queue ``key``'s launch, or ``share``
+        of it for one segment of an eager pass (1.5 x the estimate kept by :meth:`_note_lead`,
+        at least ``min_hold_s``); its seconds, 0.0 when not holding (CPU, ``hold_gpu`` off, or
+        no estimate yet)."""
         if not (self.on_gpu and self.hold_gpu):
             return 0.0
         lead = self.lead_estimate(key)
@@ -185,7 +184,6 @@ class QueuedTiming:
         hold = max(self.min_hold_s, 1.5 * lead * share)
         torch.cuda._sleep(max(1, int(hold * self._cycles_per_s)))
         self.hold_s += hold
-        self._hold_last_s = hold
         return hold
 
     @contextmanager
@@ -310,7 +308,8 @@ class QueuedTiming:
             self._stage(st, launch)
             kind = lead_kind(lead_key)
             segs = self.eager_segments.segments(lead_key, kind)
-            held = self._hold(lead_key, share=1.0 / segs)
+            hold_s = self._hold_seconds(lead_key, 1.0 / segs)
+            held = hold_s > 0
             h0 = time.perf_counter()
             if not self.on_gpu:
                 with torch.no_grad():
@@ -321,7 +320,7 @@ class QueuedTiming:
             e0 = _recorded_event()
             run = SegmentedRun(segs, clock=time.perf_counter, event=_recorded_event,
                                hold=lambda: self._hold_seconds(lead_key, 1.0 / segs), start=e0,
-                               hold_s=self._hold_last_s if held else 0.0, t0=h0)
+                               hold_s=hold_s, t0=h0)
             with self._after_each_layer(run.after_layer), torch.no_grad():
                 st.out = body()
             run.finish()
