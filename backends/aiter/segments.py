@@ -102,6 +102,7 @@ class SegmentedRun:
         self.clock, self.event, self.hold = clock, event, hold
         self.start, self.hold_s, self.t_last = start, float(hold_s), t0
         self.layer_s: list[float] = []      # the current segment's layers' host seconds
+        self.all_layer_s: list[float] = []  # every layer's, in order
         self.pairs: list[tuple] = []        # (start, end) events per closed segment
         self.starved = False
         self.blocked: tuple[int, float] | None = None   # (layers queued, host s per layer)
@@ -116,6 +117,7 @@ class SegmentedRun:
         """Called by the model after queueing layer ``i`` of ``layers``."""
         t = self.clock()
         self.layer_s.append(t - self.t_last)
+        self.all_layer_s.append(t - self.t_last)
         self.t_last = t
         if self._ends[0] != layers:
             self._ends = (layers, set(segment_ends(layers, self.segments)))
@@ -139,8 +141,13 @@ class SegmentedRun:
         if self.blocked is None and self.hold_s > 0:
             j = blocked_after(self.layer_s, self.hold_s)
             if j is not None:
-                rest = [d for k, d in enumerate(self.layer_s) if k != j]
-                self.blocked = (j, sum(rest) / len(rest))
+                self.blocked = (j, median(d for k, d in enumerate(self.layer_s) if k != j))
+
+    def queueing_s(self) -> float:
+        """The host's time to queue the whole pass were it never blocked: the median layer's host
+        seconds times the layers.  A layer that waited behind a full queue (one per segment at
+        most, the last segment's wait for the one before) does not move the median."""
+        return median(self.all_layer_s) * max(self.layers, 1) if self.all_layer_s else 0.0
 
     def gpu_s(self) -> float:
         """The segments' GPU seconds, summed (their events' elapsed times)."""

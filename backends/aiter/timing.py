@@ -328,7 +328,9 @@ class QueuedTiming:
             host = time.perf_counter() - h0
             wait_event(run.pairs[-1][1], self.spin_wait)
             gpu = run.gpu_s()
-            self._note_lead(lead_key, host, starved)
+            # a segmented pass's host time includes waits behind the previous segment (its
+            # launches fill the queue behind that segment's hold): learn what queueing costs
+            self._note_lead(lead_key, host if segs == 1 or starved else run.queueing_s(), starved)
             if starved and run.blocked is not None and self._attempt > 0:
                 # the launch queue was full (segments.py): time in shorter segments from now on,
                 # behind holds for what queueing the pass takes when the host is not blocked
