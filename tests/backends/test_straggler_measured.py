@@ -35,12 +35,16 @@ def test_the_rule_predicts_measured_straggler_batches(name, rule_mape, cases):
     assert np.mean(np.abs(rule)) < np.mean(np.abs(mean)) / 2.5
 
 
-def test_rescoring_reproduces_what_the_gpu_run_printed_for_the_rule_it_ran():
-    """The hold-out run printed the committed rule's errors on the GPU; re-scoring the stored
-    curves on a CPU gives the same numbers."""
+@pytest.mark.parametrize("name", ["h200-2026-11-29d/straggler_holdout.json",
+                                  "h200-2026-12-02b/straggler2d.json",
+                                  "h200-2026-12-02b/straggler3d.json"])
+def test_rescoring_reproduces_what_the_gpu_run_printed_for_the_rule_it_ran(name):
+    """Each run printed the committed rule's errors on the GPU (the 2D and 3D runs of
+    2026-12-02 under today's tail exponents); re-scoring the stored curves on a CPU gives the
+    same numbers."""
     import json
 
-    stored = json.loads((RESULTS / "straggler_holdout.json").read_text())["cases"]
-    rule, _, rows = rescore("straggler_holdout.json")
+    stored = json.loads((RESULTS.parent / name).read_text())["cases"]
+    rule, _, rows = rescore(str(RESULTS.parent / name))
     np.testing.assert_allclose(rule, [c["rule_err_pct"] for c in stored], atol=1e-9)
     np.testing.assert_allclose([r["k_eq"] for r in rows], [c["k_eq"] for c in stored])
