@@ -60,11 +60,16 @@
 #   profile-v3   `specsched profile` for the DeepSeek-V3 tp-8 / ep-8 shard (FP8, 61 layers + MTP):
 #                bs 1-64 with SGLang's ladder sizes 10-24 (the live conversation run's worst band,
 #                bs 9-32, was interpolated between 8, 16 and 32) x KV to 16k at 3 points, prefill
-#                at 128-4,096 tokens (the tile thresholds 255/256 and 1,023/1,024 are added),
+#                at 32-4,096 tokens, six of them under 256 (a 60-request live run on 2026-12-02
+#                stepped up between 242 and 255 tokens, off the grid; the tile thresholds
+#                255/256 and 1,023/1,024 are added),
 #                eager bs 1, 8, 16; no held-out shapes (heldout-v3 adds them in another call).
 #                Alone in a call: on 2026-12-01 the grid of 80 verify points, 10 prefill points
 #                and 16 held-out shapes took 436 s; this one has 128 verify points and 8 prefill
-#                points, and eager passes now wait behind longer holds (docs/aiter.md, Timing)
+#                points, and eager passes now wait behind longer holds (docs/aiter.md, Timing);
+#                on 2026-12-02 its eager and prefill rows took 201 s. The journal of that
+#                recording (benchmarks/results/h200-2026-12-02b) names 6 fewer prefill lengths, so
+#                this job no longer resumes it: about 430 s from scratch
 #                                                            -> deepseek-v3__H200.parquet
 #   heldout-v3   16 held-out shapes off backends/profiles/deepseek-v3__H200.parquet's grid, written
 #                with its rows (about 90 s)                   -> deepseek-v3__H200.parquet
@@ -237,7 +242,7 @@ PY
         tests/aiter/test_aiter_v3_gpu.py::test_fp8_ep_moe_and_mla_decode_match_the_references ;;
     profile-v3) job profile-v3 560 python3 -m specsched profile --journal "$(pjournal profile-v3)" --model deepseek-v3 --progress \
         --bs 1,2,4,8,10,12,14,16,24,32,64 --kv-lens 512,4096,16384 --eager-bs 1,8,16 \
-        --eager-kv-lens 1024 --prefill-tokens 128,384,896,4096 --prefill-prefix 0 --heldout 0 \
+        --eager-kv-lens 1024 --prefill-tokens 32,64,128,192,224,240,248,384,896,4096 --prefill-prefix 0 --heldout 0 \
         --max-context 32768 -o "$out/deepseek-v3__H200.parquet" ;;
     heldout-v3) base=backends/profiles/deepseek-v3__H200.parquet; hout="$out/deepseek-v3__H200.parquet"
         # after profile-v3 in the same call: that profile, written beside it
