@@ -127,6 +127,36 @@ def test_a_held_run_in_one_segment_is_neither_starved_nor_blocked():
     assert not run.starved and run.blocked is None and run.gpu_s() == pytest.approx(0.1)
 
 
+def _fake_runner(lead: dict, stage=lambda: None):
+    """A queued-timing runner with a fake GPU (a spin calibrated at a cycle a nanosecond), one
+    target model whose ``after_layer`` hook the runner sets, and ``lead`` as its first
+    host-queueing estimates; ``stage()`` is what staging a launch costs the (fake) host clock."""
+    from backends.aiter.timing import QueuedTiming
+
+    class Model:
+        after_layer = None
+
+    class Fake(QueuedTiming):
+        on_gpu = hold_gpu = pause_gc = spin_wait = True
+        min_hold_s = 5e-5
+
+        def __init__(self):
+            self._init_wall()
+            self._lead = dict(lead)
+            self._cycles_per_s = 1e9
+            self.rerun_starved = self.held_runs = self.eager_timed_runs = 0
+            self.eager_alloc_events = 0
+            self.target, self.draft = Model(), None
+
+        def _stage(self, st, launch):
+            stage()
+
+        def _driver_allocs(self):
+            return 0
+
+    return Fake()
+
+
 def test_a_pass_that_fills_the_launch_queue_learns_segments_and_ends_held(monkeypatch):
     """``_time_eager`` on a simulated GPU whose launch queue takes 20 layers: a 61-layer pass
     behind one hold blocks the host at layer 20 and starves.  Attempt 0 (it may compile) only
@@ -137,7 +167,6 @@ def test_a_pass_that_fills_the_launch_queue_learns_segments_and_ends_held(monkey
     import torch
 
     import backends.aiter.timing as timing
-    from backends.aiter.timing import QueuedTiming
 
     clock = {"t": 0.0}
     gpu = {"t": 0.0}
@@ -160,27 +189,6 @@ def test_a_pass_that_fills_the_launch_queue_learns_segments_and_ends_held(monkey
         seg["queued"] = 0
         seg["hold"] = cycles / 1e9
 
-    class Model:
-        after_layer = None
-
-    class Fake(QueuedTiming):
-        on_gpu = hold_gpu = pause_gc = spin_wait = True
-        min_hold_s = 5e-5
-
-        def __init__(self):
-            self._init_wall()
-            self._lead = {("*", "eager", "prefill"): 0.005}
-            self._cycles_per_s = 1e9
-            self.rerun_starved = self.held_runs = self.eager_timed_runs = 0
-            self.eager_alloc_events = 0
-            self.target, self.draft = Model(), None
-
-        def _stage(self, st, launch):
-            pass
-
-        def _driver_allocs(self):
-            return 0
-
     def body():
         for i in range(61):
             clock["t"] += 1e-3                 # 1 ms of host time to queue a layer
@@ -195,7 +203,7 @@ def test_a_pass_that_fills_the_launch_queue_learns_segments_and_ends_held(monkey
     monkeypatch.setattr(timing, "_recorded_event", Ev)
     monkeypatch.setattr(timing, "wait_event", lambda ev, spin=True: None)
     monkeypatch.setattr(timing.time, "perf_counter", lambda: clock["t"])
-    r = Fake()
+    r = _fake_runner({("*", "eager", "prefill"): 0.005})
     from types import SimpleNamespace
 
     out = r._time_eager(SimpleNamespace(), None, body, key=("prefill", 1, 203), comm=0.0,
@@ -242,7 +250,6 @@ def test_segmented_passes_on_a_simulated_launch_queue_stay_held_and_cheap(monkey
     import torch
 
     import backends.aiter.timing as timing
-    from backends.aiter.timing import QueuedTiming
 
     clock = {"t": 0.0}
     gpu = _QueueGPU(1000, clock)
@@ -260,27 +267,6 @@ def test_segmented_passes_on_a_simulated_launch_queue_stay_held_and_cheap(monkey
     def wait(ev, spin=True):
         clock["t"] = max(clock["t"], gpu.ends[ev.i])
 
-    class Model:
-        after_layer = None
-
-    class Fake(QueuedTiming):
-        on_gpu = hold_gpu = pause_gc = spin_wait = True
-        min_hold_s = 5e-5
-
-        def __init__(self):
-            self._init_wall()
-            self._lead = {}
-            self._cycles_per_s = 1e9
-            self.rerun_starved = self.held_runs = self.eager_timed_runs = 0
-            self.eager_alloc_events = 0
-            self.target, self.draft = Model(), None
-
-        def _stage(self, st, launch):
-            clock["t"] += 1e-4
-
-        def _driver_allocs(self):
-            return 0
-
     def body():
         for i in range(61):
             for _ in range(28):
@@ -294,7 +280,7 @@ def test_segmented_passes_on_a_simulated_launch_queue_stay_held_and_cheap(monkey
     monkeypatch.setattr(timing, "_recorded_event", Ev)
     monkeypatch.setattr(timing, "wait_event", wait)
     monkeypatch.setattr(timing.time, "perf_counter", lambda: clock["t"])
-    r = Fake()
+    r = _fake_runner({}, stage=lambda: clock.__setitem__("t", clock["t"] + 1e-4))
     exact = 61 * 28 * kernel_s
     for n in range(8):
         out = r._time_eager(SimpleNamespace(), None, body, key=("prefill", 1, 100 + n),
