@@ -114,6 +114,13 @@ def measure_heldout(runner: Any, grid: Any, spec: ProfileSpec, *, n: int, seed: 
     return rows, note
 
 
+def same_gpu(a: dict, b: dict) -> bool | None:
+    """Whether two ``gpu_info()`` records name the same GPU (by its UUID); None when either has
+    no UUID (a CPU run, or a profile recorded before UUIDs were kept)."""
+    ua, ub = str(a.get("uuid") or ""), str(b.get("uuid") or "")
+    return (ua == ub) if ua and ub else None
+
+
 def run_heldout_only(model: Any, out: str, base: str, spec: ProfileSpec, *, n: int, seed: int,
                      executor_opts: dict | None = None, command: str = "",
                      progress: Callable[[str, int, int], None] | None = None,
@@ -137,10 +144,13 @@ def run_heldout_only(model: Any, out: str, base: str, spec: ProfileSpec, *, n: i
     held, note = measure_heldout(runner, grid, spec, n=n, seed=seed, fits=fits, shape=shape,
                                  exclude=exclude, progress=progress)
     h = hashlib.sha256(Path(base).read_bytes()).hexdigest()
+    gpu = gpu_info()
     note["heldout"].update(
-        recorded=f"in a later session than the grid, by --heldout-only from {Path(base).name} "
+        recorded=f"after the grid, by a separate --heldout-only run from {Path(base).name} "
                  f"(sha256 {h})",
-        command=command, gpu=gpu_info(), versions=bridge.versions(),
+        at=time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+        same_gpu_as_grid=same_gpu((meta.get("gpu") or {}), gpu),
+        command=command, gpu=gpu, versions=bridge.versions(),
         executor={k: v for k, v in sorted((executor_opts or {}).items())},
         kv_capacity_tokens=cap,
         spec={"reps": spec.reps, "warmup": spec.warmup, "eager_reps": spec.eager_reps,

@@ -70,4 +70,13 @@ print(json.dumps(res))
     assert b["grid"] == a["grid"] and set(map(tuple, a["held"])) < set(map(tuple, b["held"]))
     assert b["axes"] == a["axes"] and b["command"] == a["command"] == "pytest"
     assert [n["points"] for n in b["notes"]] == [6, 8] and b["notes"][1]["command"] == "pytest2"
-    assert "later session" in b["notes"][1]["recorded"]
+    assert "separate --heldout-only run" in b["notes"][1]["recorded"]
+    assert b["notes"][1]["same_gpu_as_grid"] is None        # on a CPU: no GPU UUID to compare
+
+
+def test_same_gpu_compares_uuids_and_says_when_it_cannot():
+    from backends.aiter.heldout_sweep import same_gpu
+
+    assert same_gpu({"uuid": "a"}, {"uuid": "a"}) is True
+    assert same_gpu({"uuid": "a"}, {"uuid": "b"}) is False
+    assert same_gpu({"name": "none"}, {"uuid": "b"}) is None and same_gpu({}, {}) is None
