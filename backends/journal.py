@@ -122,6 +122,18 @@ def sittings_used(segments: list[dict], total: int) -> list[dict]:
     return [s for s, a, b in zip(segments, firsts, firsts[1:]) if b > a]
 
 
+def gpu_uuid(gpu: Any) -> str | None:
+    """A GPU record's UUID (``gpu_info()``), None when it has none: a CPU run, a roofline
+    run's GPU sheet (a plain name), or a record from before UUIDs were kept."""
+    return str(gpu.get("uuid")) if isinstance(gpu, dict) and gpu.get("uuid") else None
+
+
+def same_gpu(a: Any, b: Any) -> bool | None:
+    """Whether two GPU records name the same GPU, by UUID; None when either has none."""
+    ua, ub = gpu_uuid(a), gpu_uuid(b)
+    return None if ua is None or ub is None else ua == ub
+
+
 def gpu_name(gpu: Any) -> str:
     """A GPU as a segment line recorded it: its UUID when known, else its name."""
     if isinstance(gpu, dict):

@@ -18,6 +18,7 @@ import pyarrow as pa
 from analysis.fidelity.lookup import GRIDS, col
 from analysis.fidelity.stats import (compare_runs, heldout_errors, matched_shape_ratio,
                                      shape_floor, step_errors)
+from backends.journal import gpu_uuid, same_gpu
 
 __all__ = ["TARGETS", "BAND_MIN_STEPS", "NOT_CAPTURED", "build_report", "debiased_table",
            "not_captured", "WHOLE_RUN_CHECKS"]
@@ -202,15 +203,12 @@ def recording_machines(source: dict, reference_summary: dict) -> dict[str, Any]:
     """Which GPU recorded the profile (for a calibrated one, the GPU it was calibrated on) and
     which the reference run, by the GPUs' own UUIDs; ``same_gpu`` is ``None`` when either
     predates their recording (before 2026-12-01e)."""
-    def uuid(gpu: Any) -> str | None:  # a roofline run names its GPU sheet: a plain string
-        return (gpu.get("uuid") or None) if isinstance(gpu, dict) else None
-
     cal = source.get("calibration")
     detail = reference_summary.get("backend_detail")
-    pu = uuid((cal.get("machine") if isinstance(cal, dict) else None) or source.get("gpu"))
-    ru = uuid(detail.get("gpu") if isinstance(detail, dict) else None)
-    return {"profile_gpu": pu, "reference_gpu": ru,
-            "same_gpu": None if pu is None or ru is None else pu == ru}
+    pg = (cal.get("machine") if isinstance(cal, dict) else None) or source.get("gpu")
+    rg = detail.get("gpu") if isinstance(detail, dict) else None
+    return {"profile_gpu": gpu_uuid(pg), "reference_gpu": gpu_uuid(rg),
+            "same_gpu": same_gpu(pg, rg)}
 
 
 def not_captured(table, steps_report: dict) -> list[str]:

@@ -114,13 +114,6 @@ def measure_heldout(runner: Any, grid: Any, spec: ProfileSpec, *, n: int, seed: 
     return rows, note
 
 
-def same_gpu(a: dict, b: dict) -> bool | None:
-    """Whether two ``gpu_info()`` records name the same GPU (by its UUID); None when either has
-    no UUID (a CPU run, or a profile recorded before UUIDs were kept)."""
-    ua, ub = str(a.get("uuid") or ""), str(b.get("uuid") or "")
-    return (ua == ub) if ua and ub else None
-
-
 def run_heldout_only(model: Any, out: str, base: str, spec: ProfileSpec, *, n: int, seed: int,
                      executor_opts: dict | None = None, command: str = "",
                      progress: Callable[[str, int, int], None] | None = None,
@@ -130,6 +123,7 @@ def run_heldout_only(model: Any, out: str, base: str, spec: ProfileSpec, *, n: i
     the one ``base`` was recorded for; the base's held-out rows are kept and not drawn again."""
     from backends.aiter import bridge
     from backends.aiter.executor import gpu_info
+    from backends.journal import same_gpu
     from backends.profile import _check_model, grid_rows, read_profile, write_profile
 
     t_start = time.perf_counter()
@@ -149,7 +143,7 @@ def run_heldout_only(model: Any, out: str, base: str, spec: ProfileSpec, *, n: i
         recorded=f"after the grid, by a separate --heldout-only run from {Path(base).name} "
                  f"(sha256 {h})",
         at=time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
-        same_gpu_as_grid=same_gpu((meta.get("gpu") or {}), gpu),
+        same_gpu_as_grid=same_gpu(meta.get("gpu"), gpu),
         command=command, gpu=gpu, versions=bridge.versions(),
         executor={k: v for k, v in sorted((executor_opts or {}).items())},
         kv_capacity_tokens=cap,

@@ -75,7 +75,7 @@ print(json.dumps(res))
 
 
 def test_same_gpu_compares_uuids_and_says_when_it_cannot():
-    from backends.aiter.heldout_sweep import same_gpu
+    from backends.journal import same_gpu
 
     assert same_gpu({"uuid": "a"}, {"uuid": "a"}) is True
     assert same_gpu({"uuid": "a"}, {"uuid": "b"}) is False
