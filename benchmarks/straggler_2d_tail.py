@@ -30,6 +30,9 @@ import numpy as np
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
+sys.path.insert(0, str(ROOT / "benchmarks"))
+
+import bench_aiter_straggler as bench  # noqa: E402  (its case layout and the committed rule)
 RESULTS = ROOT / "benchmarks" / "results"
 DEFAULT_FIT = RESULTS / "h200-2026-12-02b" / "straggler2d.json"
 DEFAULT_SCORE = (RESULTS / "h200-2026-11-29d" / "straggler.json",
@@ -57,7 +60,7 @@ def uniform_line(case: dict) -> tuple[float, float]:
 
 def mean_kv(case: dict) -> float:
     """The mean KV over the launch's rows (padded rows count as empty), as a mean lookup sees it."""
-    return (case["long"] * case["nlong"] + case["short"] * (case["real"] - case["nlong"])) / case["bs"]
+    return float(bench.case_kv(case).sum()) / case["bs"]
 
 
 def lone_a(case: dict) -> float:
@@ -71,10 +74,23 @@ def predict(case: dict, a: float) -> float:
     return max(t0 + slope * mean_kv(case), t0 + a * case["long"])
 
 
+def fit_a(cases: list[dict]) -> float:
+    """``a`` for a set of cases: the median of their own (:func:`lone_a`)."""
+    return float(np.median([lone_a(c) for c in cases]))
+
+
 def two_d_cases(path: Path) -> list[dict]:
-    d = json.loads(path.read_text())
+    """A recorded run's verify cases on the 2D kernel, each with the committed rule's latency
+    error re-scored on a CPU (``committed_err_pct``, as ``bench_aiter_straggler.py --score``)."""
+    import contextlib
+    import io
+
+    d = json.loads(Path(path).read_text())
     occ = d["summary"]["occupancy"]
-    return [{**c, "_occupancy": occ} for c in d["cases"] if kernel(c, occ) == "2d"]
+    with contextlib.redirect_stdout(io.StringIO()):
+        rows, _, _ = bench.rescore(str(path))
+    return [{**c, "committed_err_pct": r["rule_err_pct"]} for c, r in zip(d["cases"], rows)
+            if kernel(c, occ) == "2d"]
 
 
 def errors(cases: list[dict], a: float) -> np.ndarray:
@@ -82,24 +98,8 @@ def errors(cases: list[dict], a: float) -> np.ndarray:
 
 
 def committed(cases: list[dict]) -> np.ndarray:
-    """The committed rule's latency errors (``effective_kv`` with each case's recorded occupancy,
-    read off the measured uniform curve as ``bench_aiter_straggler.py --score`` does)."""
-    import contextlib
-    import io
-
-    sys.path.insert(0, str(ROOT / "benchmarks"))
-    import bench_aiter_straggler as bench
-    from backends.latency_table import attention_params
-
-    keys = ("spec", "kind", "bs", "real", "width", "short", "long", "nlong")
-    out = []
-    for c in cases:
-        att = attention_params(c["_occupancy"])
-        with contextlib.redirect_stdout(io.StringIO()):
-            row = bench.score({k: c[k] for k in keys}, c["mixed_s"], [int(k) for k in c["uniform"]],
-                              np.array(list(c["uniform"].values())), att)
-        out.append(row["rule_err_pct"])
-    return np.array(out)
+    """The committed rule's latency errors (:func:`two_d_cases`)."""
+    return np.array([c["committed_err_pct"] for c in cases])
 
 
 def line(name: str, e: np.ndarray) -> str:
@@ -118,14 +118,13 @@ def main() -> None:
     if not fit:
         sys.exit(f"error: {args.fit}: no verify case on the 2D kernel to fit a from")
     per_case = np.array([lone_a(c) for c in fit])
-    a = float(np.median(per_case))
+    a = fit_a(fit)
     print(f"a = {a * 1e6:.3f} us per KV token over all layers (median of {len(fit)} cases; "
           f"range {per_case.min() * 1e6:.3f}-{per_case.max() * 1e6:.3f})")
     print(line(f"fit: {Path(args.fit).parent.name}/{Path(args.fit).name}, committed rule",
                committed(fit)))
     print(line("fit: lone-straggler model (in sample)", errors(fit, a)))
-    loo = np.array([errors([c], float(np.median(np.delete(per_case, i))))[0]
-                    for i, c in enumerate(fit)])
+    loo = np.array([errors([c], fit_a(fit[:i] + fit[i + 1:]))[0] for i, c in enumerate(fit)])
     print(line("fit: lone-straggler model, leave one out", loo))
     held = [c for p in args.score.split(",") if p for c in two_d_cases(Path(p))]
     if held:
@@ -134,7 +133,7 @@ def main() -> None:
     print()
     for c in fit + held:
         print(f"  {c['spec']:<28} a {lone_a(c) * 1e6:7.3f} us/token   committed "
-              f"{committed([c])[0]:+6.1f}%   model {errors([c], a)[0]:+6.1f}%")
+              f"{c['committed_err_pct']:+6.1f}%   model {errors([c], a)[0]:+6.1f}%")
 
 
 if __name__ == "__main__":

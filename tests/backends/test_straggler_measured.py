@@ -13,7 +13,7 @@ import numpy as np
 import pytest
 
 ROOT = Path(__file__).resolve().parents[2]
-RESULTS = ROOT / "benchmarks" / "results" / "h200-2026-11-29d"
+RESULTS = ROOT / "benchmarks" / "results"
 sys.path.insert(0, str(ROOT / "benchmarks"))
 
 
@@ -26,8 +26,9 @@ def rescore(name: str) -> tuple[np.ndarray, np.ndarray, list[dict]]:
             np.array([r["mean_err_pct"] for r in rows]), rows)
 
 
-@pytest.mark.parametrize("name, rule_mape, cases", [("straggler.json", 2.6, 25),
-                                                      ("straggler_holdout.json", 5.1, 16)])
+@pytest.mark.parametrize("name, rule_mape, cases",
+                         [("h200-2026-11-29d/straggler.json", 2.6, 25),
+                          ("h200-2026-11-29d/straggler_holdout.json", 5.1, 16)])
 def test_the_rule_predicts_measured_straggler_batches(name, rule_mape, cases):
     rule, mean, rows = rescore(name)
     assert len(rows) == cases
@@ -44,8 +45,8 @@ def test_rescoring_reproduces_what_the_gpu_run_printed_for_the_rule_it_ran(name)
     same numbers."""
     import json
 
-    stored = json.loads((RESULTS.parent / name).read_text())["cases"]
-    rule, _, rows = rescore(str(RESULTS.parent / name))
+    stored = json.loads((RESULTS / name).read_text())["cases"]
+    rule, _, rows = rescore(name)
     np.testing.assert_allclose(rule, [c["rule_err_pct"] for c in stored], atol=1e-9)
     np.testing.assert_allclose([r["k_eq"] for r in rows], [c["k_eq"] for c in stored])
 
@@ -75,7 +76,7 @@ def test_a_lone_straggler_constant_fitted_on_one_run_predicts_another_runs_2d_ca
     fit = m.two_d_cases(m.DEFAULT_FIT)
     held = [c for p in m.DEFAULT_SCORE for c in m.two_d_cases(p)]
     assert (len(fit), len(held)) == (14, 5)
-    a = float(np.median([m.lone_a(c) for c in fit]))
+    a = m.fit_a(fit)
     model = np.mean(np.abs(m.errors(held, a)))
     rule = np.mean(np.abs(m.committed(held)))
     assert model <= 3.0 < rule
