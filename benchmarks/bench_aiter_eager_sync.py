@@ -137,6 +137,7 @@ def main() -> None:
     a = ap.parse_args()
     import torch
 
+    import backends.aiter.timing as timing
     from backends.aiter import make_executor
 
     t0 = time.perf_counter()
@@ -160,22 +161,14 @@ def main() -> None:
                 "lead_s": round(r.lead_estimate(("eager", "prefill", 1, n)) or 0, 4),
                 "driver": _delta(s0, _alloc_stats(torch))})
         # a 3 s hold: far more than queueing any pass takes
-        key = ("eager", "prefill", 1, n)
-        saved = dict(r._lead)
-        r._lead[key] = 2.0
         s0, rr0, sv0 = _alloc_stats(torch), r.rerun_starved, r.starved_runs
-        import backends.aiter.timing as timing
-        cap, timing.MAX_LEAD_S = timing.MAX_LEAD_S, 2.0
-        try:
+        with mock.patch.dict(r._lead, {("eager", "prefill", 1, n): 2.0}), \
+                mock.patch.object(timing, "MAX_LEAD_S", 2.0):
             t = r.prefill(tok, pre)[0]
-        finally:
-            timing.MAX_LEAD_S = cap
         case["hold_3s"] = {"gpu_ms": round(t.gpu_s * 1e3, 3), "host_ms": round(t.host_s * 1e3, 3),
                            "held": t.held, "reruns": r.rerun_starved - rr0,
                            "starved": r.starved_runs - sv0,
                            "driver": _delta(s0, _alloc_stats(torch))}
-        r._lead.clear()
-        r._lead.update(saved)
         for mode in ("error", "warn"):
             out: dict = {}
             with mock.patch.object(r, "_time_eager", _body_runner(r, torch, mode, out)):

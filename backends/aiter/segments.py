@@ -101,12 +101,17 @@ class SegmentedRun:
         self.segments = max(1, int(segments))
         self.clock, self.event, self.hold = clock, event, hold
         self.start, self.hold_s, self.t_last = start, float(hold_s), t0
-        self.layer_s: list[float] = []      # the current segment's layers' host seconds
-        self.all_layer_s: list[float] = []  # every layer's, in order
+        self.all_layer_s: list[float] = []  # every layer's host seconds, in order
+        self._seg0 = 0                      # where the current segment's layers start in it
         self.pairs: list[tuple] = []        # (start, end) events per closed segment
         self.starved = False
         self.blocked: tuple[int, float] | None = None   # (layers queued, host s per layer)
         self._ends: tuple[int, set[int]] = (-1, set())
+
+    @property
+    def layer_s(self) -> list[float]:
+        """The current segment's layers' host seconds."""
+        return self.all_layer_s[self._seg0:]
 
     @property
     def layers(self) -> int:
@@ -116,7 +121,6 @@ class SegmentedRun:
     def after_layer(self, i: int, layers: int) -> None:
         """Called by the model after queueing layer ``i`` of ``layers``."""
         t = self.clock()
-        self.layer_s.append(t - self.t_last)
         self.all_layer_s.append(t - self.t_last)
         self.t_last = t
         if self._ends[0] != layers:
@@ -125,7 +129,7 @@ class SegmentedRun:
             self._close()
             self.hold_s = float(self.hold())
             self.start = self.event()
-            self.layer_s = []
+            self._seg0 = len(self.all_layer_s)
             self.t_last = self.clock()
 
     def finish(self) -> None:
@@ -139,9 +143,10 @@ class SegmentedRun:
         end = self.event()
         self.pairs.append((self.start, end))
         if self.blocked is None and self.hold_s > 0:
-            j = blocked_after(self.layer_s, self.hold_s)
+            seg = self.layer_s
+            j = blocked_after(seg, self.hold_s)
             if j is not None:
-                self.blocked = (j, median(d for k, d in enumerate(self.layer_s) if k != j))
+                self.blocked = (j, median(d for k, d in enumerate(seg) if k != j))
 
     def queueing_s(self) -> float:
         """The host's time to queue the whole pass were it never blocked: the median layer's host
