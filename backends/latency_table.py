@@ -39,8 +39,11 @@ compiled fast path, which calls the same functions):
   for ragged and unsafe-derived ones; KV = ``sum(kv_lens) / bs_padded`` -- padded rows carry
   SGLang's fill length, which is negligible, so this keeps the total KV read equal -- or, when
   the table carries the attention kernel's occupancy (``LatencyTable.attention``), the
-  straggler-aware KV between that mean and the longest request (:func:`effective_kv`).
-- draft: KV likewise; the phase costs ``passes`` times the per-pass value.
+  straggler-aware KV between that mean and the longest request: on AITER's 2D kernel the KV at
+  which the launch's uniform latency line equals the lone-straggler form ``max(T_u(mean),
+  T_0 + a x kv_max)`` (:func:`lone_straggler_kv`, when the table's model is known), otherwise
+  the waves and tail rule (:func:`effective_kv`).
+- draft: KV by the waves and tail rule (its 2D decode kernel included); the phase costs ``passes`` times the per-pass value.
 - draft-extend: the batch's ``width`` (uniform: every request, padded ones too, holds ``width``
   rows); KV as for verify, with ``width`` query rows per request in the attention launch.
 - prefill: tokens T = the pass's total; prefix = the *attention-equivalent prefix*
@@ -66,8 +69,10 @@ from backends.protocol import DraftBatch, DraftExtendBatch, PrefillBatch, Verify
 
 __all__ = ["Grid", "LatencyTable", "TableExecutor", "interp2", "interp3", "interp_prefill",
            "verify_axes", "draft_axes", "extend_axes", "prefill_axes", "attention_params",
-           "attention_rows", "effective_kv", "extend_arrays", "EXTEND_FALLBACK_CAVEAT",
-           "EXTEND_FALLBACK_WIDTHS"]
+           "attention_rows", "attention_kernel", "effective_kv", "verify_kv", "lone_straggler_kv",
+           "latency_at_kv0", "kv_at_latency", "table_attention", "extend_arrays",
+           "EXTEND_FALLBACK_CAVEAT", "EXTEND_FALLBACK_WIDTHS", "TAIL_EXPONENT",
+           "LONE_STRAGGLER_2D_S"]
 
 #: What a table without measured draft-extend latencies says about the pass (``source`` and caveats).
 EXTEND_FALLBACK_CAVEAT = ("draft-extend not measured: each draft-extend pass is timed as one "
@@ -196,27 +201,47 @@ def interp3(a0, a1, a2, v, x0, x1, x2):
 
 # the attention vector (attention_params): AITER's unified-attention grid and residency
 (ATT_ON, ATT_KVH, ATT_BQ, ATT_TARGET, ATT_MINSEG, ATT_MAXSEG, ATT_S2D, ATT_S2DD, ATT_S3D,
- ATT_SMS, ATT_G2D, ATT_G2DD, ATT_G3D) = range(13)
-NATT = 13
+ ATT_SMS, ATT_G2D, ATT_G2DD, ATT_G3D, ATT_LONE, ATT_LAYERS, ATT_DLAYERS) = range(16)
+NATT = 16
 _ATT_KEYS = ("sms", "kv_heads", "block_q", "target_programs", "min_segments", "max_segments",
              "slots_per_sm")
+#: The kernel variants :func:`attention_kernel` tells apart.
+KERNEL_3D, KERNEL_2D, KERNEL_2D_DECODE = 0, 1, 2
 #: How much faster a straggler's programs run once they are nearly alone on their SMs: their
 #: time per KV tile is ``(n_tail / n_ref) ** exponent`` of the uniform batch's, with ``n_tail``
 #: and ``n_ref`` the programs per SM in the tail and in the uniform batch (0: latency-bound, the
 #: tail runs no faster; 1: an SM's throughput is shared).  Fitted per kernel variant to
 #: ``benchmarks/bench_aiter_straggler.py`` on an H200 with the Llama-3.1-8B head layout (25
 #: mixed batches against uniform ones; docs/backends.md); a profile may carry its own
-#: (``attention.tail_exponent``).
+#: (``attention.tail_exponent``).  On the 2D verify kernel, :data:`LONE_STRAGGLER_2D_S` replaces
+#: it when the model's layer count is known.
 TAIL_EXPONENT = {"2d": 1.0, "2d_decode": 0.25, "3d": 0.4}
+#: Seconds per KV token per layer that the longest request's programs take on AITER's 2D
+#: (non-decode) unified-attention kernel, whatever else runs: the lone-straggler form
+#: ``T = max(T_u(mean KV), T_0 + a x kv_max)`` with ``a`` this times the layers of the model that
+#: runs the pass (:func:`lone_straggler_kv`).  The median over the 14 2D-kernel cases of
+#: ``benchmarks/results/h200-2026-12-02b/straggler2d.json`` (H200, Llama-3.1-8B: 32 layers, 8 KV
+#: heads, tp 1, widths 4-6, bs 30-128) of each case's ``(T_mixed - T_0) / kv_max``, 1.371 us per
+#: token over 32 layers; ``python benchmarks/straggler_2d_tail.py`` fits and scores it
+#: (docs/backends.md).  Not scaled by KV heads per GPU: the straggler's (query block, KV head)
+#: programs run side by side, one per SM, so their wall time is one program's.  A profile may
+#: carry its own (``attention.lone_straggler_2d_s``; 0 turns the form off).
+LONE_STRAGGLER_2D_S = 1.371e-6 / 32
+#: Decoder layers of the draft model a draft-extend pass runs: every draft the engine times is
+#: one layer (EAGLE, EAGLE-3 and MTP: ``backends.models.ModelShape.eagle_draft``).
+DRAFT_LAYERS = 1
 
 
-def attention_params(att: dict[str, Any] | None) -> np.ndarray:
-    """A profile's ``attention`` metadata (``backends.aiter.occupancy``) as the vector
-    :func:`effective_kv` reads: KV heads per GPU, query rows per program, the programs the kernel
-    aims for, the split kernel's segment bounds, the programs resident at once on the GPU for
-    the 2D kernel, the 2D kernel compiled for all-decode batches and the 3D split-KV kernel, the
-    SM count, and :data:`TAIL_EXPONENT`.  All zeros (mean lookups) without it or when it is
-    incomplete (an older profile)."""
+def attention_params(att: dict[str, Any] | None, model: Any = None) -> np.ndarray:
+    """A profile's ``attention`` metadata (``backends.aiter.occupancy``) as the vector the lookups read.
+
+    It holds KV heads per GPU, query rows per program, the programs the kernel aims for, the
+    split kernel's segment bounds, the programs resident at once on the GPU for the 2D kernel,
+    the 2D kernel compiled for all-decode batches and the 3D split-KV kernel, the SM count,
+    :data:`TAIL_EXPONENT`, :data:`LONE_STRAGGLER_2D_S` and the layers of the target and draft
+    models (from ``model``: the profile's model metadata or a ModelShape; without it the 2D
+    verify kernel keeps the tail-exponent rule).  All zeros (mean lookups) without ``att`` or
+    when it is incomplete (an older profile)."""
     a = np.zeros(NATT)
     if not att or any(k not in att for k in _ATT_KEYS):
         return a
@@ -233,7 +258,34 @@ def attention_params(att: dict[str, Any] | None) -> np.ndarray:
     a[ATT_SMS] = sms
     tail = {**TAIL_EXPONENT, **(att.get("tail_exponent") or {})}
     a[ATT_G2D], a[ATT_G2DD], a[ATT_G3D] = tail["2d"], tail["2d_decode"], tail["3d"]
+    lone = att.get("lone_straggler_2d_s")
+    a[ATT_LONE] = LONE_STRAGGLER_2D_S if lone is None else float(lone)
+    layers = model.get("layers") if isinstance(model, dict) else getattr(model, "layers", None)
+    if layers:
+        a[ATT_LAYERS] = float(layers)
+        a[ATT_DLAYERS] = float(DRAFT_LAYERS)
     return a
+
+
+def table_attention(table: "LatencyTable | None") -> np.ndarray:
+    """The attention vector of a table: :func:`attention_params` of its ``attention`` and of the
+    model its ``source`` records (all zeros without a table)."""
+    if table is None:
+        return np.zeros(NATT)
+    source = table.source if isinstance(table.source, dict) else {}
+    return attention_params(table.attention, source.get("model"))
+
+
+@njit
+def attention_kernel(nseq, rows, decode, att):
+    """Which unified-attention kernel AITER launches for ``nseq`` sequences of ``rows`` query
+    rows in all: the 2D kernel (:data:`KERNEL_2D`, or :data:`KERNEL_2D_DECODE` for an
+    all-decode batch) when (query blocks + sequences) x KV heads exceeds the programs it aims
+    for, else the 3D split-KV kernel (:data:`KERNEL_3D`)."""
+    p2d = (rows // att[ATT_BQ] + nseq) * att[ATT_KVH]
+    if p2d > att[ATT_TARGET]:
+        return KERNEL_2D_DECODE if decode else KERNEL_2D
+    return KERNEL_3D
 
 
 @njit
@@ -254,19 +306,20 @@ def effective_kv(kvsum, kvmax, nseq, nreal, rows, decode, att):
     as long at ``K = makespan g / W_u``, kept between the mean over ``nseq`` and ``kv_max``.
     ``N`` counts the ``nreal`` real sequences' programs, since padded rows read almost no KV.
     The kernel and segment count follow AITER's rules from the padded launch's rows. ``att`` is
-    :func:`attention_params`; with ``att[ATT_ON] == 0``, the result is the mean."""
+    :func:`attention_params`; with ``att[ATT_ON] == 0``, the result is the mean.  (Verify and
+    draft-extend launches on the 2D kernel use :func:`verify_kv` instead, when the table is at
+    hand.)"""
     mean = kvsum / nseq if nseq > 0 else 0.0
     if att[ATT_ON] == 0.0 or nseq <= 0 or nreal <= 0:
         return mean
     bq = att[ATT_BQ]
-    p2d = (rows // bq + nseq) * att[ATT_KVH]
-    if p2d > att[ATT_TARGET]:
-        seg = 1.0
-        if decode:
-            slots, gamma = att[ATT_S2DD], att[ATT_G2DD]
-        else:
-            slots, gamma = att[ATT_S2D], att[ATT_G2D]
+    kernel = attention_kernel(nseq, rows, decode, att)
+    if kernel == KERNEL_2D_DECODE:
+        seg, slots, gamma = 1.0, att[ATT_S2DD], att[ATT_G2DD]
+    elif kernel == KERNEL_2D:
+        seg, slots, gamma = 1.0, att[ATT_S2D], att[ATT_G2D]
     else:
+        p2d = (rows // bq + nseq) * att[ATT_KVH]
         want = np.ceil(att[ATT_TARGET] / p2d)
         seg = 1.0
         while seg < want:
@@ -287,6 +340,91 @@ def effective_kv(kvsum, kvmax, nseq, nreal, rows, decode, att):
 
 
 @njit
+def latency_at_kv0(a0, a1, a2, v, bs, width):
+    """A (batch, width, KV) grid's latency line over KV at (``bs``, ``width``), taken to KV 0.
+
+    The line's value at KV 0 is its first KV segment extended down (never sloping down), or the
+    value at the first KV point when that is 0 or the only one."""
+    first = interp3(a0, a1, a2, v, bs, width, a2[0])[0]
+    if a2.shape[0] < 2 or a2[0] <= 0.0:
+        return first
+    nxt = interp3(a0, a1, a2, v, bs, width, a2[1])[0]
+    slope = max(nxt - first, 0.0) / (a2[1] - a2[0])
+    return max(first - slope * a2[0], 0.0)
+
+
+@njit
+def kv_at_latency(a0, a1, a2, v, bs, width, lo, hi, target):
+    """The least KV in ``[lo, hi]`` at which a grid's latency at (``bs``, ``width``) reaches ``target``.
+
+    ``lo`` when the latency there already does, ``hi`` when it never does within the interval.
+    Between the grid's KV lines the interpolated latency is linear in KV, so the KV is solved
+    for on the segment that crosses ``target``; where the batch or width lies beyond the grid
+    (the extrapolation bends inside a segment) it is bisected there to rounding."""
+    f0 = interp3(a0, a1, a2, v, bs, width, lo)[0]
+    if f0 >= target or hi <= lo:
+        return lo
+    x0 = lo
+    n = a2.shape[0]
+    k = 0
+    while True:
+        while k < n and a2[k] <= x0:
+            k += 1
+        x1 = a2[k] if k < n and a2[k] < hi else hi
+        f1 = interp3(a0, a1, a2, v, bs, width, x1)[0]
+        if f1 >= target:
+            break
+        if x1 >= hi:
+            return hi
+        x0, f0 = x1, f1
+    x = x0 + (target - f0) / (f1 - f0) * (x1 - x0)
+    fx = interp3(a0, a1, a2, v, bs, width, x)[0]
+    if abs(fx - target) <= 1e-12 * target:
+        return x
+    for _ in range(200):  # not linear on this segment: bisect (f(x0) < target <= f(x1))
+        x = 0.5 * (x0 + x1)
+        if x <= x0 or x >= x1:
+            break
+        if interp3(a0, a1, a2, v, bs, width, x)[0] >= target:
+            x1 = x
+        else:
+            x0 = x
+    return x1
+
+
+@njit
+def lone_straggler_kv(a0, a1, a2, v, bs, width, mean, kvmax, a):
+    """The KV at which a launch's uniform latency line equals ``max(T_u(mean), T_0 + a kv_max)``.
+
+    On AITER's 2D unified-attention kernel the longest requests' programs are dispatched first
+    and read their KV at a rate that does not depend on what else runs, so their attention costs
+    about ``a x kv_max`` of wall time (``a``: seconds per KV token over the model's layers,
+    :data:`LONE_STRAGGLER_2D_S`). The batch takes the longer of its uniform latency at the mean
+    KV and ``T_0 + a x kv_max``, where ``T_u`` is the grid's latency line over KV at (``bs``,
+    ``width``) and ``T_0`` its value at KV 0 (:func:`latency_at_kv0`). Looking the launch up at
+    the returned KV gives that latency exactly; it is kept between ``mean`` and ``kv_max``
+    (a uniform batch at ``kv_max`` takes at least as long as its longest request alone)."""
+    target = max(interp3(a0, a1, a2, v, bs, width, mean)[0],
+                 latency_at_kv0(a0, a1, a2, v, bs, width) + a * kvmax)
+    return kv_at_latency(a0, a1, a2, v, bs, width, mean, max(kvmax, mean), target)
+
+
+@njit
+def verify_kv(kvsum, kvmax, nseq, nreal, rows, layers, att, a0, a1, a2, v, bs, width):
+    """The KV coordinate of a verify or draft-extend launch (``width`` query rows per request).
+
+    On the 2D kernel, with the model's ``layers`` known (``att[ATT_LAYERS]`` for a verify,
+    ``att[ATT_DLAYERS]`` for a draft-extend) and :data:`LONE_STRAGGLER_2D_S` on, it is
+    :func:`lone_straggler_kv` on the grid the launch is looked up on (``a0, a1, a2, v`` at
+    ``bs``, ``width``); otherwise :func:`effective_kv`."""
+    if (att[ATT_ON] != 0.0 and att[ATT_LONE] > 0.0 and layers > 0.0 and nseq > 0 and nreal > 0
+            and attention_kernel(nseq, rows, False, att) == KERNEL_2D):
+        return lone_straggler_kv(a0, a1, a2, v, bs, width, kvsum / nseq, kvmax,
+                                 att[ATT_LONE] * layers)
+    return effective_kv(kvsum, kvmax, nseq, nreal, rows, False, att)
+
+
+@njit
 def attention_rows(decode, graph, nseq, width, tokens):
     """The query rows a pass's attention launch has (what AITER sizes its grid by): one per
     sequence for a draft step, the padded batch x the launch width for a replayed graph, the
@@ -298,17 +436,29 @@ def attention_rows(decode, graph, nseq, width, tokens):
     return tokens
 
 
-def _batch_kv(kv_lens, nseq: int, rows: float, decode: bool, att: np.ndarray | None) -> float:
+def _batch_kv(kv_lens, nseq: int, rows: float, decode: bool, att: np.ndarray | None,
+              lone: tuple | None = None) -> float:
+    """The KV coordinate of a batch; ``lone``: ``(layers, grid, bs, width)`` of a verify or
+    draft-extend launch, for :func:`verify_kv` (:func:`effective_kv` without)."""
     kv = np.asarray(kv_lens, dtype=np.float64)
     if att is None or not len(kv):
         return float(kv.sum()) / nseq
-    return float(effective_kv(float(kv.sum()), float(kv.max()), float(nseq), float(len(kv)),
-                              float(rows), decode, att))
+    args = (float(kv.sum()), float(kv.max()), float(nseq), float(len(kv)), float(rows))
+    if lone is None or lone[1] is None:
+        return float(effective_kv(*args, decode, att))
+    layers, grid, bs, width = lone
+    a0, a1, a2 = grid.axes
+    return float(verify_kv(*args, float(layers), att, a0, a1, a2, grid.values, float(bs),
+                           float(width)))
 
 
-def verify_axes(batch: VerifyBatch, att: np.ndarray | None = None) -> tuple[float, float, float]:
-    """(batch size, width, KV length) at which a verify launch is looked up; ``att``:
-    :func:`attention_params` for the straggler-aware KV (the mean without)."""
+def verify_axes(batch: VerifyBatch, att: np.ndarray | None = None, grid: Grid | None = None
+                ) -> tuple[float, float, float]:
+    """(batch size, width, KV length) at which a verify launch is looked up.
+
+    ``att``: :func:`attention_params` for the straggler-aware KV (the mean without); ``grid``:
+    the verify grid the launch is looked up on (graph or eager), which a launch on the 2D kernel
+    needs for the lone-straggler form (:func:`verify_kv`; without it, :func:`effective_kv`)."""
     bs = batch.bs_padded if batch.graph else batch.bs_real
     if batch.mode == "uniform":
         width = float(batch.launch_width)
@@ -316,7 +466,8 @@ def verify_axes(batch: VerifyBatch, att: np.ndarray | None = None) -> tuple[floa
         width = float(np.sum(batch.widths)) / batch.bs_real
     rows = attention_rows(False, batch.graph, float(bs), float(batch.launch_width),
                           float(np.sum(batch.widths)))
-    return float(bs), width, _batch_kv(batch.kv_lens, bs, rows, False, att)
+    lone = None if att is None else (att[ATT_LAYERS], grid, bs, width)
+    return float(bs), width, _batch_kv(batch.kv_lens, bs, rows, False, att, lone)
 
 
 def draft_axes(batch: DraftBatch, att: np.ndarray | None = None) -> tuple[float, float]:
@@ -327,15 +478,17 @@ def draft_axes(batch: DraftBatch, att: np.ndarray | None = None) -> tuple[float,
     return float(bs), _batch_kv(batch.kv_lens, bs, rows, True, att)
 
 
-def extend_axes(batch: DraftExtendBatch, att: np.ndarray | None = None
-                ) -> tuple[float, float, float]:
+def extend_axes(batch: DraftExtendBatch, att: np.ndarray | None = None,
+                grid: Grid | None = None) -> tuple[float, float, float]:
     """(batch size, width, KV length) at which a draft-extend launch is looked up: the padded
     batch for a graph, ``batch.width`` rows per request, and the KV rule of :func:`verify_axes`
-    (the attention launch has ``width`` query rows per request; ``att`` as there)."""
+    (the attention launch has ``width`` query rows per request; ``att`` as there, ``grid`` the
+    draft-extend grid, the draft model's layers for the lone-straggler form)."""
     bs = batch.bs_padded if batch.graph else batch.bs_real
     width = float(batch.width)
     rows = attention_rows(False, batch.graph, float(bs), width, float(batch.bs_real) * width)
-    return float(bs), width, _batch_kv(batch.kv_lens, bs, rows, False, att)
+    lone = None if att is None else (att[ATT_DLAYERS], grid, bs, width)
+    return float(bs), width, _batch_kv(batch.kv_lens, bs, rows, False, att, lone)
 
 
 def prefill_axes(batch: PrefillBatch) -> tuple[float, float]:
@@ -450,7 +603,7 @@ class TableExecutor:
         self.name = name
         self._table = table
         self._description = dict(description or {})
-        att = attention_params(table.attention)
+        att = table_attention(table)
         self._att = att if att[ATT_ON] else None  # the same lookups as the engine's fast path
 
     def latency_table(self) -> LatencyTable:
@@ -464,11 +617,13 @@ class TableExecutor:
         return batch.passes * self._table.draft_pass_s(bs, kv, batch.graph)[0]
 
     def verify(self, batch: VerifyBatch) -> VerifyTiming:
-        value, outside = self._table.verify_s(*verify_axes(batch, self._att), batch.graph)
+        grid = self._table.verify_graph if batch.graph else self._table.verify_eager
+        value, outside = self._table.verify_s(*verify_axes(batch, self._att, grid), batch.graph)
         return VerifyTiming(latency_s=value, out_of_grid=outside)
 
     def draft_extend(self, batch: DraftExtendBatch) -> float:
-        return self._table.extend_s(*extend_axes(batch, self._att), batch.graph)[0]
+        grid = self._table.extend_graph if batch.graph else self._table.extend_eager
+        return self._table.extend_s(*extend_axes(batch, self._att, grid), batch.graph)[0]
 
     def describe(self) -> dict[str, Any]:
         out = {"backend": self.name, **self._description, "table": dict(self._table.source)}

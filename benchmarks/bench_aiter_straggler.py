@@ -9,7 +9,9 @@ linear between the measured uniform points) is compared with the mean KV and wit
 ``backends.latency_table.effective_kv`` (the engine's lookup rule, with this GPU's occupancy),
 and each coordinate's latency (read off the same measured uniform curve) with the mixed batch's.
 Everything is measured in one process on one GPU, so no profile and no other machine enters.
-``--score JSON`` re-scores the committed rule against a recorded run on any machine.
+``--score JSON`` re-scores the rule against a recorded run on any machine. The rule scored here
+is the waves and tail rule (``effective_kv``); on the 2D verify kernel the engine uses the
+lone-straggler form instead, which ``benchmarks/straggler_2d_tail.py`` scores on the same files.
 
     python benchmarks/bench_aiter_straggler.py --model llama-3.1-8b --json straggler.json
     python benchmarks/bench_aiter_straggler.py --score benchmarks/results/h200-2026-11-29d/straggler_holdout.json

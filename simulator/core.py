@@ -97,7 +97,7 @@ def advance(r, horizon, arrival, prompt, output, mnt, off, draft, acc, pacc, R, 
     while True:
         if E[r, E_PENDING] != 0:
             if E[r, E_TIMED] == 0:
-                _set_lookups(r, PI, PF, E, CF)
+                _set_lookups(r, PI, PF, E, CF, tab)
                 if CI[C_FAST] == 1:
                     _time_passes(r, PI, PF, E, tab)
                 else:

@@ -69,6 +69,12 @@ def _table_tuple(table: LatencyTable | None) -> tuple:
     return tuple(out) + tuple(extend_arrays(table))
 
 
+def _table_model(table: LatencyTable | None):
+    """The model metadata a table's source records (a profile's), or None."""
+    source = getattr(table, "source", None)
+    return source.get("model") if isinstance(source, dict) else None
+
+
 class StepBuffers:
     """Fixed-size buffers the core appends step rows to; handed to a sink when full."""
 
@@ -181,8 +187,8 @@ class Simulation:
         self.CF[C.CF_RATIO_INIT] = ratio0
         self.CF[C.CF_RATIO_MIN] = ratio_min
         self.CF[C.CF_RATIO_DECAY] = decay
-        self.straggler_kv = (config.backend.kv_lookup == "straggler" and
-                             C.set_attention(self.CF, getattr(self.table, "attention", None)))
+        self.straggler_kv = (config.backend.kv_lookup == "straggler" and C.set_attention(
+            self.CF, getattr(self.table, "attention", None), _table_model(self.table)))
         self.tab = _table_tuple(self.table)
         self._check_feasible(kv_capacity_tokens)
         self._setup_radix(trace, e, kv_capacity_tokens // e.page_size)

@@ -6,37 +6,63 @@ from __future__ import annotations
 import numpy as np
 
 from backends.jit import njit
-from backends.latency_table import (ATT_ON, attention_params, attention_rows, effective_kv,
-                                    interp2, interp3, interp_prefill)
+from backends.latency_table import (ATT_DLAYERS, ATT_LAYERS, ATT_ON, attention_params,
+                                    attention_rows, effective_kv, interp2, interp3,
+                                    interp_prefill, verify_kv)
 from simulator.layout import *  # noqa: F401,F403  (the state layout's column names)
 
 
-def set_attention(CF: np.ndarray, att) -> bool:
-    """Put a profile's ``attention`` metadata into ``CF[CF_ATT:]``; without it (``None``, or an
-    older profile) lookups use the mean KV.  True when set."""
-    CF[CF_ATT:] = attention_params(att)
+def set_attention(CF: np.ndarray, att, model=None) -> bool:
+    """Put a profile's ``attention`` metadata (and its model's layers, for the 2D kernel's
+    lone-straggler form) into ``CF[CF_ATT:]``; without it (``None``, or an older profile) lookups
+    use the mean KV.  True when set."""
+    CF[CF_ATT:] = attention_params(att, model)
     return bool(CF[CF_ATT + ATT_ON])
 
 
 @njit
-def pass_kv(r, p, PI, PF, CF):
-    """The KV coordinate pass ``p`` is looked up at (prefill: its attention-equivalent prefix)."""
+def pass_kv(r, p, PI, PF, CF, tab):
+    """The KV coordinate pass ``p`` is looked up at (prefill: its attention-equivalent prefix).
+
+    Verify and draft-extend launches read the grid they are looked up on in ``tab``
+    (:func:`backends.latency_table.verify_kv`); draft passes use the waves and tail rule."""
     kind = PI[r, p, P_KIND]
     if kind == KIND_PREFILL:
         return PF[r, p, PF_PREFIX]
     nseq = float(PI[r, p, P_BSPAD])
     draft = kind == KIND_DRAFT  # a draft-extend pass has `width` query rows, like a verify
-    rows = attention_rows(draft, PI[r, p, P_GRAPH] == 1, nseq, float(PI[r, p, P_WIDTH]),
-                          float(PI[r, p, P_TOKENS]))
-    return effective_kv(PF[r, p, PF_KVSUM], float(PI[r, p, P_KVMAX]), nseq,
-                        float(PI[r, p, P_BS]), rows, draft, CF[CF_ATT:])
+    graph = PI[r, p, P_GRAPH] == 1
+    rows = attention_rows(draft, graph, nseq, float(PI[r, p, P_WIDTH]), float(PI[r, p, P_TOKENS]))
+    kvsum = PF[r, p, PF_KVSUM]
+    kvmax = float(PI[r, p, P_KVMAX])
+    nreal = float(PI[r, p, P_BS])
+    att = CF[CF_ATT:]
+    if draft:
+        return effective_kv(kvsum, kvmax, nseq, nreal, rows, True, att)
+    (vg0, vg1, vg2, vgv, ve0, ve1, ve2, vev, dg0, dg1, dgv, de0, de1, dev, pf0, pf1, pfv,
+     xg0, xg1, xg2, xgv, xe0, xe1, xe2, xev) = tab
+    if kind == KIND_EXTEND:
+        w = float(PI[r, p, P_WIDTH])
+        layers = att[ATT_DLAYERS]
+        if graph:
+            return verify_kv(kvsum, kvmax, nseq, nreal, rows, layers, att, xg0, xg1, xg2, xgv,
+                             nseq, w)
+        return verify_kv(kvsum, kvmax, nseq, nreal, rows, layers, att, xe0, xe1, xe2, xev, nseq, w)
+    if PI[r, p, P_MODE] == MODE_UNIFORM:
+        w = float(PI[r, p, P_WIDTH])
+    else:
+        w = PI[r, p, P_TOKENS] / nreal
+    layers = att[ATT_LAYERS]
+    if graph:
+        return verify_kv(kvsum, kvmax, nseq, nreal, rows, layers, att, vg0, vg1, vg2, vgv, nseq, w)
+    return verify_kv(kvsum, kvmax, nseq, nreal, rows, layers, att, ve0, ve1, ve2, vev, nseq, w)
 
 
 @njit
-def _set_lookups(r, PI, PF, E, CF):
+def _set_lookups(r, PI, PF, E, CF, tab):
     """The lookup coordinate of every pending pass, once (both timing paths record it)."""
     for p in range(E[r, E_NPASS]):
-        PF[r, p, PF_LOOKUP] = pass_kv(r, p, PI, PF, CF)
+        PF[r, p, PF_LOOKUP] = pass_kv(r, p, PI, PF, CF, tab)
 
 
 @njit

@@ -15,7 +15,8 @@ from typing import Callable
 import numpy as np
 import pyarrow as pa
 
-from backends.latency_table import ATT_ON, attention_params, attention_rows, effective_kv
+from backends.latency_table import (ATT_DLAYERS, ATT_LAYERS, ATT_ON, attention_rows, effective_kv,
+                                    table_attention, verify_kv)
 
 __all__ = ["col", "kinds_present", "lookup_points", "predict", "predict_steps",
            "measured_points", "grid_position", "AXES", "GRIDS", "KIND_ORDER"]
@@ -72,13 +73,14 @@ def kinds_present(kind: np.ndarray) -> list[str]:
     return [k for k in KIND_ORDER if k in have] + sorted(have - set(KIND_ORDER))
 
 
-def lookup_points(steps: pa.Table, attention: dict | None = None) -> dict[str, np.ndarray]:
+def lookup_points(steps: pa.Table, table=None) -> dict[str, np.ndarray]:
     """The table coordinates of every step: the engine's lookup rule (latency_table module).
 
-    With the table's ``attention`` metadata the KV coordinate of draft and verify steps is
-    recomputed as the engine would look them up (``backends.latency_table.effective_kv``), so a
-    live run (recorded without a table, at mean KV) is predicted at the coordinate a profile run
-    uses.  ``mixed``: the batch's requests differ in KV, or a graph pads it (prefill: several
+    When ``table`` carries the attention metadata, the KV coordinate of draft, verify and
+    draft-extend steps is recomputed as the engine would look them up
+    (``backends.latency_table.effective_kv``, and ``verify_kv`` on the grid a verify or
+    draft-extend step is looked up on), so a live run (recorded without a table, at mean KV) is
+    predicted at the coordinate a profile run uses.  ``mixed``: the batch's requests differ in KV, or a graph pads it (prefill: several
     requests in the pass); a run without ``kv_max`` counts every batch of several as mixed."""
     kind = col(steps, "kind")
     graph = col(steps, "graph").astype(bool)
@@ -102,12 +104,19 @@ def lookup_points(steps: pa.Table, attention: dict | None = None) -> dict[str, n
     kv_max = col(steps, "kv_max").astype(np.float64) if has_max else kv_mean.copy()
     spread = (kv_max > kv_mean * (1 + 1e-9) + 1e-9) if has_max else (bs > 1)
     mixed = np.where(kind == "prefill", bs > 1, spread | (graph & (bs_pad > bs)))
-    att = attention_params(attention)
+    att = table_attention(table)
     if att[ATT_ON] and has_max:
         for i in np.flatnonzero((kind == "verify") | (kind == "draft") | (kind == "draft_extend")):
-            draft = kind[i] == "draft"
-            rows = attention_rows(draft, bool(graph[i]), bs_ax[i], width[i], tokens[i])
-            kv_ax[i] = effective_kv(kv_mean[i] * bs[i], kv_max[i], bs_ax[i], bs[i], rows, draft, att)
+            k = str(kind[i])
+            rows = attention_rows(k == "draft", bool(graph[i]), bs_ax[i], width[i], tokens[i])
+            if k == "draft":
+                kv_ax[i] = effective_kv(kv_mean[i] * bs[i], kv_max[i], bs_ax[i], bs[i], rows,
+                                        True, att)
+                continue
+            grid = getattr(table, GRIDS[k][0] if graph[i] else GRIDS[k][1])
+            layers = att[ATT_LAYERS] if k == "verify" else att[ATT_DLAYERS]
+            kv_ax[i] = verify_kv(kv_mean[i] * bs[i], kv_max[i], bs_ax[i], bs[i], rows, layers, att,
+                                 *grid.axes, grid.values, bs_ax[i], w_ax[i])
     return {"kind": kind, "graph": graph, "bs": bs_ax, "width": w_ax, "kv": kv_ax,
             "tokens": tokens, "passes": col(steps, "passes").astype(np.float64),
             "kv_at_mean": at_mean, "kv_mean": kv_mean, "mixed": mixed}
@@ -128,7 +137,7 @@ def predict(p: dict[str, np.ndarray], table) -> tuple[np.ndarray, np.ndarray]:
 
 def predict_steps(steps: pa.Table, table) -> tuple[np.ndarray, np.ndarray]:
     """Latency the table predicts for every step of a run, and whether it was outside the grid."""
-    return predict(lookup_points(steps, getattr(table, "attention", None)), table)
+    return predict(lookup_points(steps, table), table)
 
 
 def measured_points(table) -> dict[str, set]:

@@ -44,9 +44,10 @@ NOT_CAPTURED = (
     "(the profile's p10..p90 spread is reported below)",
     "per-request KV-length spread inside a batch: the profile measures uniform batches; a batch "
     "is looked up at its straggler-aware KV (the attention kernel's programs in waves over the "
-    "resident slots the profile measured, the longest request's tail faster alone; one "
-    "straggler assumed, from kv_mean and kv_max), which leaves out where the GPU places each "
-    "program and how the other requests' lengths spread",
+    "resident slots the profile measured, the longest request's tail faster alone; on the 2D "
+    "verify kernel, the longest request's own attention time, a fitted constant per KV token "
+    "and layer; one straggler assumed, from kv_mean and kv_max), which leaves out where the GPU "
+    "places each program and how the other requests' lengths spread",
     "ragged launches are interpolated between uniform widths (tokens / batch)",
     "prefill passes are looked up by total tokens and the attention-equivalent prefix (the same "
     "query-key pairs as one request); a profile measures one request per pass, so how several "

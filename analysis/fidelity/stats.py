@@ -75,7 +75,7 @@ def step_errors(steps: pa.Table, table, *, worst: int = 20, _full: bool = False)
     in ``not_predicted``.  ``_full``: also return the per-step arrays (for noise floors)."""
     if steps.num_rows == 0:
         raise SpecschedError("the reference run has no steps to compare")
-    p = lookup_points(steps, getattr(table, "attention", None))
+    p = lookup_points(steps, table)
     measured = col(steps, "latency_s").astype(np.float64)
     pred, oog = predict(p, table)
     pos = grid_position(p, table, measured_points(table))

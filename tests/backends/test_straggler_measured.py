@@ -78,5 +78,20 @@ def test_a_lone_straggler_constant_fitted_on_one_run_predicts_another_runs_2d_ca
     assert (len(fit), len(held)) == (14, 5)
     a = m.fit_a(fit)
     model = np.mean(np.abs(m.errors(held, a)))
-    rule = np.mean(np.abs(m.committed(held)))
+    rule = np.mean(np.abs(m.waves_rule(held)))
     assert model <= 3.0 < rule
+
+
+def test_the_engine_constant_is_the_fit_and_its_lookup_beats_the_waves_rule_on_every_run():
+    """``LONE_STRAGGLER_2D_S`` is what the script fits over the 8B's 32 layers, and the engine's
+    lookup (the form on 2D verify cases, the waves rule elsewhere) predicts each recorded run's
+    cases better than the waves rule alone."""
+    import straggler_2d_tail as m
+    from backends.latency_table import LONE_STRAGGLER_2D_S
+
+    a = m.fit_a(m.two_d_cases(m.DEFAULT_FIT))
+    assert LONE_STRAGGLER_2D_S * 32 == pytest.approx(a, rel=1e-3)
+    for path in (m.DEFAULT_FIT,) + m.DEFAULT_SCORE:
+        cases = m.scored_cases(path)
+        engine = np.mean(np.abs(m.engine_errors(cases, LONE_STRAGGLER_2D_S * 32)))
+        assert engine < np.mean(np.abs(m.waves_rule(cases))), path
