@@ -37,7 +37,7 @@ from backends.protocol import VerifyTiming
 from traces.errors import SpecschedError
 
 __all__ = ["JournalExecutor", "PointJournal", "JOURNAL_VERSION", "batch_digest", "read_journal",
-           "open_journal", "sittings_used", "gpu_name"]
+           "open_journal", "sittings_used", "gpu_name", "grid_growth"]
 
 JOURNAL_VERSION = 1
 
@@ -92,7 +92,8 @@ def read_journal(path: Path, header: dict[str, Any], key: str) -> list[dict]:
     return [x if isinstance(x, dict) else {} for x in lines[1:]]
 
 
-def open_journal(path: Path, header: dict[str, Any], key: str, is_entry, gpu: Any):
+def open_journal(path: Path, header: dict[str, Any], key: str, is_entry, gpu: Any,
+                 sitting: dict[str, Any] | None = None):
     """Open the journal at ``path`` for a new sitting: ``(segments, entries, file)``.
 
     Reads it (:func:`read_journal`), sorts its lines into sittings and the entries ``is_entry``
@@ -109,7 +110,7 @@ def open_journal(path: Path, header: dict[str, Any], key: str, is_entry, gpu: An
         else:
             raise SpecschedError(f"journal {path}, line {i}: neither an entry nor a segment")
     seg = {"segment": len(segments), "at": datetime.now(timezone.utc).strftime(
-        "%Y-%m-%dT%H:%M:%SZ"), "first_call": len(entries), "gpu": gpu}
+        "%Y-%m-%dT%H:%M:%SZ"), "first_call": len(entries), "gpu": gpu, **(sitting or {})}
     segments.append(seg)
     f = open(path, "a", buffering=1)
     f.write(json.dumps(seg) + "\n")
@@ -229,6 +230,42 @@ class JournalExecutor:
         return getattr(self.inner, name)
 
 
+#: the sweep settings that are lists of grid points: a journal may be continued by a sweep whose
+#: lists hold more points than the journal's (the grid grew), never fewer
+GRID_LISTS = ("bs", "widths", "kv", "eager_bs", "eager_widths", "eager_kv", "draft_kv",
+              "extend_widths", "extend_eager_widths", "prefill_tokens", "prefill_prefix")
+
+
+def grid_growth(recorded: Any, wanted: Any) -> dict[str, list] | None:
+    """The points a sweep's settings ``wanted`` add to a journal's ``recorded`` ones, by list
+    (empty when equal); ``None`` when they differ otherwise (another setting, or a point
+    dropped), so that the journal belongs to another sweep."""
+    if not (isinstance(recorded, dict) and isinstance(wanted, dict)) or recorded.keys() != wanted.keys():
+        return None
+    added: dict[str, list] = {}
+    for k, want in wanted.items():
+        have = recorded[k]
+        if have == want:
+            continue
+        if k not in GRID_LISTS or not isinstance(have, list) or not isinstance(want, list) \
+                or not set(have) <= set(want):
+            return None
+        added[k] = sorted(set(want) - set(have))
+    return added
+
+
+def _journal_head(path: Path) -> dict[str, Any] | None:
+    """The first line of the journal at ``path`` as a dict, ``None`` when there is none."""
+    if not path.is_file() or path.stat().st_size == 0:
+        return None
+    with open(path, "rb") as f:
+        try:
+            head = json.loads(f.readline())
+        except ValueError:
+            return None
+    return head if isinstance(head, dict) else None
+
+
 class PointJournal:
     """A profile sweep's measured rows, kept in a file as they are measured, so that a sweep
     cut off by a time limit goes on from where it stopped (``specsched profile --journal``).
@@ -236,8 +273,10 @@ class PointJournal:
     Rows are known by ``(kind, graph, bs, width, kv_len, tokens)`` (:meth:`key_of`): a sweep
     measures a point only when ``rows`` lacks its key, and :meth:`add` keeps what it measured;
     :meth:`has_all` lets it skip a graph capture whose points are all in the journal. The header
-    (model, the sweep's settings) must match, as for :class:`JournalExecutor`. Without a path
-    the journal lives in memory only and every point is measured."""
+    (model, the sweep's settings) must match, as for :class:`JournalExecutor`, except that the
+    sweep's grid lists may hold more points than the journal's (:func:`grid_growth`): then only
+    the new points are measured, and the sitting's line names them (``grid_added``). Without a
+    path the journal lives in memory only and every point is measured."""
 
     KEY = "specsched_profile_journal"
 
@@ -249,9 +288,17 @@ class PointJournal:
         self._f = None
         if self.path is None:
             return
+        full = {self.KEY: JOURNAL_VERSION, **header}
+        sitting = None
+        head = _journal_head(self.path)
+        if head is not None and head.get("spec") != header.get("spec") and all(
+                head.get(k) == v for k, v in full.items() if k != "spec"):
+            added = grid_growth(head.get("spec"), header.get("spec"))
+            if added is not None:  # the grid grew: keep the journal's header and its rows
+                full = {**full, "spec": head["spec"]}
+                sitting = {"grid_added": added}
         self.segments, entries, self._f = open_journal(
-            self.path, {self.KEY: JOURNAL_VERSION, **header}, self.KEY,
-            lambda x: isinstance(x.get("row"), dict), gpu)
+            self.path, full, self.KEY, lambda x: isinstance(x.get("row"), dict), gpu, sitting)
         self.rows = {self.key_of(e["row"]): e["row"] for e in entries}
 
     @staticmethod

@@ -458,6 +458,10 @@ def _sweep(runner, shape, cap, fits, spec: ProfileSpec, pj, *, out, command, pro
                          f"{len(jn['journal']['segments'])} sittings (journal): rows from "
                          "different machines carry their offset")
             say(f"warning: {notes[-1]}")
+        for seg in jn["journal"]["segments"]:
+            if seg.get("grid_added"):
+                notes.append(f"sitting {seg['segment']} ({seg['at']}) grew the journal's grid by "
+                             f"{seg['grid_added']}: the earlier sittings' rows were kept")
     t = runner.timing_describe()
     # eager_segments: the kinds whose passes filled the launch queue and were timed in segments
     notes.append({"held_timing": {k: t[k] for k in ("held_runs", "reruns_after_a_short_hold",
@@ -494,7 +498,7 @@ def _sweep(runner, shape, cap, fits, spec: ProfileSpec, pj, *, out, command, pro
     summary = {"rows": len(rows), "out": str(out), "skipped": {k: len(v) for k, v in skipped.items()},
                "heldout": sum(1 for x in rows if x.get("split") == "heldout"),
                "timed_runs_still_starved": t["timed_runs_still_starved"],
-               "rows_from_journal": len(pj.rows) - pj.measured,
+               "rows_from_journal": len(pj.rows) - pj.measured, "rows_measured": pj.measured,
                "timing_s": timing, "wall_s": time.perf_counter() - t_start}
     say(f"wrote {len(rows)} rows to {out} in {summary['wall_s']:.1f} s")
     return summary

@@ -1,6 +1,7 @@
 """``specsched profile --journal`` on the CPU (AITER's Triton kernels under the Triton
 interpreter): a sweep cut off after a few rows goes on from its journal and measures only the
-rest, and a journal of other settings is refused."""
+rest, a journal of other settings is refused, and one whose grid grew measures only the new
+points."""
 
 from __future__ import annotations
 
@@ -51,8 +52,15 @@ try:
     refused = None
 except SpecschedError as e:
     refused = str(e)
+grown = run_profile(m, {str(tmp_path / 'grown.parquet')!r}, replace(spec, prefill_tokens=(8, 12, 16)),
+                    command='pytest', journal={str(j)!r})
+grows, gmeta = read_profile({str(tmp_path / 'grown.parquet')!r})
+gnotes = [n for n in gmeta['notes'] if isinstance(n, str) and 'grew' in n]
+gsegs = [n['journal']['segments'] for n in gmeta['notes'] if isinstance(n, dict) and 'journal' in n][0]
 print(json.dumps({{'first': first, 'exists': exists, 'rows': rows.to_pylist(),
-                  'from_journal': s['rows_from_journal'], 'jn': jn, 'refused': refused}}))
+                  'from_journal': s['rows_from_journal'], 'jn': jn, 'refused': refused,
+                  'grown_measured': grown['rows_measured'], 'grown_rows': grows.to_pylist(),
+                  'gnotes': gnotes, 'gsegs': gsegs}}))
 """)
     d = json.loads(res.strip().splitlines()[-1])
     key = lambda r: (r["kind"], r["graph"], r["bs"], r["width"], r["kv_len"], r["tokens"])  # noqa: E731
@@ -66,3 +74,26 @@ print(json.dumps({{'first': first, 'exists': exists, 'rows': rows.to_pylist(),
     assert (d["jn"]["rows_from_journal"], d["jn"]["rows_measured"]) == (5, len(rows) - 5)
     assert [s["first_call"] for s in d["jn"]["segments"]] == [0, 5]
     assert "belongs to another run: its spec" in d["refused"]
+    # the grid grown by one prefill length: its one point (prefix 0) is measured, the rest kept
+    assert d["grown_measured"] == 1
+    grown = {key(r): r for r in d["grown_rows"]}
+    assert set(grown) == set(by_key) | {("prefill", False, 1, 0, 0, 12)}
+    assert all(grown[k]["latency_s"] == r["latency_s"] for k, r in by_key.items())
+    assert d["gsegs"][-1]["grid_added"] == {"prefill_tokens": [12]}
+    assert len(d["gnotes"]) == 1 and "grew the journal's grid" in d["gnotes"][0]
+
+
+def test_grid_growth_accepts_only_added_points():
+    """A journal's settings may be continued by a sweep whose grid lists hold more points;
+    dropping a point or changing any other setting makes it another sweep's journal."""
+    from backends.journal import grid_growth
+
+    rec = {"bs": [1, 8], "kv": [512], "prefill_tokens": [128, 384], "reps": 5, "draft_kv": None}
+    assert grid_growth(rec, dict(rec)) == {}
+    assert grid_growth(rec, {**rec, "prefill_tokens": [32, 128, 240, 384]}) == {
+        "prefill_tokens": [32, 240]}
+    assert grid_growth(rec, {**rec, "bs": [1, 2, 8], "kv": [128, 512]}) == {"bs": [2], "kv": [128]}
+    assert grid_growth(rec, {**rec, "prefill_tokens": [128]}) is None      # a point dropped
+    assert grid_growth(rec, {**rec, "reps": 3}) is None                    # another setting
+    assert grid_growth(rec, {**rec, "draft_kv": [512]}) is None            # None to a list
+    assert grid_growth(rec, {k: v for k, v in rec.items() if k != "reps"}) is None
