@@ -249,6 +249,14 @@ PY
         [ -f "$hout" ] && { base=$hout; hout="$out/deepseek-v3__H200.heldout.parquet"; }
         job heldout-v3 200 python3 -m specsched profile --model deepseek-v3 --heldout-only \
         --progress --base "$base" --heldout 16 --max-context 32768 -o "$hout" ;;
+    firstpass70b) job firstpass70b 150 python3 benchmarks/bench_aiter_first_pass.py --model llama-3.1-70b \
+        --tp 8 --json "$out/first_pass_70b.json" ;;
+    stages70b|stages70b:*) v=${j#stages70b}; v=${v#:}  # :memsets, :kv or :pools for a variant
+        flag=""; case "$v" in memsets) flag=--keep-memsets ;; kv) flag=--kv-fill ;; pools) flag=--private-pools ;; esac
+        job "stages70b${v:+-$v}" 120 python3 benchmarks/bench_aiter_first_pass.py --model llama-3.1-70b --tp 8 \
+        --stages $flag --json "$out/first_pass_stages_70b${v:+_$v}.json" ;;
+    firstpass8b) job firstpass8b 120 python3 benchmarks/bench_aiter_first_pass.py --model llama-3.1-8b \
+        --json "$out/first_pass_8b.json" ;;
     eager-sync) job eager-sync 150 python3 benchmarks/bench_aiter_eager_sync.py --model deepseek-v3 \
         --tokens 64,203,1315 --json "$out/eager_sync_v3.json" ;;
     live-v3:*) MODEL=deepseek-v3 live "v3${j#live-v3:}" "$CONV" "${j#live-v3:}" --policy fixed ;;
