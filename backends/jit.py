@@ -8,7 +8,7 @@ compiled or not: integer arithmetic that could overflow 64 bits is masked explic
 
 Compiled functions are cached on disk (``cache=True``).  Numba checks a cached function against
 its own source file only, so a compiled caller would keep an old copy of a function it calls from
-another module (``simulator.core`` inlines ``backends.latency_table.effective_kv``) after that
+another module (``simulator.core`` inlines ``backends.attention_kv.effective_kv``) after that
 module changed.  The cache therefore lives in a folder named after a digest of every source file
 of ``simulator`` and ``backends`` (under ``$XDG_CACHE_HOME/specsched`` or ``~/.cache/specsched``):
 any change there compiles afresh.  ``NUMBA_CACHE_DIR``, when set, is left to the user.

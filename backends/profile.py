@@ -58,8 +58,8 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
-from backends.latency_table import (EXTEND_FALLBACK_CAVEAT, Grid, LatencyTable, TableExecutor,
-                                    interp2, interp3)
+from backends.interp import interp2, interp3
+from backends.latency_table import EXTEND_FALLBACK_CAVEAT, Grid, LatencyTable, TableExecutor
 from backends.shipped import (PROFILES_DIR, default_profile, profile_status, shipped_profiles,
                               status_warning)
 from traces.atomic import atomic_output_file

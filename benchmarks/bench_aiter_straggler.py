@@ -6,7 +6,7 @@ graph's last rows padded) the batch is timed as the profile times a point (graph
 behind a hold kernel, median of ``--reps``), and so are uniform batches of the same launch at
 several KV lengths.  The KV at which the uniform batch takes as long as the mixed one (``K_eq``,
 linear between the measured uniform points) is compared with the mean KV and with
-``backends.latency_table.effective_kv`` (the engine's lookup rule, with this GPU's occupancy),
+``backends.attention_kv.effective_kv`` (the engine's lookup rule, with this GPU's occupancy),
 and each coordinate's latency (read off the same measured uniform curve) with the mixed batch's.
 Everything is measured in one process on one GPU, so no profile and no other machine enters.
 ``--score JSON`` re-scores the rule against a recorded run on any machine. The rule scored here
@@ -61,7 +61,7 @@ def case_kv(c: dict) -> np.ndarray:
 
 def lookups(c: dict, att: np.ndarray) -> tuple[float, float]:
     """(mean KV, the lookup rule's KV) of a case, as the engine would look it up."""
-    from backends.latency_table import effective_kv
+    from backends.attention_kv import effective_kv
 
     kv = case_kv(c)
     nseq = float(c["bs"])
@@ -95,7 +95,7 @@ HEADER = (f"{'case':<26} | {'mixed ms':>8} | {'K_eq':>6} | {'mean':>6} {'err':>6
 
 
 def summarize(results: list[dict], att: np.ndarray, occ: dict) -> dict:
-    from backends.latency_table import ATT_G2D, ATT_G2DD, ATT_G3D
+    from backends.attention_kv import ATT_G2D, ATT_G2DD, ATT_G3D
 
     me = np.array([r["mean_err_pct"] for r in results])
     re_ = np.array([r["rule_err_pct"] for r in results])
@@ -117,7 +117,7 @@ def summarize(results: list[dict], att: np.ndarray, occ: dict) -> dict:
 
 def rescore(path: str) -> tuple[list[dict], np.ndarray, dict]:
     """Score the committed lookup rule against a recorded run's measurements (no GPU)."""
-    from backends.latency_table import attention_params
+    from backends.attention_kv import attention_params
 
     d = json.loads(Path(path).read_text())
     occ = d["summary"]["occupancy"]
@@ -155,7 +155,7 @@ def main() -> None:
 def measure(args) -> tuple[list[dict], np.ndarray, dict]:
     from backends.aiter import make_executor
     from backends.aiter.occupancy import attention_occupancy
-    from backends.latency_table import attention_params
+    from backends.attention_kv import attention_params
 
     cases = [parse_case(c) for c in args.cases.split(",")]
     ex = make_executor(args.model, capture_bs=sorted({c["bs"] for c in cases}))

@@ -30,7 +30,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from backends import roofline as R  # noqa: E402
 from backends.jit import jit_status, njit  # noqa: E402
-from backends.latency_table import interp3  # noqa: E402
+from backends.interp import interp3
 from backends.models import load_model  # noqa: E402
 from backends.profile import ProfileExecutor, load_profile, profile_metadata, write_profile  # noqa: E402
 from backends.protocol import VerifyBatch  # noqa: E402

@@ -2,7 +2,7 @@
 
 ``benchmarks/bench_aiter_straggler.py`` times a verify graph with stragglers against uniform
 batches of the same launch. On the 2D kernel the committed lookup rule
-(``backends.latency_table.effective_kv``) errs by 16% there, and no single tail exponent fits.
+(``backends.attention_kv.effective_kv``) errs by 16% there, and no single tail exponent fits.
 This script scores another form on the same measurements. The attention of the batch's longest
 requests costs about ``a x kv_max`` of wall time whatever else runs: their programs are
 dispatched first and run at a per-tile rate that does not depend on the others. So
@@ -14,7 +14,7 @@ at KV 0. ``a`` (seconds per KV token over all layers) is one constant per kernel
 as the median over the cases of ``(T_mixed - T_0) / kv_max``. The constant is fitted on one run's
 cases and scored on another run's, recorded on another machine and day, and by leaving one case
 out at a time. Each case is scored with the engine's own lookup
-(``backends.latency_table.lone_straggler_kv``, :func:`predict`), and the script also scores every
+(``backends.attention_kv.lone_straggler_kv``, :func:`predict`), and the script also scores every
 case of each file with the engine's whole rule (this form on 2D verify cases, the waves and tail
 rule elsewhere).
 
@@ -36,9 +36,10 @@ sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "benchmarks"))
 
 import bench_aiter_straggler as bench  # noqa: E402  (its case layout and the committed rule)
-from backends.latency_table import (KERNEL_2D, LONE_STRAGGLER_2D_S, Grid,  # noqa: E402
-                                    attention_kernel, attention_params, interp3,
-                                    lone_straggler_kv)
+from backends.attention_kv import (KERNEL_2D, LONE_STRAGGLER_2D_S, attention_kernel,
+                                   attention_params, lone_straggler_kv)
+from backends.interp import interp3
+from backends.latency_table import Grid
 
 RESULTS = ROOT / "benchmarks" / "results"
 DEFAULT_FIT = RESULTS / "h200-2026-12-02b" / "straggler2d.json"
@@ -90,7 +91,7 @@ def lone_a(case: dict) -> float:
 
 
 def predict(case: dict, a: float) -> float:
-    """The case's latency by the engine's lookup (``backends.latency_table.lone_straggler_kv``
+    """The case's latency by the engine's lookup (``backends.attention_kv.lone_straggler_kv``
     on :func:`uniform_grid`, read off the same grid), with ``a`` seconds per KV token."""
     g = uniform_grid(case)
     bs, width = float(case["bs"]), float(case["width"])

@@ -4,7 +4,7 @@ A live run records each pass's shape and latency (``steps.parquet``). This scrip
 verify and draft *graph* steps whose longest request holds at least 1.5 x the mean KV of the
 launch (padded rows counted as empty) and at least 1,024 tokens, and scores the profile's
 latency at three coordinates: the mean KV, the waves and tail rule alone
-(``backends.latency_table.effective_kv``), and the engine's lookup (that rule, with the
+(``backends.attention_kv.effective_kv``), and the engine's lookup (that rule, with the
 lone-straggler form on the 2D verify kernel: ``verify_kv``). It prints MAPE and mean signed
 error per run, and the same for the steps that ran the 2D verify kernel.
 
@@ -26,8 +26,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from analysis.fidelity.lookup import col, lookup_points, predict  # noqa: E402
-from backends.latency_table import (KERNEL_2D, attention_kernel, attention_rows,  # noqa: E402
-                                    table_attention)
+from backends.attention_kv import KERNEL_2D, attention_kernel, attention_rows, table_attention
 from backends.profile import load_profile  # noqa: E402
 
 RESULTS = ROOT / "benchmarks" / "results"

@@ -50,7 +50,7 @@ from __future__ import annotations
 import numpy as np
 
 from backends.jit import njit
-from backends.latency_table import ATT_ON, attention_params  # noqa: F401  (re-exported)
+from backends.attention_kv import ATT_ON, attention_params  # noqa: F401  (re-exported)
 from simulator import controllers as K
 from simulator.sglang import LPM_QUEUE_LIMIT
 from simulator.layout import *  # noqa: F401,F403  (the state layout, re-exported)

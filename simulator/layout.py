@@ -9,7 +9,7 @@ all of them.
 from __future__ import annotations
 
 from backends.jit import njit
-from backends.latency_table import NATT
+from backends.attention_kv import NATT
 from simulator.registry import VERIFY_POLICIES
 
 # ---------------------------------------------------------------- per-request int state R[n, NR]
@@ -154,7 +154,7 @@ CF_OVERHEAD = 0   # scheduler overhead per iteration, seconds
 CF_RATIO_INIT = 1  # SGLang init_new_token_ratio
 CF_RATIO_MIN = 2   # SGLang min_new_token_ratio
 CF_RATIO_DECAY = 3  # SGLang new_token_ratio_decay (per decode iteration)
-CF_ATT = 4        # CF[CF_ATT:]: backends.latency_table.attention_params (all 0: mean KV lookups)
+CF_ATT = 4        # CF[CF_ATT:]: backends.attention_kv.attention_params (all 0: mean KV lookups)
 NCF = CF_ATT + NATT
 
 # verify policies: codes from the registry (simulator.registry.VERIFY_POLICIES)

@@ -6,9 +6,9 @@ from __future__ import annotations
 import numpy as np
 
 from backends.jit import njit
-from backends.latency_table import (ATT_DLAYERS, ATT_LAYERS, ATT_ON, attention_params,
-                                    attention_rows, effective_kv, interp2, interp3,
-                                    interp_prefill, verify_kv)
+from backends.attention_kv import (ATT_DLAYERS, ATT_LAYERS, ATT_ON, attention_params,
+                                   attention_rows, effective_kv, verify_kv)
+from backends.interp import interp2, interp3, interp_prefill
 from simulator.layout import *  # noqa: F401,F403  (the state layout's column names)
 
 
@@ -25,7 +25,7 @@ def pass_kv(r, p, PI, PF, CF, tab):
     """The KV coordinate pass ``p`` is looked up at (prefill: its attention-equivalent prefix).
 
     Verify and draft-extend launches read the grid they are looked up on in ``tab``
-    (:func:`backends.latency_table.verify_kv`); draft passes use the waves and tail rule."""
+    (:func:`backends.attention_kv.verify_kv`); draft passes use the waves and tail rule."""
     kind = PI[r, p, P_KIND]
     if kind == KIND_PREFILL:
         return PF[r, p, PF_PREFIX]

@@ -15,8 +15,8 @@ from typing import Callable
 import numpy as np
 import pyarrow as pa
 
-from backends.latency_table import (ATT_DLAYERS, ATT_LAYERS, ATT_ON, attention_rows, effective_kv,
-                                    table_attention, verify_kv)
+from backends.attention_kv import (ATT_DLAYERS, ATT_LAYERS, ATT_ON, attention_rows, effective_kv,
+                                   table_attention, verify_kv)
 
 __all__ = ["col", "kinds_present", "lookup_points", "predict", "predict_steps",
            "measured_points", "grid_position", "AXES", "GRIDS", "KIND_ORDER"]
@@ -78,7 +78,7 @@ def lookup_points(steps: pa.Table, table=None) -> dict[str, np.ndarray]:
 
     When ``table`` carries the attention metadata, the KV coordinate of draft, verify and
     draft-extend steps is recomputed as the engine would look them up
-    (``backends.latency_table.effective_kv``, and ``verify_kv`` on the grid a verify or
+    (``backends.attention_kv.effective_kv``, and ``verify_kv`` on the grid a verify or
     draft-extend step is looked up on), so a live run (recorded without a table, at mean KV) is
     predicted at the coordinate a profile run uses.  ``mixed``: the batch's requests differ in KV, or a graph pads it (prefill: several
     requests in the pass); a run without ``kv_max`` counts every batch of several as mixed."""

@@ -2,7 +2,7 @@
 
 A decode batch's attention time is set by its longest sequence when the kernel's grid fits in
 the programs the GPU holds at once, and by the mean when it runs in many waves
-(``backends.latency_table.effective_kv``).  Which case a batch is in depends on the kernel's grid
+(``backends.attention_kv.effective_kv``).  Which case a batch is in depends on the kernel's grid
 (AITER's ``unified_attention``: one program per (query block, KV head) -- the 2D kernel -- or,
 when that is at most ``4 x SMs`` programs, each sequence's KV split into 16-128 segments -- the
 3D kernel) and on how many programs are resident per SM, which depends on the compiled kernel's
@@ -78,7 +78,7 @@ def _blocks_per_sm(kern) -> tuple[int, dict[str, int]]:
 
 def attention_occupancy(runner: Any) -> dict[str, Any]:
     """The attention grid constants and resident programs per SM of each kernel variant, on the
-    runner's GPU with its head layout (what ``backends.latency_table.attention_params`` reads)."""
+    runner's GPU with its head layout (what ``backends.attention_kv.attention_params`` reads)."""
     import torch
 
     from backends.aiter.kvpool import layout_starts

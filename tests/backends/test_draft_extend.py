@@ -7,8 +7,9 @@ import pytest
 
 from backends import roofline as R
 from backends.hardware import GPUS
+from backends.attention_kv import attention_params
 from backends.latency_table import (EXTEND_FALLBACK_CAVEAT, Grid, LatencyTable, TableExecutor,
-                                    attention_params, extend_arrays, extend_axes, verify_axes)
+                                    extend_arrays, extend_axes, verify_axes)
 from backends.models import ModelShape, load_model
 from backends.profile import ProfileExecutor, profile_metadata, write_profile
 from backends.protocol import DraftExtendBatch, VerifyBatch

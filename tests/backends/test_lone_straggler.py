@@ -9,9 +9,11 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from backends.latency_table import (ATT_DLAYERS, ATT_LAYERS, ATT_LONE, LONE_STRAGGLER_2D_S, Grid,
-                                    LatencyTable, TableExecutor, attention_params, effective_kv,
-                                    interp3, kv_at_latency, table_attention, verify_kv)
+from backends.attention_kv import (ATT_DLAYERS, ATT_LAYERS, ATT_LONE, LONE_STRAGGLER_2D_S,
+                                   attention_params, effective_kv, kv_at_latency, table_attention,
+                                   verify_kv)
+from backends.interp import interp3
+from backends.latency_table import Grid, LatencyTable, TableExecutor
 from backends.protocol import DraftBatch, DraftExtendBatch, VerifyBatch
 
 #: H200-like grid constants (Llama-3.1-8B heads: 8 KV heads, 4 query rows per program).

@@ -208,7 +208,8 @@ def test_isotonic_fit_averages_violators_and_keeps_monotone_data():
 def test_only_kv_and_prefill_tokens_are_forced_monotone():
     """A measured dip along width (a faster kernel at width 4 than at 3) is kept exactly;
     a noisy dip along KV is smoothed; extrapolation never goes down."""
-    from backends.latency_table import Grid, interp3
+    from backends.interp import interp3
+    from backends.latency_table import Grid
 
     bs = np.array([1.0, 8.0])
     w = np.array([3.0, 4.0])

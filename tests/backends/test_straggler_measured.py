@@ -87,7 +87,7 @@ def test_the_engine_constant_is_the_fit_and_its_lookup_beats_the_waves_rule_on_e
     lookup (the form on 2D verify cases, the waves rule elsewhere) predicts each recorded run's
     cases better than the waves rule alone."""
     import straggler_2d_tail as m
-    from backends.latency_table import LONE_STRAGGLER_2D_S
+    from backends.attention_kv import LONE_STRAGGLER_2D_S
 
     a = m.fit_a(m.two_d_cases(m.DEFAULT_FIT))
     assert LONE_STRAGGLER_2D_S * 32 == pytest.approx(a, rel=1e-3)

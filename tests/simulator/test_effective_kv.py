@@ -1,4 +1,4 @@
-"""The straggler-aware KV coordinate of table lookups (backends.latency_table.effective_kv), in
+"""The straggler-aware KV coordinate of table lookups (backends.attention_kv.effective_kv), in
 the engine's fast path, its per-batch path and the table executor."""
 
 from __future__ import annotations
@@ -8,8 +8,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from backends.latency_table import (ATT_G2D, ATT_G2DD, ATT_G3D, TAIL_EXPONENT, attention_params,
-                                    effective_kv)
+from backends.attention_kv import (ATT_G2D, ATT_G2DD, ATT_G3D, TAIL_EXPONENT, attention_params,
+                                   effective_kv)
 from simulator import core as C
 
 #: H200-like grid constants (Llama-3.1-8B heads: 32 query, 8 KV -> 4 query rows per program)
