@@ -49,7 +49,7 @@ DEFAULT_SCORE = (RESULTS / "h200-2026-11-29d" / "straggler.json",
 
 def kernel(case: dict, occ: dict) -> str:
     """Which unified-attention kernel AITER launches for a case's verify graph, by the engine's
-    rule (``backends.latency_table.attention_kernel``): ``2d`` or ``3d`` (``draft`` for draft
+    rule (``backends.attention_kv.attention_kernel``): ``2d`` or ``3d`` (``draft`` for draft
     cases, which this model does not cover)."""
     if case["kind"] != "verify":
         return "draft"
