@@ -21,10 +21,10 @@ from backends.jit import njit
 if TYPE_CHECKING:
     from backends.latency_table import LatencyTable
 
-__all__ = ["attention_params", "table_attention", "attention_kernel", "effective_kv", "verify_kv",
-           "lone_straggler_kv", "latency_at_kv0", "kv_at_latency", "attention_rows",
-           "TAIL_EXPONENT", "LONE_STRAGGLER_2D_S", "DRAFT_LAYERS", "NATT", "KERNEL_3D",
-           "KERNEL_2D", "KERNEL_2D_DECODE"]
+__all__ = ["attention_params", "table_attention", "table_model", "attention_kernel",
+           "effective_kv", "verify_kv", "lone_straggler_kv", "latency_at_kv0", "kv_at_latency",
+           "attention_rows", "TAIL_EXPONENT", "LONE_STRAGGLER_2D_S", "DRAFT_LAYERS", "NATT",
+           "KERNEL_3D", "KERNEL_2D", "KERNEL_2D_DECODE"]
 
 # the attention vector (attention_params): AITER's unified-attention grid and residency
 (ATT_ON, ATT_KVH, ATT_BQ, ATT_TARGET, ATT_MINSEG, ATT_MAXSEG, ATT_S2D, ATT_S2DD, ATT_S3D,
@@ -94,13 +94,18 @@ def attention_params(att: dict[str, Any] | None, model: Any = None) -> np.ndarra
     return a
 
 
+def table_model(table: "LatencyTable | None") -> Any:
+    """The model metadata a table's ``source`` records (a profile's), or None."""
+    source = getattr(table, "source", None)
+    return source.get("model") if isinstance(source, dict) else None
+
+
 def table_attention(table: "LatencyTable | None") -> np.ndarray:
     """The attention vector of a table: :func:`attention_params` of its ``attention`` and of the
     model its ``source`` records (all zeros without a table)."""
     if table is None:
         return np.zeros(NATT)
-    source = table.source if isinstance(table.source, dict) else {}
-    return attention_params(table.attention, source.get("model"))
+    return attention_params(table.attention, table_model(table))
 
 
 @njit

@@ -49,6 +49,16 @@ def _summary(xs: list[float]) -> dict:
             "min": float(a.min()), "max": float(a.max())}
 
 
+def _executor(a, capture_bs: list[int]):
+    """The live executor of ``a.model`` (tp ``a.tp``) with an 8 GiB KV pool, capturing graphs
+    lazily at the batch sizes ``capture_bs``."""
+    from backends.aiter import make_executor
+    from backends.models import load_model
+
+    return make_executor(load_model(a.model, tp=a.tp), capture_bs=capture_bs, kv_pool_gib=8,
+                         max_context=16384)
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--model", default="llama-3.1-70b")
@@ -62,7 +72,8 @@ def main() -> None:
                     help="instead: time the verify graph after each step of a live run's start "
                          "(captures, first runs, an allocation), with the GPU's clocks")
     ap.add_argument("--keep-memsets", action="store_true",
-                    help="capture graphs with their memset nodes (no backends/aiter/graphfix.py)")
+                    help="with --stages: capture graphs with their memset nodes (no "
+                         "backends/aiter/graphfix.py)")
     ap.add_argument("--kv-fill", action="store_true",
                     help="with --stages: the steps write the KV pool (zeros, random values) "
                          "between graph captures instead")
@@ -73,13 +84,10 @@ def main() -> None:
     if a.stages:
         return stages(a)
 
-    from backends.aiter import make_executor
-    from backends.models import load_model
     from backends.protocol import DraftBatch, DraftExtendBatch, VerifyBatch
 
     t0 = time.perf_counter()
-    ex = make_executor(load_model(a.model, tp=a.tp), capture_bs=list(range(1, 9)), kv_pool_gib=8,
-                       max_context=16384)
+    ex = _executor(a, [1])  # the loop and the profile's way replay the one-request graphs only
     r = ex.runner
     w, gap = a.width, a.gap_ms / 1e3
     res: dict = {"model": a.model, "tp": a.tp, "width": w, "kv": a.kv, "gap_ms": a.gap_ms,
@@ -161,11 +169,7 @@ def stages(a) -> None:
     captured again."""
     import torch
 
-    from backends.aiter import make_executor
-    from backends.models import load_model
-
-    ex = make_executor(load_model(a.model, tp=a.tp), capture_bs=[1, 2, 3, 4, 5, 6, 7, 8, 16],
-                       kv_pool_gib=8, max_context=16384)
+    ex = _executor(a, [1, 2, 3, 4, 5, 6, 7, 8, 16])
     r, w, kv = ex.runner, a.width, np.array([a.kv])
     r.replace_memsets = not a.keep_memsets
     if a.private_pools:
@@ -209,38 +213,38 @@ def stages(a) -> None:
             r.graphs.pop(key, None)
             r.capture(key)
 
-    steps = [
-        ("verify graphs captured", lambda: None),
-        ("again (no change)", lambda: None),
-        ("+ verify graph bs 2 captured", lambda: r.capture(("verify", 2, w))),
-        ("+ it ran once", lambda: r.run(*r.verify_launch(np.full(2, w), np.full(2, a.kv),
-                                                          mode="uniform", padded_bs=2,
-                                                          launch_width=w)[::-1], graph=True)),
-        ("+ draft graph bs 1 captured", lambda: r.capture(dkey)),
-        ("+ it ran once", lambda: r.run(dkey, dl, graph=True)),
-        ("+ draft-extend graph captured", lambda: r.capture(xkey)),
-        ("+ it ran once", lambda: r.run(xkey, xl, graph=True)),
-        ("+ verify graphs bs 3-7 captured", lambda: [r.capture(("verify", b, w)) for b in range(3, 8)]),
-        ("+ 4 GiB allocated and written", lambda: keep.append(torch.ones(2**30, device="cuda"))),
-        ("+ it freed, cache emptied", lambda: (keep.clear(), torch.cuda.empty_cache())),
-        ("+ the timed verify graphs recaptured", recapture),
-    ]
     def fill(how: str) -> None:
         for t in (r.pool.k, r.pool.v):
             t.zero_() if how == "zeros" else t.normal_(0.0, 1.0)
 
+    none = ("verify graphs captured", lambda: None)
+    again = ("again (no change)", lambda: None)
+    bs2 = ("+ verify graph bs 2 captured", lambda: r.capture(("verify", 2, w)))
+    extend = ("+ draft-extend graph captured", lambda: r.capture(xkey))
+    more = ("+ verify graphs bs 3-7 captured",
+            lambda: [r.capture(("verify", b, w)) for b in range(3, 8)])
     if a.kv_fill:
-        steps = [
-            ("verify graphs captured", lambda: None),
-            ("again (no change)", lambda: None),
-            ("+ KV pool zeroed", lambda: fill("zeros")),
-            ("+ KV pool random normal", lambda: fill("normal")),
-            ("+ KV pool zeroed again", lambda: fill("zeros")),
-            ("+ verify graph bs 2 captured", lambda: r.capture(("verify", 2, w))),
-            ("+ draft-extend graph captured", lambda: r.capture(xkey)),
-            ("+ KV pool random normal again", lambda: fill("normal")),
-            ("+ verify graphs bs 3-7 captured", lambda: [r.capture(("verify", b, w)) for b in range(3, 8)]),
-        ]
+        steps = [none, again,
+                 ("+ KV pool zeroed", lambda: fill("zeros")),
+                 ("+ KV pool random normal", lambda: fill("normal")),
+                 ("+ KV pool zeroed again", lambda: fill("zeros")),
+                 bs2, extend,
+                 ("+ KV pool random normal again", lambda: fill("normal")),
+                 more]
+    else:
+        steps = [none, again, bs2,
+                 ("+ it ran once", lambda: r.run(*r.verify_launch(
+                     np.full(2, w), np.full(2, a.kv), mode="uniform", padded_bs=2,
+                     launch_width=w)[::-1], graph=True)),
+                 ("+ draft graph bs 1 captured", lambda: r.capture(dkey)),
+                 ("+ it ran once", lambda: r.run(dkey, dl, graph=True)),
+                 extend,
+                 ("+ it ran once", lambda: r.run(xkey, xl, graph=True)),
+                 more,
+                 ("+ 4 GiB allocated and written",
+                  lambda: keep.append(torch.ones(2**30, device="cuda"))),
+                 ("+ it freed, cache emptied", lambda: (keep.clear(), torch.cuda.empty_cache())),
+                 ("+ the timed verify graphs recaptured", recapture)]
     for label, step in steps:
         step()
         torch.cuda.synchronize()

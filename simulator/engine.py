@@ -27,6 +27,7 @@ from typing import Any, Callable
 import numpy as np
 import simpy
 
+from backends.attention_kv import table_model
 from backends.latency_table import LatencyTable, extend_arrays
 from backends.protocol import (VERIFY_MODES, DraftBatch, DraftExtendBatch, Executor, PrefillBatch,
                                VerifyBatch)
@@ -67,12 +68,6 @@ def _table_tuple(table: LatencyTable | None) -> tuple:
         out.extend(g.axes)
         out.append(g.values)
     return tuple(out) + tuple(extend_arrays(table))
-
-
-def _table_model(table: LatencyTable | None):
-    """The model metadata a table's source records (a profile's), or None."""
-    source = getattr(table, "source", None)
-    return source.get("model") if isinstance(source, dict) else None
 
 
 class StepBuffers:
@@ -188,7 +183,7 @@ class Simulation:
         self.CF[C.CF_RATIO_MIN] = ratio_min
         self.CF[C.CF_RATIO_DECAY] = decay
         self.straggler_kv = (config.backend.kv_lookup == "straggler" and C.set_attention(
-            self.CF, getattr(self.table, "attention", None), _table_model(self.table)))
+            self.CF, getattr(self.table, "attention", None), table_model(self.table)))
         self.tab = _table_tuple(self.table)
         self._check_feasible(kv_capacity_tokens)
         self._setup_radix(trace, e, kv_capacity_tokens // e.page_size)

@@ -21,6 +21,15 @@ def set_attention(CF: np.ndarray, att, model=None) -> bool:
 
 
 @njit
+def verify_width(r, p, PI):
+    """The width a verify pass is looked up at: the launch width of a uniform launch, tokens per
+    request of a ragged or unsafe-derived one (``backends.latency_table.verify_axes``)."""
+    if PI[r, p, P_MODE] == MODE_UNIFORM:
+        return float(PI[r, p, P_WIDTH])
+    return PI[r, p, P_TOKENS] / float(PI[r, p, P_BS])
+
+
+@njit
 def pass_kv(r, p, PI, PF, CF, tab):
     """The KV coordinate pass ``p`` is looked up at (prefill: its attention-equivalent prefix).
 
@@ -48,10 +57,7 @@ def pass_kv(r, p, PI, PF, CF, tab):
             return verify_kv(kvsum, kvmax, nseq, nreal, rows, layers, att, xg0, xg1, xg2, xgv,
                              nseq, w)
         return verify_kv(kvsum, kvmax, nseq, nreal, rows, layers, att, xe0, xe1, xe2, xev, nseq, w)
-    if PI[r, p, P_MODE] == MODE_UNIFORM:
-        w = float(PI[r, p, P_WIDTH])
-    else:
-        w = PI[r, p, P_TOKENS] / nreal
+    w = verify_width(r, p, PI)
     layers = att[ATT_LAYERS]
     if graph:
         return verify_kv(kvsum, kvmax, nseq, nreal, rows, layers, att, vg0, vg1, vg2, vgv, nseq, w)
@@ -95,10 +101,7 @@ def _time_passes(r, PI, PF, E, tab):
         else:
             bs = float(PI[r, p, P_BSPAD])
             kv = PF[r, p, PF_LOOKUP]
-            if PI[r, p, P_MODE] == MODE_UNIFORM:
-                w = float(PI[r, p, P_WIDTH])
-            else:
-                w = PI[r, p, P_TOKENS] / float(PI[r, p, P_BS])
+            w = verify_width(r, p, PI)
             if PI[r, p, P_GRAPH] == 1:
                 lat, oog = interp3(vg0, vg1, vg2, vgv, bs, w, kv)
             else:
