@@ -23,6 +23,10 @@ draft model's passes.  A ``profile`` after the loops slower than before it is a 
 Every figure is the GPU time between the replay's events, in milliseconds.
 
     python3 benchmarks/bench_aiter_first_pass.py --model llama-3.1-70b --tp 8 --json out.json
+
+``--stages`` times verify graphs after each capture a live run's start makes (it found that
+the last capture sets the replay time); ``--sweep 1,2,4,8`` compares a profile sweep's old
+timing of verify graphs with ``Runner.capture_for_timing``'s (docs/aiter.md, Timing).
 """
 
 from __future__ import annotations
@@ -79,10 +83,17 @@ def main() -> None:
                          "between graph captures instead")
     ap.add_argument("--private-pools", action="store_true",
                     help="with --stages: every graph captured into its own memory pool")
+    ap.add_argument("--sweep", default=None, metavar="BS_LIST",
+                    help="instead: time verify graphs of these batch sizes (e.g. 1,2,4,8) the "
+                         "way profile sweeps did (right after their own capture) and the way "
+                         "they do now (Runner.capture_for_timing: after a draft-extend capture), "
+                         "alternately, at --kv and 4x --kv")
     ap.add_argument("--json", type=Path)
     a = ap.parse_args()
     if a.stages:
         return stages(a)
+    if a.sweep:
+        return sweep_check(a)
 
     from backends.protocol import DraftBatch, DraftExtendBatch, VerifyBatch
 
@@ -158,6 +169,41 @@ def _clocks() -> dict:
         return {"sm_mhz": float(sm), "power_w": float(pw), "temp_c": float(tc)}
     except Exception:  # noqa: BLE001 - no nvidia-smi (ROCm, a CPU): the clocks are optional
         return {}
+
+
+def sweep_check(a) -> None:
+    """Verify graphs timed as ``specsched profile`` times them, with and without the
+    draft-extend capture ``Runner.capture_for_timing`` adds before the timing: per batch size
+    and KV, both ways twice, in the order plain, companion, plain, companion (so that a drift
+    over time shows as a difference between the two rounds, not between the ways)."""
+    bs_list = sorted({int(b) for b in a.sweep.split(",")})
+    ex = _executor(a, bs_list)
+    r, w = ex.runner, a.width
+    res: dict = {"model": a.model, "tp": a.tp, "width": w, "rows": []}
+    ways = {"capture": r.capture, "capture_for_timing": r.capture_for_timing}
+    for b in bs_list:
+        key = ("verify", b, w)
+        for kv in (a.kv, 4 * a.kv):
+            launch, _ = r.verify_launch(np.full(b, w), np.full(b, kv), mode="uniform",
+                                        padded_bs=b, launch_width=w)
+            row: dict = {"bs": b, "kv": kv}
+            for rnd in (1, 2):
+                for way, capture in ways.items():
+                    r.release(key)
+                    capture(key)
+                    ms = _ms(r.run(key, launch, graph=True, reps=a.reps, warmup=3))
+                    row[f"{way}_{rnd}"] = float(np.median(ms))
+            r.release(key)
+            base = (row["capture_1"] + row["capture_2"]) / 2
+            new = (row["capture_for_timing_1"] + row["capture_for_timing_2"]) / 2
+            row["ratio"] = round(new / base, 4)
+            res["rows"].append({**row, **_clocks()})
+            print(f"bs {b:3d} kv {kv:6d}  after own capture {row['capture_1']:.3f} "
+                  f"{row['capture_2']:.3f}  after draft-extend capture "
+                  f"{row['capture_for_timing_1']:.3f} {row['capture_for_timing_2']:.3f} ms  "
+                  f"ratio {row['ratio']:.4f}", flush=True)
+    if a.json:
+        a.json.write_text(json.dumps(res, indent=1))
 
 
 def stages(a) -> None:

@@ -33,13 +33,16 @@
 #                written with the shipped rows (`profile --heldout-only --base`; about 1-2 min)
 #                                                             -> llama-3.1-8b__H200.parquet
 #   profile70b   `profile8b` for the Llama-3.1-70B tp-8 shard on a 14-size ladder x KV to 32k at 5
-#                points (80 layers: the full grid does not fit one call) -> llama-3.1-70b__H200.parquet
+#                points (80 layers; the whole grid and 40 held-out shapes took 424 s on 2026-12-02)
+#                                                             -> llama-3.1-70b__H200.parquet
 #   live-long:POLICY[:N] live run of the long-context sample (traces/samples/
 #                synth_longctx_200.parquet: 200 bursty requests, prompts median 8k; the first N
 #                with :N) on Llama-3.1-8B under --policy POLICY (fixed, pad, split, bucket).
 #                `split` runs most verifies eagerly: 194 of the 200 requests took 559 s on
 #                2026-12-01 (holds 499 s, GPU 114 s), so give it a call alone or use :180
-#   live-long70b:POLICY  the same on the Llama-3.1-70B tp-8 shard
+#   live-long70b:POLICY  the same on the Llama-3.1-70B tp-8 shard. Under pad, 72 requests took 343 s
+#                on 2026-12-02 (holds 256 s, GPU 38 s) and 73 more 261 s from its journal:
+#                about three calls, each carrying the last one's journal
 #   live-70b:N   live run of the first N conversation requests on the Llama-3.1-70B tp-8 shard
 #   calibrate8b  `specsched calibrate` of the shipped Llama-3.1-8B profile on this GPU: 24 of its
 #                grid points re-measured, one factor per pass group, within --budget-s 120
@@ -75,6 +78,10 @@
 #                with its rows (about 90 s)                   -> deepseek-v3__H200.parquet
 #                after profile-v3 in the same call, off that profile's grid
 #                                                            -> deepseek-v3__H200.heldout.parquet
+#   sweep70b     verify graphs of the 70B shard at 1, 2, 4, 8 and 16 requests timed as profile sweeps
+#                did (right after their own capture) and as they do now (after a draft-extend
+#                capture, Runner.capture_for_timing), alternately  -> first_pass_sweep_70b.json
+#   sweepv3      the same on the DeepSeek-V3 shard at 1, 8, 16 and 24 -> first_pass_sweep_v3.json
 #   eager-sync   benchmarks/bench_aiter_eager_sync.py on the V3 shard: the launch queue's capacity,
 #                and why (or whether) its eager prefills outrun their holds -> eager_sync_v3.json
 #   live-v3:N    live run of the first N conversation requests on the DeepSeek-V3 shard, fixed policy
@@ -255,6 +262,10 @@ PY
         flag=""; case "$v" in memsets) flag=--keep-memsets ;; kv) flag=--kv-fill ;; pools) flag=--private-pools ;; esac
         job "stages70b${v:+-$v}" 120 python3 benchmarks/bench_aiter_first_pass.py --model llama-3.1-70b --tp 8 \
         --stages $flag --json "$out/first_pass_stages_70b${v:+_$v}.json" ;;
+    sweep70b) job sweep70b 150 python3 benchmarks/bench_aiter_first_pass.py --model llama-3.1-70b --tp 8 \
+        --sweep 1,2,4,8,16 --json "$out/first_pass_sweep_70b.json" ;;
+    sweepv3) job sweepv3 180 python3 benchmarks/bench_aiter_first_pass.py --model deepseek-v3 \
+        --sweep 1,8,16,24 --kv 512 --json "$out/first_pass_sweep_v3.json" ;;
     firstpass8b) job firstpass8b 120 python3 benchmarks/bench_aiter_first_pass.py --model llama-3.1-8b \
         --json "$out/first_pass_8b.json" ;;
     eager-sync) job eager-sync 150 python3 benchmarks/bench_aiter_eager_sync.py --model deepseek-v3 \

@@ -62,13 +62,13 @@ def measure_points(runner: Any, points: list[HeldoutPoint], spec: ProfileSpec, *
         elif p.graph:
             key = _graph_key(p)
             if key not in runner.graphs:
-                runner.capture(key)
+                runner.capture_for_timing(key)  # replayed as a live run replays it
                 first, _ = _launch(runner, p)
                 _settle(spec.settle_s, lambda: runner.run(key, first, graph=True, warmup=0))
             launch, _ = _launch(runner, p)
             ts = runner.run(key, launch, graph=True, reps=spec.reps, warmup=spec.warmup)
             if i + 1 == len(points) or _graph_key(points[i + 1]) != key or not points[i + 1].graph:
-                runner.graphs.pop(key, None)  # free the graph; the pool memory is reused
+                runner.release(key)  # free the graphs; the pool memory is reused
         else:
             launch, key = _launch(runner, p)
             if ("eager", p.kind) not in settled:

@@ -274,7 +274,7 @@ def _sweep(runner, shape, cap, fits, spec: ProfileSpec, pj, *, out, command, pro
             if todo:
                 key = ("verify", b, w)
                 c0 = time.perf_counter()
-                runner.capture(key)
+                runner.capture_for_timing(key)  # replayed as a live run replays it
                 timing["capture_s"] += time.perf_counter() - c0
                 first, _ = runner.verify_launch(np.full(b, w), np.full(b, todo[0]), mode="uniform",
                                                 padded_bs=b, launch_width=w)
@@ -289,7 +289,7 @@ def _sweep(runner, shape, cap, fits, spec: ProfileSpec, pj, *, out, command, pro
                     rows.append(pj.rows[k])
                     done += 1
                     tick(f"verify bs={b} w={w} kv={kv}")
-                runner.graphs.pop(key, None)  # free the graph; the pool memory is reused
+                runner.release(key)  # free the graphs; the pool memory is reused
             done += len(kv_list) - len(todo)
     timing["verify_graph_s"] = time.perf_counter() - t0
     say(f"verify graphs: {sum(1 for r in rows if r['kind'] == 'verify')} points in "
@@ -433,7 +433,9 @@ def _sweep(runner, shape, cap, fits, spec: ProfileSpec, pj, *, out, command, pro
         f"random bf16 weights and KV; paged KV pool of {r['kv_pool']['pages']} pages shared by "
         f"all layers at {r['kv_pool']['layer_shift_pages']}-page offsets (docs/aiter.md)",
         f"graphs: page size {runner.page_size}, max_seqlen_k {runner.max_seqlen_k} (context "
-        f"{runner.max_context}), padded rows' seq_len {runner.fill}",
+        f"{runner.max_context}), padded rows' seq_len {runner.fill}"
+        + ("; each verify graph timed after a draft-extend graph of its batch size was captured, "
+           "as a live run replays it (docs/aiter.md, Timing)" if runner.draft is not None else ""),
         _DRAFT_NOTES[r["draft_role"]] if r.get("draft_role") in _DRAFT_NOTES else "no draft model",
         "draft_extend rows: the draft model over width rows per request after a verify (every "
         "request at the width, padded rows at the fill length; seqused_k = kv_len + width), "

@@ -82,6 +82,9 @@ class Runner(QueuedTiming):
         self.fill = self.num_draft_tokens
         self.comm = comm or CommModel()
         self.graphs: dict[tuple, _Static] = {}
+        #: graphs captured only to set the state a timed graph is replayed in, by the key they
+        #: were captured for (:meth:`capture_for_timing`), freed with it (:meth:`release`)
+        self._companions: dict[tuple, _Static] = {}
         self._shared = None
         self._shared_hidden = None
         self._width_cache: dict[tuple, np.ndarray] = {}
@@ -452,6 +455,35 @@ class Runner(QueuedTiming):
         self.graphs[key] = st
         self._note_capture(key, t0, t_warm, t_record)
         return st
+
+    def capture_for_timing(self, key: tuple) -> _Static:
+        """Capture the graph for ``key`` the way a timing sweep needs it: replayed in the state a
+        live run replays it in.
+
+        A live run captures a batch size's draft-extend graph right after its verify graph, so
+        from its second step on every verify replay follows a draft-extend capture. On the
+        Llama-3.1-70B tp-8 shard that sets the replay time: a verify graph of 1-7 requests
+        replays about 5% faster right after its own capture than after a draft-extend capture
+        (``benchmarks/bench_aiter_first_pass.py --stages``; docs/aiter.md, Timing). So a verify
+        key is followed by a fresh capture of the draft-extend graph at the same batch size and
+        width (at least 2 rows: a draft-extend pass follows a verify of one draft or more), kept
+        until :meth:`release` frees both. Other keys are captured as :meth:`capture` does."""
+        st = self.capture(key)
+        if key[0] != "verify" or self.draft is None or key in self._companions:
+            return st
+        xkey = ("extend", key[1], max(2, int(key[2])))
+        kept = self.graphs.pop(xkey, None)  # already captured: capture it again all the same
+        self._companions[key] = self.capture(xkey)
+        self.graphs.pop(xkey, None)
+        if kept is not None:
+            self.graphs[xkey] = kept
+        return st
+
+    def release(self, key: tuple) -> None:
+        """Free the graph for ``key`` and any graph captured beside it for timing; the pool's
+        memory is reused by the next capture."""
+        self.graphs.pop(key, None)
+        self._companions.pop(key, None)
 
     def _new_graph(self):
         """A graph to capture into, and whether it is kept uninstantiated for :meth:`_fix_graph`."""

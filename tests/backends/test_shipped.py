@@ -37,7 +37,7 @@ def test_record_covers_exactly_the_shipped_profile_files():
 
 def test_each_validated_profile_rests_on_a_report_that_met_every_check():
     validated = {n: e for n, e in validation_record().items() if e["status"] == "validated"}
-    for name, entry in validated.items():  # none today: every shipped profile misses a check
+    for name, entry in validated.items():
         ev = entry["evidence"]
         md, rep = _report(ev)
         n = len(rep["checks"])
@@ -67,7 +67,7 @@ def test_reports_named_for_other_profiles_say_what_they_missed():
 def test_the_shipped_statuses():
     got = {p.name: profile_status(p)["status"] for _, _, p in shipped_profiles()}
     assert got == {"llama-3.1-8b__H200.parquet": "validated",
-                   "llama-3.1-70b__H200.parquet": "experimental",
+                   "llama-3.1-70b__H200.parquet": "validated",
                    "deepseek-v2-lite__H200.parquet": "experimental",
                    "deepseek-v3__H200.parquet": "experimental"}
 
@@ -158,10 +158,9 @@ def test_help_lists_each_shipped_profile_with_its_status():
     for command in (simulate, plan, fidelity):
         text = _help(command)
         assert shipped_help() in text
-        assert "llama-3.1-70b (H200, experimental)" in text
         assert "deepseek-v2-lite (H200, experimental)" in text
         assert "deepseek-v3 (H200, experimental)" in text
-        assert "llama-3.1-8b (H200)" in text
+        assert "llama-3.1-70b (H200)" in text and "llama-3.1-8b (H200)" in text
 
 
 def _simulate(tmp_path, model):
@@ -176,14 +175,14 @@ def _simulate(tmp_path, model):
 
 def test_a_summary_warns_for_an_experimental_profile_and_not_for_a_validated_one(
         tmp_path, monkeypatch):
-    summary, printed = _simulate(tmp_path, "llama-3.1-70b")
+    summary, printed = _simulate(tmp_path, "deepseek-v2-lite")
     status = summary["backend_detail"]["validation"]
-    assert (status["status"], status["file"]) == ("experimental", "llama-3.1-70b__H200.parquet")
-    warning = f"experimental profile llama-3.1-70b__H200.parquet: {status['reason']}"
-    met = validation_record()["llama-3.1-70b__H200.parquet"]["evidence"]["checks_met"]
+    assert (status["status"], status["file"]) == ("experimental", "deepseek-v2-lite__H200.parquet")
+    warning = f"experimental profile deepseek-v2-lite__H200.parquet: {status['reason']}"
+    met = validation_record()["deepseek-v2-lite__H200.parquet"]["evidence"]["checks_met"]
     assert warning in summary["warnings"] and f"{met} checks" in warning
-    assert "warning: experimental profile llama-3.1-70b__H200.parquet" in printed
-    # no shipped profile is validated today: a record of our own validates the 8B one
+    assert "warning: experimental profile deepseek-v2-lite__H200.parquet" in printed
+    # a record of our own, beside a copy of the 8B profile, validates it
     p8 = PROFILES_DIR / "llama-3.1-8b__H200.parquet"
     d = tmp_path / "shipped"
     d.mkdir()
@@ -203,10 +202,10 @@ def test_fidelity_marks_its_profile_side_experimental(tmp_path):
     from analysis.fidelity import run_fidelity
 
     out = tmp_path / "fid"
-    rep = run_fidelity(CONV, "llama-3.1-70b", out_dir=out, reference="roofline", limit=30)
+    rep = run_fidelity(CONV, "deepseek-v2-lite", out_dir=out, reference="roofline", limit=30)
     assert rep["profile"]["validation"]["status"] == "experimental"
     side = json.loads((out / "profile" / "summary.json").read_text())
-    assert any(w.startswith("experimental profile llama-3.1-70b__H200.parquet: ")
+    assert any(w.startswith("experimental profile deepseek-v2-lite__H200.parquet: ")
                for w in side["warnings"])
-    reason = validation_record()["llama-3.1-70b__H200.parquet"]["reason"]
+    reason = validation_record()["deepseek-v2-lite__H200.parquet"]["reason"]
     assert f"Profile status: experimental: {reason}" in (out / "fidelity.md").read_text()
