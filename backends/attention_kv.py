@@ -167,8 +167,37 @@ def effective_kv(kvsum, kvmax, nseq, nreal, rows, decode, att):
     n_tail = max(per_seq / sms, 1.0)            # the straggler's own, alone
     phi = min((n_tail / n_ref) ** gamma, 1.0)
     mreal = kvsum / nreal
+    if kernel == KERNEL_3D and waves_u > 1.0:
+        return _split_kv(kvsum, kvmax, nreal, n_real, nseq * per_seq, slots, phi, gamma, mean)
     span = max(waves * mreal, max(n_real / slots, 1.0) * mreal + phi * (kvmax - mreal))
     return min(max(span / waves_u, mean), max(kvmax, mean))
+
+
+@njit
+def _split_kv(kvsum, kvmax, nreal, n_real, n_all, slots, phi, gamma, mean):
+    """:func:`effective_kv` on AITER's 3D split-KV kernel when the launch takes more than one
+    wave of the resident slots: the partial-wave form.
+
+    The kernel gives every sequence the same number of KV segments and dispatches its programs
+    query block first, so one straggler's programs are spread through every wave, and the last
+    wave, partly filled, runs faster than a full one (fewer programs per SM). A wave filled to a
+    fraction ``f`` of the slots takes ``f ** gamma`` of a full wave's time. A uniform batch at
+    ``K`` then takes ``K ((W_u - 1) + f_u ** gamma)``; the mixed batch, its other requests at
+    their mean ``m`` and one straggler at ``kv_max``, takes ``m ((W - 1) + f ** gamma) + phi
+    (kv_max - m)``: only the last wave's straggler programs outlast the rest, running nearly
+    alone (``phi``, against a full wave's programs per SM). ``W``/``f`` count the real requests'
+    programs, ``W_u``/``f_u`` the launch's. In one wave the tail rule of :func:`effective_kv` is
+    this form's own limit and stays. The rule it replaces took the straggler to hide in a partly
+    filled last wave; ``python benchmarks/straggler_3d_waves.py`` scores both on the recorded
+    3D-kernel cases (docs/backends.md)."""
+    m = (kvsum - kvmax) / (nreal - 1.0) if nreal > 1.0 else kvmax
+    waves = max(np.ceil(n_real / slots), 1.0)
+    waves_u = max(np.ceil(n_all / slots), 1.0)
+    f = (n_real - (waves - 1.0) * slots) / slots
+    f_u = (n_all - (waves_u - 1.0) * slots) / slots
+    t_mix = m * ((waves - 1.0) + f ** gamma) + phi * (kvmax - m)
+    k = t_mix / ((waves_u - 1.0) + f_u ** gamma)
+    return min(max(k, mean), max(kvmax, mean))
 
 
 @njit

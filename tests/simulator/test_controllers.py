@@ -145,7 +145,10 @@ def test_captured_widths_and_exported_configs():
 def test_oracle_is_never_worse_than_the_real_controllers(rate_scale):
     """On the shipped EAGLE sample, at its rate and 8x: the oracle (per round, the most tokens
     per second with hindsight, among the same 0..7 drafts) has at least every other
-    controller's throughput and at most its mean TPOT."""
+    controller's throughput and, to within 0.5%, at most its mean TPOT: the oracle is greedy
+    per round (docs/simulator.md), and a round that commits more tokens per second can change
+    which requests batch together later, so it does not bound a run's mean TPOT exactly (at 8x,
+    the schedule controller's was 0.1% lower after the 3D lookup's partial-wave form)."""
     from specsched.setup import load_trace, simulate_to
 
     trace = load_trace("traces/samples/azure_conv_eagle_2k.parquet", limit=400)
@@ -162,7 +165,7 @@ def test_oracle_is_never_worse_than_the_real_controllers(rate_scale):
     best_tp, best_tpot = got.pop("oracle")
     for name, (tp, tpot) in got.items():
         assert best_tp >= tp, name
-        assert best_tpot <= tpot, name
+        assert best_tpot <= tpot * 1.005, name
 
 
 def test_extra_captured_widths_leave_the_kv_pool_as_sglang_sizes_it():

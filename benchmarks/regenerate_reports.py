@@ -1,0 +1,95 @@
+"""Re-run, on a CPU, every fidelity report the shipped profiles' validation record names.
+
+``backends/profiles/validation.json`` rests each profile's status on fidelity reports in
+``benchmarks/results/``, each comparing a shipped profile with a recorded live run. When the
+profile backend's lookup changes (a straggler rule, a fill rule), those reports must be computed
+again, or the record would cite figures the code no longer gives. This script re-runs each report
+whose profile is the shipped file as it is now (the sha256 the report recorded equals the file's;
+reports of earlier versions of a profile stay as they were: they record what that version did),
+with the trace, request count, live run and repeat runs the report recorded, and writes the
+report (``.md`` and ``.json``) in place. It prints each report's checks before and after and the
+checks it misses, so the record's ``checks_met`` and ``missed`` (and the prose that cites them)
+can be brought up to date; ``tests/backends/test_shipped.py`` fails until they are. A report's
+"Profile status" line quotes the record, so run it again after editing the record.
+
+    python benchmarks/regenerate_reports.py            # every report of a current profile
+    python benchmarks/regenerate_reports.py --dry-run  # list them, change nothing
+"""
+
+from __future__ import annotations
+
+import argparse
+import hashlib
+import json
+import sys
+import tempfile
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+from backends.shipped import PROFILES_DIR, VALIDATION_FILE  # noqa: E402
+
+
+def reports() -> list[tuple[str, Path]]:
+    """(profile file name, report path) for every report the record names, evidence first."""
+    record = json.loads(VALIDATION_FILE.read_text())["profiles"]
+    out = []
+    for name, entry in record.items():
+        for ev in ([entry["evidence"]] if "evidence" in entry else []) + entry.get("other_reports", []):
+            out.append((name, ROOT / ev["report"]))
+    return out
+
+
+def met(checks: dict) -> tuple[str, list[str]]:
+    missed = sorted(k for k, c in checks.items() if not c["pass"])
+    return f"{len(checks) - len(missed)} of {len(checks)}", missed
+
+
+def rerun(report: dict, model: str, dest: Path) -> dict:
+    """Run ``specsched fidelity`` with a report's recorded arguments; write its .md and .json
+    at ``dest`` (the report's .md path); return the new report."""
+    from click.testing import CliRunner
+
+    from analysis.fidelity.cli import fidelity
+
+    args = ["--trace", report["trace"], "--model", model, "--limit", str(report["requests"]),
+            "--reference-run", report["reference"]["recorded_run"]]
+    for rep in report.get("reference_repeats") or []:
+        args += ["--repeat-run", rep["run"]]
+    with tempfile.TemporaryDirectory() as tmp:
+        out = Path(tmp) / "fid"
+        res = CliRunner().invoke(fidelity, args + ["--out", str(out)], catch_exceptions=False)
+        if res.exit_code != 0:
+            raise SystemExit(f"error: {dest}: fidelity exited {res.exit_code}: {res.output[-400:]}")
+        md, js = (out / "fidelity.md").read_text(), (out / "fidelity.json").read_text()
+    dest.write_text(md)
+    dest.with_suffix(".json").write_text(js)
+    return json.loads(js)
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--dry-run", action="store_true", help="list the reports, change nothing")
+    args = ap.parse_args()
+    import os
+
+    os.chdir(ROOT)  # reports record paths relative to the repository
+    for name, md in reports():
+        old = json.loads(md.with_suffix(".json").read_text())
+        sha = hashlib.sha256((PROFILES_DIR / name).read_bytes()).hexdigest()
+        rel = md.relative_to(ROOT)
+        if old["profile"]["sha256"] != sha:
+            print(f"{rel}: kept (it compared an earlier version of {name})")
+            continue
+        before, _ = met(old["checks"])
+        if args.dry_run:
+            print(f"{rel}: would re-run ({before})")
+            continue
+        new = rerun(old, old["model"], md)
+        after, missed = met(new["checks"])
+        print(f"{rel}: {before} -> {after}; missed: {', '.join(missed) or 'none'}", flush=True)
+
+
+if __name__ == "__main__":
+    main()
