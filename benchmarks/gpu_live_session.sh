@@ -35,6 +35,11 @@
 #   profile70b   `profile8b` for the Llama-3.1-70B tp-8 shard on a 14-size ladder x KV to 32k at 5
 #                points (80 layers; the whole grid and 40 held-out shapes took 424 s on 2026-12-02)
 #                                                             -> llama-3.1-70b__H200.parquet
+#   profile70b-prefill  the 70B profile's journal (carry benchmarks/results/h200-2026-12-02d/
+#                journal_profile70b.jsonl as journals/journal_profile70b.jsonl) grown by prefill
+#                points at 1,088, 1,152 and 1,280 tokens: live prefills of 1,057-1,250 tokens run
+#                about 3% below the line between the grid's 1,024 and 1,536 (docs/backends.md)
+#                                                             -> llama-3.1-70b__H200.parquet
 #   live-long:POLICY[:N] live run of the long-context sample (traces/samples/
 #                synth_longctx_200.parquet: 200 bursty requests, prompts median 8k; the first N
 #                with :N) on Llama-3.1-8B under --policy POLICY (fixed, pad, split, bucket).
@@ -225,6 +230,10 @@ PY
         --progress -o "$out/llama-3.1-70b__H200.calibrated.parquet" --budget-s 120 ;;
     profile70b) job profile70b 560 python3 -m specsched profile --journal "$(pjournal profile70b)" --model llama-3.1-70b --tp 8 --progress \
         --bs "$BS70" --kv-lens "$KV70" -o "$out/llama-3.1-70b__H200.parquet" ;;
+    profile70b-prefill) job profile70b-prefill 300 python3 -m specsched profile --journal "$(pjournal profile70b)" \
+        --model llama-3.1-70b --tp 8 --progress --bs "$BS70" --kv-lens "$KV70" \
+        --prefill-tokens 32,64,128,256,512,768,1024,1088,1152,1280,1536,2048,3072,4096,6144,8192 \
+        -o "$out/llama-3.1-70b__H200.parquet" ;;
     live-conv:*) live "conv${j#live-conv:}" "$CONV" "${j#live-conv:}" ;;
     live-split:*) live "split${j#live-split:}" "$CONV" "${j#live-split:}" --policy split ;;
     live-code) live code "$CODE" ;;
