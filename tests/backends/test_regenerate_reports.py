@@ -1,0 +1,37 @@
+"""``benchmarks/regenerate_reports.py --dry-run``: which of the validation record's reports it
+would re-run (those that compared the shipped file as it is now) and which it keeps (those of an
+earlier version of a profile), without changing any file."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def test_dry_run_lists_every_report_and_keeps_those_of_earlier_profiles():
+    from backends.shipped import PROFILES_DIR, validation_record
+
+    named = []
+    for name, entry in validation_record().items():
+        for ev in ([entry["evidence"]] if "evidence" in entry else []) + entry.get("other_reports", []):
+            named.append((name, ev["report"]))
+    before = {rep: (ROOT / rep).read_bytes() for _, rep in named}
+    out = subprocess.run([sys.executable, str(ROOT / "benchmarks" / "regenerate_reports.py"),
+                          "--dry-run"], cwd=ROOT, capture_output=True, text=True, check=True).stdout
+    lines = {ln.split(":", 1)[0]: ln for ln in out.splitlines() if ln.startswith("benchmarks/")}
+    assert set(lines) == {rep for _, rep in named}
+    for name, rep in named:
+        compared = json.loads((ROOT / rep).with_suffix(".json").read_text())["profile"]["sha256"]
+        current = hashlib.sha256((PROFILES_DIR / name).read_bytes()).hexdigest()
+        assert ("would re-run" in lines[rep]) == (compared == current), lines[rep]
+        assert ("kept" in lines[rep]) == (compared != current), lines[rep]
+    # the V3 report of 2026-12-02b compared the profile before its prefill points at 32-248
+    # tokens; the 8B's evidence compared the shipped file
+    assert "kept" in lines["benchmarks/results/h200-2026-12-02b/fidelity_v360.md"]
+    assert "would re-run" in lines["benchmarks/results/h200-2026-12-01b/fidelity_adaptive250.md"]
+    assert all((ROOT / rep).read_bytes() == data for rep, data in before.items())
