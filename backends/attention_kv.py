@@ -22,7 +22,7 @@ if TYPE_CHECKING:
     from backends.latency_table import LatencyTable
 
 __all__ = ["attention_params", "table_attention", "table_model", "attention_kernel",
-           "effective_kv", "verify_kv", "lone_straggler_kv", "latency_at_kv0", "kv_at_latency",
+           "kv_segments", "effective_kv", "verify_kv", "lone_straggler_kv", "latency_at_kv0", "kv_at_latency",
            "attention_rows", "TAIL_EXPONENT", "LONE_STRAGGLER_2D_S", "DRAFT_LAYERS", "NATT",
            "KERNEL_3D", "KERNEL_2D", "KERNEL_2D_DECODE"]
 
@@ -121,6 +121,19 @@ def attention_kernel(nseq, rows, decode, att):
 
 
 @njit
+def kv_segments(nseq, rows, att):
+    """The KV segments per sequence AITER's 3D split-KV kernel gives a launch of ``nseq``
+    sequences and ``rows`` query rows: the power of two that brings (query blocks + sequences)
+    x KV heads x segments to the programs it aims for, kept within its segment bounds."""
+    p2d = (rows // att[ATT_BQ] + nseq) * att[ATT_KVH]
+    want = np.ceil(att[ATT_TARGET] / p2d)
+    seg = 1.0
+    while seg < want:
+        seg *= 2.0
+    return min(max(seg, att[ATT_MINSEG]), att[ATT_MAXSEG])
+
+
+@njit
 def effective_kv(kvsum, kvmax, nseq, nreal, rows, decode, att):
     """The uniform KV length at which a batch's attention takes as long as the batch's own.
 
@@ -151,13 +164,7 @@ def effective_kv(kvsum, kvmax, nseq, nreal, rows, decode, att):
     elif kernel == KERNEL_2D:
         seg, slots, gamma = 1.0, att[ATT_S2D], att[ATT_G2D]
     else:
-        p2d = (rows // bq + nseq) * att[ATT_KVH]
-        want = np.ceil(att[ATT_TARGET] / p2d)
-        seg = 1.0
-        while seg < want:
-            seg *= 2.0
-        seg = min(max(seg, att[ATT_MINSEG]), att[ATT_MAXSEG])
-        slots, gamma = att[ATT_S3D], att[ATT_G3D]
+        seg, slots, gamma = kv_segments(nseq, rows, att), att[ATT_S3D], att[ATT_G3D]
     sms = att[ATT_SMS]
     per_seq = np.ceil(rows / nseq / bq) * att[ATT_KVH] * seg  # programs per sequence
     n_real = nreal * per_seq
@@ -166,15 +173,16 @@ def effective_kv(kvsum, kvmax, nseq, nreal, rows, decode, att):
     n_ref = min(nseq * per_seq, slots) / sms   # programs per SM: the uniform batch's first wave
     n_tail = max(per_seq / sms, 1.0)            # the straggler's own, alone
     phi = min((n_tail / n_ref) ** gamma, 1.0)
-    mreal = kvsum / nreal
     if kernel == KERNEL_3D and waves_u > 1.0:
-        return _split_kv(kvsum, kvmax, nreal, n_real, nseq * per_seq, slots, phi, gamma, mean)
+        return _split_kv(kvsum, kvmax, nreal, n_real, waves, nseq * per_seq, waves_u, slots, phi,
+                         gamma, mean)
+    mreal = kvsum / nreal
     span = max(waves * mreal, max(n_real / slots, 1.0) * mreal + phi * (kvmax - mreal))
     return min(max(span / waves_u, mean), max(kvmax, mean))
 
 
 @njit
-def _split_kv(kvsum, kvmax, nreal, n_real, n_all, slots, phi, gamma, mean):
+def _split_kv(kvsum, kvmax, nreal, n_real, waves, n_all, waves_u, slots, phi, gamma, mean):
     """:func:`effective_kv` on AITER's 3D split-KV kernel when the launch takes more than one
     wave of the resident slots: the partial-wave form.
 
@@ -186,13 +194,12 @@ def _split_kv(kvsum, kvmax, nreal, n_real, n_all, slots, phi, gamma, mean):
     their mean ``m`` and one straggler at ``kv_max``, takes ``m ((W - 1) + f ** gamma) + phi
     (kv_max - m)``: only the last wave's straggler programs outlast the rest, running nearly
     alone (``phi``, against a full wave's programs per SM). ``W``/``f`` count the real requests'
-    programs, ``W_u``/``f_u`` the launch's. In one wave the tail rule of :func:`effective_kv` is
-    this form's own limit and stays. The rule it replaces took the straggler to hide in a partly
-    filled last wave; ``python benchmarks/straggler_3d_waves.py`` scores both on the recorded
+    programs (``n_real``), ``W_u``/``f_u`` the launch's (``n_all``); ``W`` and ``W_u`` are the
+    waves :func:`effective_kv` counted. In one wave the tail rule of
+    :func:`effective_kv` is this form's own limit and stays. The rule it replaces took the
+    straggler to hide in a partly filled last wave; ``python benchmarks/straggler_3d_waves.py`` scores both on the recorded
     3D-kernel cases (docs/backends.md)."""
     m = (kvsum - kvmax) / (nreal - 1.0) if nreal > 1.0 else kvmax
-    waves = max(np.ceil(n_real / slots), 1.0)
-    waves_u = max(np.ceil(n_all / slots), 1.0)
     f = (n_real - (waves - 1.0) * slots) / slots
     f_u = (n_all - (waves_u - 1.0) * slots) / slots
     t_mix = m * ((waves - 1.0) + f ** gamma) + phi * (kvmax - m)

@@ -21,6 +21,7 @@ from __future__ import annotations
 import argparse
 import hashlib
 import json
+import os
 import sys
 import tempfile
 from pathlib import Path
@@ -72,8 +73,6 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--dry-run", action="store_true", help="list the reports, change nothing")
     args = ap.parse_args()
-    import os
-
     os.chdir(ROOT)  # reports record paths relative to the repository
     for name, md in reports():
         old = json.loads(md.with_suffix(".json").read_text())

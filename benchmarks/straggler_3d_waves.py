@@ -36,9 +36,8 @@ sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "benchmarks"))
 
 import bench_aiter_straggler as bench  # noqa: E402  (its case layout and scoring)
-from backends.attention_kv import (ATT_BQ, ATT_G3D, ATT_KVH, ATT_MAXSEG, ATT_MINSEG,  # noqa: E402
-                                   ATT_S3D, ATT_SMS, ATT_TARGET, KERNEL_3D, attention_kernel,
-                                   attention_params)
+from backends.attention_kv import (ATT_BQ, ATT_G3D, ATT_KVH, ATT_S3D, ATT_SMS,  # noqa: E402
+                                   KERNEL_3D, attention_kernel, attention_params, kv_segments)
 
 RESULTS = ROOT / "benchmarks" / "results"
 RUNS = (RESULTS / "h200-2026-12-02b" / "straggler3d.json",
@@ -61,11 +60,7 @@ def previous_rule_kv(case: dict, att: np.ndarray) -> float:
     rows = nseq * (1 if case["kind"] == "draft" else case["width"])
     kvsum, kvmax = float(kv.sum()), float(kv.max())
     mean = kvsum / nseq
-    p2d = (rows // att[ATT_BQ] + nseq) * att[ATT_KVH]
-    want, seg = np.ceil(att[ATT_TARGET] / p2d), 1.0
-    while seg < want:
-        seg *= 2.0
-    seg = min(max(seg, att[ATT_MINSEG]), att[ATT_MAXSEG])
+    seg = kv_segments(nseq, rows, att)
     slots, gamma, sms = att[ATT_S3D], att[ATT_G3D], att[ATT_SMS]
     per_seq = np.ceil(rows / nseq / att[ATT_BQ]) * att[ATT_KVH] * seg
     n_real = nreal * per_seq
