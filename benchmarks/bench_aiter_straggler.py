@@ -14,6 +14,7 @@ is the waves and tail rule (``effective_kv``); on the 2D verify kernel the engin
 lone-straggler form instead, which ``benchmarks/straggler_2d_tail.py`` scores on the same files.
 
     python benchmarks/bench_aiter_straggler.py --model llama-3.1-8b --json straggler.json
+    python benchmarks/bench_aiter_straggler.py --model llama-3.1-70b --tp 8 --eager --cases ...
     python benchmarks/bench_aiter_straggler.py --score benchmarks/results/h200-2026-11-29d/straggler_holdout.json
 """
 
@@ -135,6 +136,9 @@ def rescore(path: str) -> tuple[list[dict], np.ndarray, dict]:
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--model", default="llama-3.1-8b")
+    ap.add_argument("--tp", type=int, default=None, help="tensor-parallel degree (one shard run)")
+    ap.add_argument("--eager", action="store_true",
+                    help="time eager launches instead of graph replays (verify cases only)")
     ap.add_argument("--cases", default=",".join(DEFAULT_CASES),
                     help="kind:bs[/real]:width:short:long:nlong,... (kind verify or draft)")
     ap.add_argument("--reps", type=int, default=9)
@@ -158,7 +162,12 @@ def measure(args) -> tuple[list[dict], np.ndarray, dict]:
     from backends.attention_kv import attention_params
 
     cases = [parse_case(c) for c in args.cases.split(",")]
-    ex = make_executor(args.model, capture_bs=sorted({c["bs"] for c in cases}))
+    from backends.models import load_model
+
+    if args.eager and any(c["kind"] != "verify" for c in cases):
+        raise SystemExit("error: --eager times verify cases only")
+    ex = make_executor(load_model(args.model, tp=args.tp),
+                       capture_bs=sorted({c["bs"] for c in cases}))
     runner = ex.runner
     occ = attention_occupancy(runner)
     att = attention_params(occ)
@@ -170,7 +179,7 @@ def measure(args) -> tuple[list[dict], np.ndarray, dict]:
         else:
             launch, key = runner.verify_launch(np.full(len(kv), c["width"]), kv, mode="uniform",
                                                padded_bs=c["bs"], launch_width=c["width"])
-        ts = runner.run(key, launch, graph=True, reps=args.reps, warmup=2)
+        ts = runner.run(key, launch, graph=not args.eager, reps=args.reps, warmup=2)
         return float(np.median([t.gpu_s for t in ts]))
 
     results = []

@@ -22,6 +22,11 @@
 #                                                             -> straggler2d.json
 #   straggler3d  the same on 12 cases in the 3D split-KV regime of the long-context sample's
 #                worst band (10-32 requests at width 4, KV 3k-16k)  -> straggler3d.json
+#   straggler70b eager verify at width 6 with one long straggler on the Llama-3.1-70B tp-8 shard,
+#                9-26 requests (`bench_aiter_straggler.py --tp 8 --eager`): the long-context pad
+#                run's worst band, where the rule's tail share (fitted on the 8B's 8 KV heads)
+#                falls with batch size far slower than the live steps' (benchmarks/
+#                straggler_implied.py). Not run yet            -> straggler70b.json
 #   rates        benchmarks/bench_aiter_rates.py: V2-Lite's kernel classes alone (GEMM, fused
 #                MoE, MLA decode, element-wise, flash, launch floor; the MLA decode
 #                by launch size and flash by q x prefix: the curves)  -> rates.json
@@ -40,6 +45,11 @@
 #                points at 1,088, 1,152 and 1,280 tokens: live prefills of 1,057-1,250 tokens run
 #                about 3% below the line between the grid's 1,024 and 1,536 (docs/backends.md)
 #                                                             -> llama-3.1-70b__H200.parquet
+#   profile70b-eagerkv  the same journal (carry benchmarks/results/h200-2026-12-02e/
+#                journal_profile70b.jsonl) grown by eager verify and draft-extend points at KV 16,384
+#                and 32,768: on the long-context sample's 70B pad run, eager verify at 9-32
+#                requests and KV 4k-16k erred 6.2%, its worst steps (KV 16k, above the eager grid's
+#                8,192) +16% (h200-2026-12-02e/README.md)    -> llama-3.1-70b__H200.parquet
 #   live-long:POLICY[:N] live run of the long-context sample (traces/samples/
 #                synth_longctx_200.parquet: 200 bursty requests, prompts median 8k; the first N
 #                with :N) on Llama-3.1-8B under --policy POLICY (fixed, pad, split, bucket).
@@ -65,6 +75,8 @@
 #                the live steps at the sizes between were predicted 2.5-3.7% (verify) and up to
 #                6.3% (draft-extend) short, as if a MoE model's time bent between grid points.
 #                About 430 s
+#   live-longv2lite[:N]  live run of the long-context sample on DeepSeek-V2-Lite, fixed policy
+#                (the profile backend puts it at 12k passes, 192 s of GPU time)
 #   live-v2lite:N   live run of the first N conversation requests on DeepSeek-V2-Lite, fixed policy
 #   v3-tests     the DeepSeek-V3 shard's GPU tests (tests/aiter/test_aiter_v3_gpu.py: FP8 GEMM and
 #                FP8 EP fused MoE against PyTorch, the tp-8 / ep-8 shard built and a verify timed)
@@ -145,6 +157,10 @@ CASES3D="verify:10:4:4000:8000:1,verify:12:4:4000:8000:1,verify:12/11:4:4000:800
 verify:16:4:4000:8000:1,verify:16:4:4000:8000:4,verify:16:4:6000:12000:2,verify:16/14:4:5000:9000:2,\
 verify:20:4:4000:8000:5,verify:24:4:4000:10000:1,verify:24:4:4000:10000:3,verify:32:4:3000:9000:2,\
 verify:12:4:8000:16000:1"
+# eager verify at width 6 with one 25k-token straggler among 8k-token requests (the 70B pad run's
+# worst band: 9-26 requests, mean KV about 9k, stragglers to 25k)
+CASES70B="verify:9:6:8000:25000:1,verify:12:6:8000:25000:1,verify:16:6:8000:25000:1,\
+verify:19:6:8000:25000:1,verify:22:6:8000:25000:1,verify:26:6:8000:25000:1,verify:16:6:8000:16000:2"
 # a schedule that switches on the conversation sample (k is capped at num_draft_tokens - 1 = 3,
 # as vLLM caps it at num_speculative_tokens; batches there are mostly 1-7 requests)
 SCHEDULE=${SCHEDULE:-1-2:3,3-4096:1}
@@ -219,6 +235,8 @@ PY
         --cases "$CASES2D" ;;
     straggler3d) job straggler3d 300 python3 benchmarks/bench_aiter_straggler.py --json "$out/straggler3d.json" \
         --cases "$CASES3D" ;;
+    straggler70b) job straggler70b 300 python3 benchmarks/bench_aiter_straggler.py --model llama-3.1-70b \
+        --tp 8 --eager --json "$out/straggler70b.json" --cases "$CASES70B" ;;
     rates) job rates 120 python3 benchmarks/bench_aiter_rates.py --json "$out/rates.json" ;;
     coarse8b) job coarse8b 240 python3 -m specsched profile --model llama-3.1-8b --bs 1,8,64,256 --widths 1,4,8 \
         --kv-lens 512,4096,32768 --eager-bs 1,64,384 --eager-widths 1,4 --eager-kv-lens 1024 \
@@ -238,6 +256,11 @@ PY
         --model llama-3.1-70b --tp 8 --progress --bs "$BS70" --kv-lens "$KV70" \
         --prefill-tokens 32,64,128,256,512,768,1024,1088,1152,1280,1536,2048,3072,4096,6144,8192 \
         -o "$out/llama-3.1-70b__H200.parquet" ;;
+    profile70b-eagerkv) job profile70b-eagerkv 400 python3 -m specsched profile --journal "$(pjournal profile70b)" \
+        --model llama-3.1-70b --tp 8 --progress --bs "$BS70" --kv-lens "$KV70" \
+        --eager-kv-lens 512,2048,8192,16384,32768 \
+        --prefill-tokens 32,64,128,256,512,768,1024,1088,1152,1280,1536,2048,3072,4096,6144,8192 \
+        -o "$out/llama-3.1-70b__H200.parquet" ;;
     live-conv:*) live "conv${j#live-conv:}" "$CONV" "${j#live-conv:}" ;;
     live-split:*) live "split${j#live-split:}" "$CONV" "${j#live-split:}" --policy split ;;
     live-code) live code "$CODE" ;;
@@ -254,6 +277,8 @@ PY
         --bs 1,2,3,4,5,6,7,8,10,12,14,16,20,24,32,48 --kv-lens 128,512,2048,8192,32768 --eager-bs 1,16,48 \
         --prefill-tokens 64,128,256,512,768,1024,2048,4096,8192 --prefill-prefix 0,8192 \
         -o "$out/deepseek-v2-lite__H200.parquet" ;;
+    live-longv2lite|live-longv2lite:*) n=${j#live-longv2lite}; n=${n#:}
+        MODEL=deepseek-v2-lite live "longv2lite$n" "$LONG" "$n" --policy fixed ;;
     live-v2lite:*) MODEL=deepseek-v2-lite live "v2lite${j#live-v2lite:}" "$CONV" "${j#live-v2lite:}" \
         --policy fixed ;;
     v3-tests) job v3-tests 240 python3 -m pytest tests/aiter/test_aiter_v3_gpu.py -v -s -rfEs \

@@ -107,6 +107,23 @@ def _heldout_section(h: dict) -> list[str]:
     return lines
 
 
+def _gpus(ids: str) -> str:
+    return ("GPUs " if "," in ids else "GPU ") + ids
+
+
+def recorded_on(m: dict) -> str:
+    """The "Recorded on" line: which GPUs recorded each side and what they share."""
+    head = (f"Recorded on: the profile on {_gpus(m['profile_gpu'])}, the reference run on "
+            f"{_gpus(m['reference_gpu'])}: ")
+    shared = m.get("shared_gpus") or []
+    if m["same_gpu"]:
+        return head + "the same GPU."
+    if shared:
+        return head + f"{_gpus(', '.join(shared))} recorded part of both."
+    one = "," not in m["profile_gpu"] and "," not in m["reference_gpu"]
+    return head + ("another GPU." if one else "no GPU in common.")
+
+
 def render_markdown(report: dict, *, reference: str) -> str:
     """``fidelity.md`` from a report dict (``analysis.fidelity.report.build_report``)."""
     s = report["steps"]
@@ -118,9 +135,7 @@ def render_markdown(report: dict, *, reference: str) -> str:
                   + (f": {status['reason']}" if status.get("reason") else "") + ".", ""]
     m = report.get("machines") or {}
     if m.get("same_gpu") is not None:
-        lines += [f"Recorded on: the profile on GPU {m['profile_gpu']}, the reference run on GPU "
-                  f"{m['reference_gpu']}: " + ("the same GPU." if m["same_gpu"] else
-                                               "another GPU."), ""]
+        lines += [recorded_on(m), ""]
     cal = (report.get("profile") or {}).get("calibration")
     if cal:
         lines += [f"Profile calibrated on {cal['gpu']} at {cal['at']} from {cal['base']} "

@@ -18,7 +18,7 @@ import pyarrow as pa
 from analysis.fidelity.lookup import GRIDS, col
 from analysis.fidelity.stats import (compare_runs, heldout_errors, matched_shape_ratio,
                                      shape_floor, step_errors)
-from backends.journal import gpu_uuid, same_gpu
+from backends.journal import gpu_uuid, sittings_used
 
 __all__ = ["TARGETS", "BAND_MIN_STEPS", "NOT_CAPTURED", "build_report", "debiased_table",
            "not_captured", "WHOLE_RUN_CHECKS"]
@@ -200,16 +200,50 @@ def starved_notes(source: dict, reference_summary: dict) -> list[str]:
     return out
 
 
-def recording_machines(source: dict, reference_summary: dict) -> dict[str, Any]:
-    """Which GPU recorded the profile (for a calibrated one, the GPU it was calibrated on) and
-    which the reference run, by the GPUs' own UUIDs; ``same_gpu`` is ``None`` when either
-    predates their recording (before 2026-12-01e)."""
+def _profile_gpus(source: dict) -> list[str | None]:
+    """The GPUs a profile's rows come from: the calibrating GPU for a calibrated profile, every
+    sitting's GPU for one grown from a journal, else the GPU it names."""
     cal = source.get("calibration")
-    detail = reference_summary.get("backend_detail")
-    pg = (cal.get("machine") if isinstance(cal, dict) else None) or source.get("gpu")
-    rg = detail.get("gpu") if isinstance(detail, dict) else None
-    return {"profile_gpu": gpu_uuid(pg), "reference_gpu": gpu_uuid(rg),
-            "same_gpu": same_gpu(pg, rg)}
+    if isinstance(cal, dict) and cal.get("machine"):
+        return [gpu_uuid(cal["machine"])]
+    for note in source.get("notes") or []:
+        j = note.get("journal") if isinstance(note, dict) else None
+        if isinstance(j, dict) and j.get("gpus"):
+            return sorted(str(g) for g in j["gpus"])
+    return [gpu_uuid(source.get("gpu"))]
+
+
+def _run_gpus(summary: dict) -> list[str | None]:
+    """The GPUs a recorded run's executor calls come from: every sitting of its journal that
+    added calls, else the GPU it names."""
+    detail = summary.get("backend_detail")
+    if not isinstance(detail, dict):
+        return [None]
+    j = detail.get("journal")
+    if isinstance(j, dict) and j.get("segments"):
+        total = int(j.get("replayed_calls") or 0) + int(j.get("live_calls") or 0)
+        used = sittings_used(j["segments"], total)
+        return sorted({gpu_uuid(s.get("gpu")) for s in used}, key=str) or [None]
+    return [gpu_uuid(detail.get("gpu"))]
+
+
+def recording_machines(source: dict, reference_summary: dict) -> dict[str, Any]:
+    """Which GPUs recorded the profile (for a calibrated one, the GPU it was calibrated on;
+    for one grown over several sittings, each sitting's) and which the reference run, by the
+    GPUs' own UUIDs. ``same_gpu`` is True when both sides are one and the same GPU, False
+    when they have none in common (``shared_gpus`` names any they have), ``None`` when a side
+    predates UUIDs (before 2026-12-01e)."""
+    pg, rg = _profile_gpus(source), _run_gpus(reference_summary)
+    if None in pg or None in rg:
+        same, shared = None, []
+    else:
+        shared = sorted(set(pg) & set(rg))
+        same = set(pg) == set(rg) and len(pg) == 1
+    def ids(g: list) -> str | None:
+        return None if None in g else ", ".join(g)
+
+    return {"profile_gpu": ids(pg), "reference_gpu": ids(rg), "same_gpu": same,
+            "shared_gpus": shared}
 
 
 def not_captured(table, steps_report: dict) -> list[str]:

@@ -353,13 +353,15 @@ def test_the_report_says_whether_profile_and_reference_ran_on_the_same_gpu(setup
 
     run = {"backend_detail": {"gpu": {"name": "NVIDIA H200", "uuid": "625d"}}}
     assert recording_machines({"gpu": {"uuid": "e3d6"}}, run) == {
-        "profile_gpu": "e3d6", "reference_gpu": "625d", "same_gpu": False}
+        "profile_gpu": "e3d6", "reference_gpu": "625d", "same_gpu": False, "shared_gpus": []}
     assert recording_machines({"gpu": {"uuid": "625d"}}, run)["same_gpu"] is True
     # a calibrated profile counts as recorded where it was calibrated
     cal = {"gpu": {"uuid": "e3d6"}, "calibration": {"machine": {"uuid": "625d"}}}
     assert recording_machines(cal, run)["same_gpu"] is True
+    assert recording_machines({"gpu": {"uuid": "e3d6"}}, run)["shared_gpus"] == []
     # recorded before GPUs' UUIDs were kept: unknown, not a guess
-    assert recording_machines({"gpu": {"name": "NVIDIA H200"}}, run)["same_gpu"] is None
+    assert recording_machines({"gpu": {"name": "NVIDIA H200"}}, run) == {
+        "profile_gpu": None, "reference_gpu": "625d", "same_gpu": None, "shared_gpus": []}
     assert recording_machines({"gpu": {"uuid": "e3d6"}}, {"backend_detail": None})["same_gpu"] is None
     # in a whole report: a roofline-recorded run and a profile carry no UUIDs, so no line
     res, _ = _run(setup / "t.parquet", "roofline", "pad")
@@ -372,6 +374,36 @@ def test_the_report_says_whether_profile_and_reference_ran_on_the_same_gpu(setup
     report["machines"] = recording_machines({"gpu": {"uuid": "e3d6"}}, run)
     assert ("Recorded on: the profile on GPU e3d6, the reference run on GPU 625d: another GPU."
             in render_markdown(report, reference="aiter"))
+
+
+def _segment(first, uuid):
+    return {"first_call": first, "gpu": {"name": "NVIDIA H200", "uuid": uuid}}
+
+
+def test_a_profile_or_run_recorded_over_sittings_names_every_gpu_it_used():
+    """A profile grown from a journal over three sittings and a run finished from its journal
+    on a second GPU: the line names each side's GPUs and the one they share, never "the same
+    GPU" from the last sitting alone."""
+    from analysis.fidelity.render import recorded_on
+    from analysis.fidelity.report import recording_machines
+
+    prof = {"gpu": {"uuid": "82c0"},  # the last sitting's GPU
+            "notes": ["text", {"journal": {"gpus": ["12be", "0641", "82c0"]}}]}
+    # 7,502 calls replayed from sittings on a122 (two) and 3,514 measured on 0641; a sitting
+    # that added nothing (first_call 11,016 of 11,016) is not a GPU the run used
+    run = {"backend_detail": {"gpu": {"uuid": "0641"}, "journal": {
+        "replayed_calls": 7502, "live_calls": 3514,
+        "segments": [_segment(0, "a122"), _segment(4329, "a122"), _segment(7502, "0641"),
+                     _segment(11016, "ffff")]}}}
+    m = recording_machines(prof, run)
+    assert m == {"profile_gpu": "0641, 12be, 82c0", "reference_gpu": "0641, a122",
+                 "same_gpu": False, "shared_gpus": ["0641"]}
+    assert recorded_on(m) == ("Recorded on: the profile on GPUs 0641, 12be, 82c0, the reference "
+                              "run on GPUs 0641, a122: GPU 0641 recorded part of both.")
+    # the same profile against a run on a fourth GPU: nothing shared
+    other = recording_machines(prof, {"backend_detail": {"gpu": {"uuid": "9bc8"}}})
+    assert (other["same_gpu"], other["shared_gpus"]) == (False, [])
+    assert recorded_on(other).endswith("the reference run on GPU 9bc8: no GPU in common.")
 
 
 def test_the_report_names_runs_that_outran_their_holds():
