@@ -56,8 +56,8 @@
 #                `split` runs most verifies eagerly: 194 of the 200 requests took 559 s on
 #                2026-12-01 (holds 499 s, GPU 114 s), so give it a call alone or use :180
 #   live-long70b:POLICY  the same on the Llama-3.1-70B tp-8 shard. Under pad, 72 requests took 343 s
-#                on 2026-12-02 (holds 256 s, GPU 38 s) and 73 more 261 s from its journal:
-#                about three calls, each carrying the last one's journal
+#                on 2026-12-02 (holds 256 s, GPU 38 s), 73 more 261 s and the last 55 336 s, each
+#                call carrying the last one's journal (done: h200-2026-12-02e/live_long70b_pad)
 #   live-70b:N   live run of the first N conversation requests on the Llama-3.1-70B tp-8 shard
 #   calibrate8b  `specsched calibrate` of the shipped Llama-3.1-8B profile on this GPU: 24 of its
 #                grid points re-measured, one factor per pass group, within --budget-s 120
@@ -74,7 +74,11 @@
 #                and 10-20 in steps of 2 or 4: with 1, 2, 4, 8, 16, 24 only (2026-12-01, 312 s)
 #                the live steps at the sizes between were predicted 2.5-3.7% (verify) and up to
 #                6.3% (draft-extend) short, as if a MoE model's time bent between grid points.
-#                About 430 s
+#                274 s on 2026-12-02 (h200-2026-12-02e). A MoE model's prefill grid now also
+#                measures 1, 2, 4, ..., 32 tokens (profiling.prefill_grid): with 64 first, live
+#                prefills under 64 tokens took the 64-token time (2 tokens: 5.3 ms live, 12.6 ms
+#                predicted). Carry h200-2026-12-02e/journal_profile-v2lite.jsonl as journals/
+#                and only those points are measured
 #   live-longv2lite[:N]  live run of the long-context sample on DeepSeek-V2-Lite, fixed policy
 #                (the profile backend puts it at 12k passes, 192 s of GPU time)
 #   live-v2lite:N   live run of the first N conversation requests on DeepSeek-V2-Lite, fixed policy

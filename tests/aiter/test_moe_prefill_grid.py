@@ -1,4 +1,5 @@
-"""The prefill grid of a MoE model brackets each fused-MoE tile change (no torch needed)."""
+"""The prefill grid of a MoE model brackets each fused-MoE tile change and reaches down to one
+token (no torch needed)."""
 
 from __future__ import annotations
 
@@ -14,11 +15,16 @@ def test_tiles_change_at_256_and_1024_rows():
 
 
 def test_a_moe_models_grid_measures_both_sides_of_each_change_inside_its_span():
-    # 64..8192 spans both thresholds: 255 and 1023 are added (256 and 1024 are already there)
+    # 64..8192 spans both thresholds: 255 and 1023 are added (256 and 1024 are already there),
+    # and 1, 2, 4, ..., 32 below 64, where the experts a prefill reads grow with its tokens
     assert prefill_grid((64, 256, 1024, 4096, 8192), experts=64) == [
-        64, 255, 256, 1023, 1024, 4096, 8192]
-    # a grid ending at 512 spans only the first threshold; nothing outside the span is added
-    assert prefill_grid((300, 128, 512), experts=64) == [128, 255, 256, 300, 512]
+        1, 2, 4, 8, 16, 32, 64, 255, 256, 1023, 1024, 4096, 8192]
+    # a grid ending at 512 spans only the first threshold; nothing above the span is added
+    assert prefill_grid((300, 128, 512), experts=64) == [
+        1, 2, 4, 8, 16, 32, 64, 128, 255, 256, 300, 512]
+    # a smallest point that is not a power of two keeps the powers below it
+    assert prefill_grid((48, 96), experts=8) == [1, 2, 4, 8, 16, 32, 48, 96]
+    assert prefill_grid((1, 64), experts=8) == [1, 64]
     # a dense model's grid is the one asked for
     assert prefill_grid((64, 256, 1024), experts=0) == [64, 256, 1024]
 
