@@ -1,7 +1,7 @@
 """The straggler's share of a live run's batches, implied by their measured times (CPU).
 
-For every verify step of a recorded live run whose batch has a straggler (``kv_max`` at least
-1.5 x the mean and 1,024 tokens), the script finds the KV ``K`` at which the shipped profile's
+For every verify step of a recorded live run whose batch has a straggler (as the fidelity
+report counts one: ``kv_max`` at least 1.5 x the mean and 1,024 tokens), the script finds the KV ``K`` at which the shipped profile's
 uniform batch of the same shape (batch size, width, graph or eager) takes the measured time, and
 reports the straggler's implied share ``(K - mean) / (kv_max - mean)`` beside the share the
 engine's rule uses (``backends.attention_kv``: the lookup KV, ``lookup_points``), per batch size.
@@ -29,6 +29,7 @@ import pyarrow.parquet as pq
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from analysis.fidelity.lookup import lookup_points, predict  # noqa: E402
+from analysis.fidelity.stats import STRAGGLER_MIN_KV, STRAGGLER_RATIO  # noqa: E402
 from backends.models import load_model  # noqa: E402
 from backends.profile import ProfileExecutor  # noqa: E402
 from backends.shipped import default_profile  # noqa: E402
@@ -63,24 +64,24 @@ def main() -> None:
     table = ProfileExecutor(path, model=model).latency_table()
     steps = pq.read_table(Path(args.run) / "steps.parquet")
     p = lookup_points(steps, table)
-    pred, _ = predict(p, table)
     s = steps.to_pandas()
     lo, hi = (int(x) for x in args.bs.split("-"))
     sel = ((s.kind == "verify") & (s.graph == (not args.eager)) & (s.bs >= lo) & (s.bs <= hi)
-           & (s.kv_max >= 1.5 * s.kv_mean) & (s.kv_max >= 1024))
+           & (s.kv_max >= STRAGGLER_RATIO * s.kv_mean) & (s.kv_max >= STRAGGLER_MIN_KV))
     if args.width is not None:
         sel &= p["width"] == args.width
     idx = np.flatnonzero(sel.to_numpy())
     if len(idx) == 0:
         print("error: no verify step of that selection has a straggler", file=sys.stderr)
         sys.exit(2)
+    pred, _ = predict({k: v[idx] for k, v in p.items()}, table)  # the selected steps only
     rows = []
-    for i in idx:
+    for j, i in enumerate(idx):
         mean, mx, m = float(s.kv_mean[i]), float(s.kv_max[i]), float(s.latency_s[i])
         k = implied_kv(table, p["bs"][i], p["width"][i], bool(p["graph"][i]), m, 2.0 * mx)
         at_mean = table.verify_s(p["bs"][i], p["width"][i], mean, bool(p["graph"][i]))[0]
         rows.append((s.bs[i], (p["kv"][i] - mean) / (mx - mean), (k - mean) / (mx - mean),
-                     pred[i] / m - 1, at_mean / m - 1))
+                     pred[j] / m - 1, at_mean / m - 1))
     r = np.array(rows, dtype=float)
     ok = ~np.isnan(r[:, 2])
     print(f"{args.run}: {len(r)} verify steps with a straggler "

@@ -239,6 +239,7 @@ def recording_machines(source: dict, reference_summary: dict) -> dict[str, Any]:
     else:
         shared = sorted(set(pg) & set(rg))
         same = set(pg) == set(rg) and len(pg) == 1
+
     def ids(g: list) -> str | None:
         return None if None in g else ", ".join(g)
 
