@@ -180,9 +180,10 @@ def measure(args) -> tuple[list[dict], np.ndarray, dict]:
             launch, key = runner.verify_launch(np.full(len(kv), c["width"]), kv, mode="uniform",
                                                padded_bs=c["bs"], launch_width=c["width"])
         ts = runner.run(key, launch, graph=not args.eager, reps=args.reps, warmup=2)
+        comm[c["spec"]] = float(ts[0].comm_s)  # modelled tp all-reduce: the same for the case
         return float(np.median([t.gpu_s for t in ts]))
 
-    results = []
+    results, comm = [], {}
     print(HEADER)
     for c in cases:
         mean, rule = lookups(c, att)
@@ -190,7 +191,8 @@ def measure(args) -> tuple[list[dict], np.ndarray, dict]:
         ks = sorted({int(round(x)) for x in (c["short"] * c["real"] / c["bs"], mean, rule,
                                                (mean + c["long"]) / 2, c["long"])})
         uni = np.array([timed(c, np.full(c["bs"], k, dtype=np.int64)) for k in ks])
-        results.append(score(c, mixed, ks, uni, att))
+        results.append({**score(c, mixed, ks, uni, att), "comm_s": comm[c["spec"]],
+                        "graph": not args.eager})
     return results, att, occ
 
 

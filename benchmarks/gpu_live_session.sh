@@ -162,9 +162,13 @@ verify:16:4:4000:8000:1,verify:16:4:4000:8000:4,verify:16:4:6000:12000:2,verify:
 verify:20:4:4000:8000:5,verify:24:4:4000:10000:1,verify:24:4:4000:10000:3,verify:32:4:3000:9000:2,\
 verify:12:4:8000:16000:1"
 # eager verify at width 6 with one 25k-token straggler among 8k-token requests (the 70B pad run's
-# worst band: 9-26 requests, mean KV about 9k, stragglers to 25k)
-CASES70B="verify:9:6:8000:25000:1,verify:12:6:8000:25000:1,verify:16:6:8000:25000:1,\
-verify:19:6:8000:25000:1,verify:22:6:8000:25000:1,verify:26:6:8000:25000:1,verify:16:6:8000:16000:2"
+# worst band: 9-26 requests, mean KV about 9k, stragglers to 25k), each with its uniform batches;
+# widths 4 and 8 beside them. The batch sizes straddle where the shard's attention launch changes
+# shape: at width 6, 16 KV segments from 9 requests (32 below) and two waves from 23
+CASES70B="verify:9:6:8000:25000:1,verify:10:6:8000:25000:1,verify:11:6:8000:25000:1,\
+verify:12:6:8000:25000:1,verify:16:6:8000:25000:1,verify:19:6:8000:25000:1,verify:20:6:8000:25000:1,\
+verify:22:6:8000:25000:1,verify:23:6:8000:25000:1,verify:24:6:8000:25000:1,verify:26:6:8000:25000:1,\
+verify:16:6:8000:16000:2,verify:10:4:8000:25000:1,verify:20:8:8000:25000:1,verify:14:8:8000:25000:1"
 # a schedule that switches on the conversation sample (k is capped at num_draft_tokens - 1 = 3,
 # as vLLM caps it at num_speculative_tokens; batches there are mostly 1-7 requests)
 SCHEDULE=${SCHEDULE:-1-2:3,3-4096:1}
