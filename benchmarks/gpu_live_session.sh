@@ -22,11 +22,10 @@
 #                                                             -> straggler2d.json
 #   straggler3d  the same on 12 cases in the 3D split-KV regime of the long-context sample's
 #                worst band (10-32 requests at width 4, KV 3k-16k)  -> straggler3d.json
-#   straggler70b eager verify at width 6 with one long straggler on the Llama-3.1-70B tp-8 shard,
-#                9-26 requests (`bench_aiter_straggler.py --tp 8 --eager`): the long-context pad
-#                run's worst band, where the rule's tail share (fitted on the 8B's 8 KV heads)
-#                falls with batch size far slower than the live steps' (benchmarks/
-#                straggler_implied.py). Not run yet            -> straggler70b.json
+#   straggler70b eager verify with one long straggler on the Llama-3.1-70B tp-8 shard: width 6 at
+#                9-26 requests (the long-context pad run's worst band), widths 4 and 8 beside
+#                (`bench_aiter_straggler.py --tp 8 --eager`; 175 s on 2026-12-02, h200-2026-12-02f;
+#                benchmarks/straggler_vs_profile.py compares it with the profile) -> straggler70b.json
 #   rates        benchmarks/bench_aiter_rates.py: V2-Lite's kernel classes alone (GEMM, fused
 #                MoE, MLA decode, element-wise, flash, launch floor; the MLA decode
 #                by launch size and flash by q x prefix: the curves)  -> rates.json
@@ -50,6 +49,12 @@
 #                and 32,768: on the long-context sample's 70B pad run, eager verify at 9-32
 #                requests and KV 4k-16k erred 6.2%, its worst steps (KV 16k, above the eager grid's
 #                8,192) +16% (h200-2026-12-02e/README.md)    -> llama-3.1-70b__H200.parquet
+#   profile70b-eagerbs  the same journal grown by eager batch sizes 9, 10, 12, 20, 22, 23, 24 and
+#                28 and eager width 6, where the width-6 launch changes shape between the eager
+#                grid's 8, 16 and 32 (the pad run's worst band; straggler70b measured the uniform
+#                curve 4-21% off there). Cut off at 400 s on 2026-12-02 after the verify points of
+#                9-24 requests: carry h200-2026-12-02f/journal_profile70b.jsonl as journals/
+#                                                             -> llama-3.1-70b__H200.parquet
 #   live-long:POLICY[:N] live run of the long-context sample (traces/samples/
 #                synth_longctx_200.parquet: 200 bursty requests, prompts median 8k; the first N
 #                with :N) on Llama-3.1-8B under --policy POLICY (fixed, pad, split, bucket).
@@ -77,10 +82,11 @@
 #                274 s on 2026-12-02 (h200-2026-12-02e). A MoE model's prefill grid now also
 #                measures 1, 2, 4, ..., 32 tokens (profiling.prefill_grid): with 64 first, live
 #                prefills under 64 tokens took the 64-token time (2 tokens: 5.3 ms live, 12.6 ms
-#                predicted). Carry h200-2026-12-02e/journal_profile-v2lite.jsonl as journals/
-#                and only those points are measured
+#                predicted). Done on 2026-12-02 (h200-2026-12-02f, 91 s from the journal of
+#                h200-2026-12-02e: the small prefills and the held-out shapes)
 #   live-longv2lite[:N]  live run of the long-context sample on DeepSeek-V2-Lite, fixed policy
-#                (the profile backend puts it at 12k passes, 192 s of GPU time)
+#                (119 requests in 341 s, the last 81 in 171 s from its journal; done:
+#                h200-2026-12-02f/live_longv2lite)
 #   live-v2lite:N   live run of the first N conversation requests on DeepSeek-V2-Lite, fixed policy
 #   v3-tests     the DeepSeek-V3 shard's GPU tests (tests/aiter/test_aiter_v3_gpu.py: FP8 GEMM and
 #                FP8 EP fused MoE against PyTorch, the tp-8 / ep-8 shard built and a verify timed)
@@ -146,6 +152,10 @@ KV="128,512,2048,4096,8192,16384,32768"
 # the 70B shard has 80 layers: a 14 x 5 graph grid keeps its profile within one call
 BS70="1,2,3,4,6,8,12,16,24,32,48,64,128,256"
 KV70="128,512,2048,8192,32768"
+# its eager grid grown at the sizes where the shard's width-6 attention launch changes shape
+# (16 KV segments from 9 requests, two waves from 23; docs/backends.md) and by width 6
+EBS70="1,8,9,10,12,16,20,22,23,24,28,32,64,128,256,384,512"
+EW70="1,2,4,6,8,12,16,21"
 CONV=traces/samples/azure_conv_eagle_2k.parquet
 CODE=traces/samples/azure_code_sps_2k.parquet
 LONG=traces/samples/synth_longctx_200.parquet
@@ -267,6 +277,11 @@ PY
     profile70b-eagerkv) job profile70b-eagerkv 400 python3 -m specsched profile --journal "$(pjournal profile70b)" \
         --model llama-3.1-70b --tp 8 --progress --bs "$BS70" --kv-lens "$KV70" \
         --eager-kv-lens 512,2048,8192,16384,32768 \
+        --prefill-tokens 32,64,128,256,512,768,1024,1088,1152,1280,1536,2048,3072,4096,6144,8192 \
+        -o "$out/llama-3.1-70b__H200.parquet" ;;
+    profile70b-eagerbs) job profile70b-eagerbs 400 python3 -m specsched profile --journal "$(pjournal profile70b)" \
+        --model llama-3.1-70b --tp 8 --progress --bs "$BS70" --kv-lens "$KV70" \
+        --eager-kv-lens 512,2048,8192,16384,32768 --eager-bs "$EBS70" --eager-widths "$EW70" \
         --prefill-tokens 32,64,128,256,512,768,1024,1088,1152,1280,1536,2048,3072,4096,6144,8192 \
         -o "$out/llama-3.1-70b__H200.parquet" ;;
     live-conv:*) live "conv${j#live-conv:}" "$CONV" "${j#live-conv:}" ;;
