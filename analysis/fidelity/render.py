@@ -89,6 +89,23 @@ def _steps_section(s: dict, reps: bool) -> list[str]:
     return lines
 
 
+def _sittings_section(sittings: list[dict]) -> list[str]:
+    """Per-step error over each sitting of a reference run resumed from its journal."""
+    kinds = list(dict.fromkeys(k for st in sittings for k in st["by_kind"]))
+    lines = ["", "## By sitting of the reference run", "",
+             "The reference run was recorded in several sittings (resumed from its journal); each "
+             "sitting's steps were measured on its GPU. All steps, mean signed error by kind:", "",
+             "| sitting | GPU | from step | steps | MAPE | mean signed | " + " | ".join(kinds) + " |",
+             "|---|---|---|---|---|---|" + "---|" * len(kinds)]
+    for i, st in enumerate(sittings):
+        per = [_fmt(st["by_kind"][k]["mean_signed_pct"], pct=True) if k in st["by_kind"] else "-"
+               for k in kinds]
+        lines.append(f"| {i} ({st['at'] or '?'}) | {st['gpu']} | {st['first_step']} | "
+                     f"{st['steps']} | {_abs(st['mape_pct'])} | "
+                     f"{_fmt(st['mean_signed_pct'], pct=True)} | " + " | ".join(per) + " |")
+    return lines
+
+
 def _heldout_section(h: dict) -> list[str]:
     lines = ["", "## Held-out points", "",
              f"held-out points: MAPE {_abs(h['mape_pct'])} over {h['points']} points (mean signed "
@@ -144,6 +161,8 @@ def render_markdown(report: dict, *, reference: str) -> str:
     lines += _steps_section(s, bool(reps))
     if report.get("heldout"):
         lines += _heldout_section(report["heldout"])
+    if report.get("by_sitting"):
+        lines += _sittings_section(report["by_sitting"])
     st = s.get("stragglers")
     if st and st["steps"]:
         lines += ["", "## Batches with a straggler", "",

@@ -15,13 +15,13 @@ from typing import Any
 import numpy as np
 import pyarrow as pa
 
-from analysis.fidelity.lookup import GRIDS, col
+from analysis.fidelity.lookup import GRIDS, col, kinds_present
 from analysis.fidelity.stats import (compare_runs, heldout_errors, matched_shape_ratio,
-                                     shape_floor, step_errors)
-from backends.journal import gpu_uuid, sittings_used
+                                     shape_floor, step_errors, summarize)
+from backends.journal import gpu_name, gpu_uuid, sittings_used
 
 __all__ = ["TARGETS", "BAND_MIN_STEPS", "NOT_CAPTURED", "build_report", "debiased_table",
-           "not_captured", "WHOLE_RUN_CHECKS"]
+           "not_captured", "sitting_errors", "WHOLE_RUN_CHECKS"]
 
 #: targets, in percent: per-step MAPE (overall, off the grid, per kind, the worst shape band,
 #: the held-out points) and whole-run differences (absolute)
@@ -146,8 +146,8 @@ def build_report(reference_steps: pa.Table, reference_summary: dict, profile_sum
     largest difference a repeat shows there (whole runs: the metric's difference; per-step
     figures: the mean, over the figure's steps, of how far the repeat moves the median pass of
     each step's shape)."""
-    full = step_errors(reference_steps, table, worst=worst, _full=bool(repeats))
-    arrays = full.pop("_arrays", None)
+    full = step_errors(reference_steps, table, worst=worst, _full=True)
+    arrays = full.pop("_arrays")
     runs = compare_runs(reference_summary, profile_summary)
     heldout = heldout_errors(table)
     checks = _checks(full, runs, heldout)
@@ -167,6 +167,9 @@ def build_report(reference_steps: pa.Table, reference_summary: dict, profile_sum
             "base": cal.get("base"), "anchors": len(cal.get("anchors") or []),
             "factors": {g: f.get("factor") for g, f in (cal.get("factors") or {}).items()}}
     report["machines"] = recording_machines(src, reference_summary)
+    sittings = sitting_errors(arrays, reference_summary)
+    if sittings:
+        report["by_sitting"] = sittings
     if repeats:
         reps = [{"run": path, "runs": compare_runs(reference_summary, summary),
                  "matched_shape_ratio": matched_shape_ratio(reference_steps, steps)}
@@ -225,6 +228,34 @@ def _run_gpus(summary: dict) -> list[str | None]:
         used = sittings_used(j["segments"], total)
         return sorted({gpu_uuid(s.get("gpu")) for s in used}, key=str) or [None]
     return [gpu_uuid(detail.get("gpu"))]
+
+
+def sitting_errors(arrays: dict, summary: dict) -> list[dict] | None:
+    """Per-step error over each sitting of a reference run resumed from its journal (the steps
+    each sitting's GPU measured: the journal's calls are the run's steps, in order), overall and
+    by kind; None for a run recorded in one sitting. A machine's offset shows as a sitting whose
+    every kind is off by about the same amount."""
+    detail = summary.get("backend_detail")
+    j = detail.get("journal") if isinstance(detail, dict) else None
+    if not isinstance(j, dict) or not j.get("segments"):
+        return None
+    n = len(arrays["ok"])
+    total = int(j.get("replayed_calls") or 0) + int(j.get("live_calls") or 0)
+    used = sittings_used(j["segments"], total)
+    if len(used) < 2 or total != n:
+        return None
+    firsts = [int(s.get("first_call", 0)) for s in used] + [n]
+    err, ok, kind = arrays["err"], arrays["ok"], arrays["kind"]
+    out = []
+    for s, a, b in zip(used, firsts, firsts[1:]):
+        m = np.zeros(n, dtype=bool)
+        m[a:b] = True
+        m &= ok
+        out.append({"gpu": gpu_name(s.get("gpu")), "at": s.get("at"), "first_step": a,
+                    **summarize(err[m]),
+                    "by_kind": {k: summarize(err[m & (kind == k)])
+                                for k in kinds_present(kind[m])}})
+    return out
 
 
 def recording_machines(source: dict, reference_summary: dict) -> dict[str, Any]:

@@ -121,7 +121,7 @@ def step_errors(steps: pa.Table, table, *, worst: int = 20, _full: bool = False)
         out["not_predicted"] = {k: int(np.sum(unknown & (p["kind"] == k)))
                                 for k in kinds_present(p["kind"][unknown])}
     if _full:
-        out["_arrays"] = {"ok": ok, "off": off, "on": on, "kind": p["kind"], "pos": pos,
+        out["_arrays"] = {"ok": ok, "off": off, "on": on, "kind": p["kind"], "pos": pos, "err": err,
                           "bands": {key[-1]: ix for key, ix in bands.items()},
                           "stragglers": strag}
     return out

@@ -421,3 +421,41 @@ def test_the_report_names_runs_that_outran_their_holds():
     # runs and profiles recorded before the count existed, and roofline runs: nothing to say
     assert starved_notes({}, {"backend_detail": {"gpu": "H200"}}) == []
     assert starved_notes({"notes": None}, {}) == []
+
+
+def test_a_run_recorded_over_sittings_is_scored_per_sitting():
+    """Six steps, the first three replayed from a sitting on a122 and the last three measured on
+    0641 (a third sitting added nothing): each sitting's MAPE and mean signed error, overall and
+    by kind, over its own steps only; a step the table cannot predict is left out."""
+    from analysis.fidelity.render import _sittings_section
+    from analysis.fidelity.report import sitting_errors
+
+    err = np.array([-0.10, -0.20, 0.30, -0.02, 0.04, np.nan])
+    arrays = {"err": err, "ok": np.isfinite(err),
+              "kind": np.array(["verify", "draft", "verify", "verify", "prefill", "prefill"])}
+    run = {"backend_detail": {"journal": {
+        "replayed_calls": 3, "live_calls": 3,
+        "segments": [_segment(0, "a122"), _segment(3, "0641"), _segment(6, "ffff")]}}}
+    a, b = sitting_errors(arrays, run)
+    assert (a["gpu"], a["first_step"], a["steps"]) == ("a122", 0, 3)
+    assert a["mape_pct"] == pytest.approx(20.0)           # (10 + 20 + 30) / 3
+    assert a["mean_signed_pct"] == pytest.approx(0.0)     # (-10 - 20 + 30) / 3
+    assert a["by_kind"]["verify"]["mean_signed_pct"] == pytest.approx(10.0)  # (-10 + 30) / 2
+    assert a["by_kind"]["draft"]["mean_signed_pct"] == pytest.approx(-20.0)
+    assert (b["gpu"], b["first_step"], b["steps"]) == ("0641", 3, 2)
+    assert b["mape_pct"] == pytest.approx(3.0)            # (2 + 4) / 2
+    assert b["by_kind"]["prefill"]["mean_signed_pct"] == pytest.approx(4.0)
+    assert "draft" not in b["by_kind"]
+    # one sitting, no journal, or a journal that does not cover the steps: no per-sitting figures
+    one = {"backend_detail": {"journal": {"replayed_calls": 0, "live_calls": 6,
+                                          "segments": [_segment(0, "0641")]}}}
+    assert sitting_errors(arrays, one) is None
+    assert sitting_errors(arrays, {"backend_detail": {"gpu": {"uuid": "0641"}}}) is None
+    short = {"backend_detail": {"journal": {**run["backend_detail"]["journal"], "live_calls": 2}}}
+    assert sitting_errors(arrays, short) is None
+    # the report's section: one row per sitting
+    md = _sittings_section([a, b])
+    rows = [ln for ln in md if ln.startswith("| 0 (") or ln.startswith("| 1 (")]
+    assert rows[0].split(" | ")[1:5] == ["a122", "0", "3", "20.00%"]
+    assert rows[1].split(" | ")[1:5] == ["0641", "3", "2", "3.00%"]
+    assert rows[1].endswith("| -2.00% | - | +4.00% |")  # verify, draft, prefill
