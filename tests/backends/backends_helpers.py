@@ -42,3 +42,24 @@ def roofline_profile_rows(model="llama-3.1-8b", gpu="H200", *, skip_big=True, ea
     return m, rows
 
 
+
+
+def benchmark_script(name: str):
+    """A script of ``benchmarks/`` (``name`` without ``.py``) loaded as a module."""
+    import importlib.util
+    from pathlib import Path
+
+    path = Path(__file__).resolve().parents[2] / "benchmarks" / f"{name}.py"
+    spec = importlib.util.spec_from_file_location(name, path)
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    return mod
+
+
+def shipped_table(model: str, tp: int | None = None):
+    """The latency table of the shipped H200 profile of ``model`` (at ``tp``)."""
+    from backends.profile import ProfileExecutor
+    from backends.shipped import default_profile
+
+    m = load_model(model, tp=tp)
+    return ProfileExecutor(default_profile(m.name, "H200"), model=m).latency_table()

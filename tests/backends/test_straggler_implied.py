@@ -3,13 +3,13 @@ measured time, and the straggler shares it reports for a shipped live run."""
 
 from __future__ import annotations
 
-import importlib.util
 import math
 import subprocess
 import sys
 from pathlib import Path
 
 import pytest
+from backends_helpers import benchmark_script, shipped_table
 
 ROOT = Path(__file__).resolve().parents[2]
 SCRIPT = ROOT / "benchmarks" / "straggler_implied.py"
@@ -17,19 +17,11 @@ RUN = ROOT / "benchmarks" / "results" / "h200-2026-12-02e" / "live_long70b_pad"
 
 
 def _module():
-    spec = importlib.util.spec_from_file_location("straggler_implied", SCRIPT)
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
-    return mod
+    return benchmark_script("straggler_implied")
 
 
 def _table():
-    from backends.models import load_model
-    from backends.profile import ProfileExecutor
-    from backends.shipped import default_profile
-
-    model = load_model("llama-3.1-70b", tp=8)
-    return ProfileExecutor(default_profile(model.name, "H200"), model=model).latency_table()
+    return shipped_table("llama-3.1-70b", tp=8)
 
 
 @pytest.mark.parametrize("bs, width, graph, kv", [(22, 6, False, 9159.0), (4, 4, True, 3000.0)])

@@ -3,32 +3,24 @@ split into the uniform curve's error and the straggler rule's."""
 
 from __future__ import annotations
 
-import importlib.util
 import json
 import subprocess
 import sys
 from pathlib import Path
 
 import pytest
+from backends_helpers import benchmark_script, shipped_table
 
 ROOT = Path(__file__).resolve().parents[2]
 SCRIPT = ROOT / "benchmarks" / "straggler_vs_profile.py"
 
 
 def _module():
-    spec = importlib.util.spec_from_file_location("straggler_vs_profile", SCRIPT)
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
-    return mod
+    return benchmark_script("straggler_vs_profile")
 
 
 def _table():
-    from backends.models import load_model
-    from backends.profile import ProfileExecutor
-    from backends.shipped import default_profile
-
-    model = load_model("llama-3.1-70b", tp=8)
-    return ProfileExecutor(default_profile(model.name, "H200"), model=model).latency_table()
+    return shipped_table("llama-3.1-70b", tp=8)
 
 
 def _case(table, comm: float, scale: float) -> dict:
