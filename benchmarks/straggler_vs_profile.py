@@ -31,8 +31,11 @@ from pathlib import Path
 import numpy as np
 import pyarrow as pa
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+sys.path.insert(0, str(ROOT / "benchmarks"))
 
+import bench_aiter_straggler as bench  # noqa: E402  (its case layout)
 from analysis.fidelity.lookup import lookup_points, predict  # noqa: E402
 from backends.models import load_model  # noqa: E402
 from backends.profile import ProfileExecutor  # noqa: E402
@@ -42,8 +45,7 @@ from backends.shipped import default_profile  # noqa: E402
 def case_steps(cases: list[dict]) -> pa.Table:
     """The mixed batches of ``cases`` as a live run's steps table records them: real batch size,
     padded batch size, width, rows, and the real requests' mean and longest KV."""
-    kv = [np.array([c["long"]] * c["nlong"] + [c["short"]] * (c["real"] - c["nlong"]), float)
-          for c in cases]
+    kv = [bench.case_kv(c).astype(float) for c in cases]
     return pa.table({
         "kind": [c["kind"] for c in cases],
         "graph": [bool(c.get("graph", True)) for c in cases],

@@ -216,17 +216,26 @@ def _profile_gpus(source: dict) -> list[str | None]:
     return [gpu_uuid(source.get("gpu"))]
 
 
+def _journal_sittings(summary: dict) -> tuple[list[dict], int] | None:
+    """The sittings of a recorded run's journal that added calls, and its calls in all; None
+    for a run recorded without a journal."""
+    detail = summary.get("backend_detail")
+    j = detail.get("journal") if isinstance(detail, dict) else None
+    if not isinstance(j, dict) or not j.get("segments"):
+        return None
+    total = int(j.get("replayed_calls") or 0) + int(j.get("live_calls") or 0)
+    return sittings_used(j["segments"], total), total
+
+
 def _run_gpus(summary: dict) -> list[str | None]:
     """The GPUs a recorded run's executor calls come from: every sitting of its journal that
     added calls, else the GPU it names."""
     detail = summary.get("backend_detail")
     if not isinstance(detail, dict):
         return [None]
-    j = detail.get("journal")
-    if isinstance(j, dict) and j.get("segments"):
-        total = int(j.get("replayed_calls") or 0) + int(j.get("live_calls") or 0)
-        used = sittings_used(j["segments"], total)
-        return sorted({gpu_uuid(s.get("gpu")) for s in used}, key=str) or [None]
+    sittings = _journal_sittings(summary)
+    if sittings is not None:
+        return sorted({gpu_uuid(s.get("gpu")) for s in sittings[0]}, key=str) or [None]
     return [gpu_uuid(detail.get("gpu"))]
 
 
@@ -235,15 +244,11 @@ def sitting_errors(arrays: dict, summary: dict) -> list[dict] | None:
     each sitting's GPU measured: the journal's calls are the run's steps, in order), overall and
     by kind; None for a run recorded in one sitting. A machine's offset shows as a sitting whose
     every kind is off by about the same amount."""
-    detail = summary.get("backend_detail")
-    j = detail.get("journal") if isinstance(detail, dict) else None
-    if not isinstance(j, dict) or not j.get("segments"):
-        return None
+    sittings = _journal_sittings(summary)
     n = len(arrays["ok"])
-    total = int(j.get("replayed_calls") or 0) + int(j.get("live_calls") or 0)
-    used = sittings_used(j["segments"], total)
-    if len(used) < 2 or total != n:
+    if sittings is None or len(sittings[0]) < 2 or sittings[1] != n:
         return None
+    used = sittings[0]
     firsts = [int(s.get("first_call", 0)) for s in used] + [n]
     err, ok, kind = arrays["err"], arrays["ok"], arrays["kind"]
     out = []

@@ -42,8 +42,6 @@ def roofline_profile_rows(model="llama-3.1-8b", gpu="H200", *, skip_big=True, ea
     return m, rows
 
 
-
-
 def benchmark_script(name: str):
     """A script of ``benchmarks/`` (``name`` without ``.py``) loaded as a module."""
     import importlib.util
