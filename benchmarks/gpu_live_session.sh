@@ -53,7 +53,7 @@
 #                28 and eager width 6, where the width-6 launch changes shape between the eager
 #                grid's 8, 16 and 32 (the pad run's worst band; straggler70b measured the uniform
 #                curve 4-21% off there). Cut off at 400 s on 2026-12-02 after the verify points of
-#                9-24 requests: carry h200-2026-12-02f/journal_profile70b.jsonl as journals/
+#                9-24 requests, finished in 101 s from that journal (h200-2026-12-02g; shipped)
 #                                                             -> llama-3.1-70b__H200.parquet
 #   live-long:POLICY[:N] live run of the long-context sample (traces/samples/
 #                synth_longctx_200.parquet: 200 bursty requests, prompts median 8k; the first N
@@ -68,6 +68,8 @@
 #                grid points re-measured, one factor per pass group, within --budget-s 120
 #                (limit 150 s)                              -> llama-3.1-8b__H200.calibrated.parquet
 #   calibrate70b the same for the Llama-3.1-70B tp-8 shard  -> llama-3.1-70b__H200.calibrated.parquet
+#   calibrate-v2lite  the same for DeepSeek-V2-Lite (33 s on 2026-12-02)
+#                                                     -> deepseek-v2-lite__H200.calibrated.parquet
 #   live-conv:N  live `simulate --backend aiter` of the first N requests of the conversation sample
 #   live-split:N the same with --policy split (a what-if: widths other than 4 run eagerly)
 #   live-code    live `simulate --backend aiter` of the whole code sample
@@ -94,9 +96,12 @@
 #   profile-v3   `specsched profile` for the DeepSeek-V3 tp-8 / ep-8 shard (FP8, 61 layers + MTP):
 #                bs 1-64 with SGLang's ladder sizes 10-24 (the live conversation run's worst band,
 #                bs 9-32, was interpolated between 8, 16 and 32) x KV to 16k at 3 points, prefill
-#                at 32-4,096 tokens, six of them under 256 (a 60-request live run on 2026-12-02
-#                stepped up between 242 and 255 tokens, off the grid; the tile thresholds
-#                255/256 and 1,023/1,024 are added),
+#                at 32-4,096 tokens (PT_V3), six of them under 256 (a 60-request live run on
+#                2026-12-02 stepped up between 242 and 255 tokens, off the grid; the tile
+#                thresholds 255/256 and 1,023/1,024 are added) and 1,536-3,072 (the 400-request
+#                run's prefills of 2,200-2,600 tokens ran 10% below the line from 1,024 to 4,096),
+#                at prefixes 0 and 4,096 (a pass of several requests is looked up along the
+#                prefix slope; h200-2026-12-02g's journal holds 1-1,536 tokens of it),
 #                eager bs 1, 8, 16; no held-out shapes (heldout-v3 adds them in another call).
 #                Alone in a call: on 2026-12-01 the grid of 80 verify points, 10 prefill points
 #                and 16 held-out shapes took 436 s; this one has 128 verify points and 8 prefill
@@ -182,6 +187,7 @@ verify:16:6:8000:16000:2,verify:10:4:8000:25000:1,verify:20:8:8000:25000:1,verif
 # a schedule that switches on the conversation sample (k is capped at num_draft_tokens - 1 = 3,
 # as vLLM caps it at num_speculative_tokens; batches there are mostly 1-7 requests)
 SCHEDULE=${SCHEDULE:-1-2:3,3-4096:1}
+PT_V3="32,64,128,192,224,231,240,242,248,255,256,384,896,1023,1024,1536,2048,2560,3072,4096"
 job() {  # job NAME SECONDS COMMAND...
   local name=$1 secs=$2; shift 2
   local left=$((deadline - SECONDS)); [ "$secs" -gt "$left" ] && secs=$left
@@ -268,6 +274,8 @@ PY
         -o "$out/llama-3.1-8b__H200.calibrated.parquet" --budget-s 120 ;;
     calibrate70b) job calibrate70b 150 python3 -m specsched calibrate --model llama-3.1-70b --tp 8 \
         --progress -o "$out/llama-3.1-70b__H200.calibrated.parquet" --budget-s 120 ;;
+    calibrate-v2lite) job calibrate-v2lite 150 python3 -m specsched calibrate --model deepseek-v2-lite \
+        --progress -o "$out/deepseek-v2-lite__H200.calibrated.parquet" --budget-s 120 ;;
     profile70b) job profile70b 560 python3 -m specsched profile --journal "$(pjournal profile70b)" --model llama-3.1-70b --tp 8 --progress \
         --bs "$BS70" --kv-lens "$KV70" -o "$out/llama-3.1-70b__H200.parquet" ;;
     profile70b-prefill) job profile70b-prefill 300 python3 -m specsched profile --journal "$(pjournal profile70b)" \
@@ -279,7 +287,7 @@ PY
         --eager-kv-lens 512,2048,8192,16384,32768 \
         --prefill-tokens 32,64,128,256,512,768,1024,1088,1152,1280,1536,2048,3072,4096,6144,8192 \
         -o "$out/llama-3.1-70b__H200.parquet" ;;
-    profile70b-eagerbs) job profile70b-eagerbs 400 python3 -m specsched profile --journal "$(pjournal profile70b)" \
+    profile70b-eagerbs) job profile70b-eagerbs 560 python3 -m specsched profile --journal "$(pjournal profile70b)" \
         --model llama-3.1-70b --tp 8 --progress --bs "$BS70" --kv-lens "$KV70" \
         --eager-kv-lens 512,2048,8192,16384,32768 --eager-bs "$EBS70" --eager-widths "$EW70" \
         --prefill-tokens 32,64,128,256,512,768,1024,1088,1152,1280,1536,2048,3072,4096,6144,8192 \
@@ -310,7 +318,7 @@ PY
         tests/aiter/test_aiter_v3_gpu.py::test_fp8_ep_moe_and_mla_decode_match_the_references ;;
     profile-v3) job profile-v3 560 python3 -m specsched profile --journal "$(pjournal profile-v3)" --model deepseek-v3 --progress \
         --bs 1,2,4,8,10,12,14,16,24,32,64 --kv-lens 512,4096,16384 --eager-bs 1,8,16 \
-        --eager-kv-lens 1024 --prefill-tokens 32,64,128,192,224,240,248,384,896,4096 --prefill-prefix 0 --heldout 0 \
+        --eager-kv-lens 1024 --prefill-tokens "$PT_V3" --prefill-prefix 0,4096 --heldout 0 \
         --max-context 32768 -o "$out/deepseek-v3__H200.parquet" ;;
     heldout-v3) base=backends/profiles/deepseek-v3__H200.parquet; hout="$out/deepseek-v3__H200.parquet"
         # after profile-v3 in the same call: that profile, written beside it

@@ -19,6 +19,11 @@ kept) is compared as it is, with a warning: exact only at tp 1.
 
     python benchmarks/straggler_vs_profile.py benchmarks/results/h200-2026-12-02f/straggler70b.json \\
         --model llama-3.1-70b --tp 8
+
+``--fit-tail`` fits the 3D split-KV kernel's tail exponent (``backends.attention_kv``) to the
+cases that run that kernel: for each exponent from 0 to 1 in steps of 0.05 it prints the rule's
+MAPE on the measured curve, and names the least.  The rule read off the measured curve does not
+depend on the profile's own curve, so the fit is the rule's alone.
 """
 
 from __future__ import annotations
@@ -37,6 +42,8 @@ sys.path.insert(0, str(ROOT / "benchmarks"))
 
 import bench_aiter_straggler as bench  # noqa: E402  (its case layout)
 from analysis.fidelity.lookup import lookup_points, predict  # noqa: E402
+from backends.attention_kv import (KERNEL_3D, attention_kernel, attention_params,  # noqa: E402
+                                   table_model)
 from backends.models import load_model  # noqa: E402
 from backends.profile import ProfileExecutor  # noqa: E402
 from backends.shipped import default_profile  # noqa: E402
@@ -88,6 +95,35 @@ def compare(cases: list[dict], table) -> list[dict]:
     return out
 
 
+def cases_3d(cases: list[dict], table) -> list[dict]:
+    """The cases whose launch runs AITER's 3D split-KV kernel under the table's attention."""
+    att = attention_params(table.attention, table_model(table))
+    return [c for c in cases if c["kind"] in ("verify", "draft") and attention_kernel(
+        float(c["bs"]), float(c["bs"] * (c["width"] if c["kind"] == "verify" else 1)),
+        c["kind"] == "draft", att) == KERNEL_3D]
+
+
+def fit_tail(cases: list[dict], table) -> list[tuple[float, float]]:
+    """(exponent, the rule's MAPE on the measured curve) over the cases whose launch runs the 3D
+    split-KV kernel, for exponents 0, 0.05, ..., 1 (the profile's ``tail_exponent`` set to
+    each in turn, then restored)."""
+    cases3d = cases_3d(cases, table)
+    if not cases3d:
+        raise ValueError("no case runs the 3D split-KV kernel")
+    saved = table.attention.get("tail_exponent")
+    out = []
+    try:
+        for g in np.round(np.arange(0.0, 1.0001, 0.05), 2):
+            table.attention["tail_exponent"] = {**(saved or {}), "3d": float(g)}
+            errs = [r["rule_err_measured_curve"] for r in compare(cases3d, table)]
+            out.append((float(g), float(np.abs(errs).mean())))
+    finally:
+        table.attention.pop("tail_exponent")
+        if saved is not None:
+            table.attention["tail_exponent"] = saved
+    return out
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("json", help="bench_aiter_straggler.py --json output")
@@ -96,6 +132,8 @@ def main() -> None:
     ap.add_argument("--profile", default=None, help="profile parquet (default: the shipped one)")
     ap.add_argument("--eager", action="store_true",
                     help="the cases were eager launches (a JSON that does not say so itself)")
+    ap.add_argument("--fit-tail", action="store_true",
+                    help="fit the 3D split-KV kernel's tail exponent to the cases that run it")
     args = ap.parse_args()
     try:
         d = json.loads(Path(args.json).read_text())
@@ -111,6 +149,20 @@ def main() -> None:
               "(exact only at tp 1)", file=sys.stderr)
     for c in cases:
         c.setdefault("graph", not args.eager)
+    if args.fit_tail:
+        if not table.attention:
+            print(f"error: {path}: the profile has no attention metadata", file=sys.stderr)
+            sys.exit(2)
+        try:
+            fits = fit_tail(cases, table)
+        except ValueError as e:
+            print(f"error: {args.json}: {e}", file=sys.stderr)
+            sys.exit(2)
+        for g, m in fits:
+            print(f"3d tail exponent {g:.2f}: the rule's MAPE on the measured curve {100 * m:.2f}%")
+        best = min(fits, key=lambda f: f[1])
+        print(f"least: {best[0]:.2f} ({100 * best[1]:.2f}%)")
+        return
     rows = compare(cases, table)
     print(f"{args.json} against {path}")
     print(f"{'case':<28} {'uniform: KV profile-vs-measured':<52} {'mixed ms':>9} "

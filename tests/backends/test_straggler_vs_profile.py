@@ -65,3 +65,37 @@ def test_a_file_that_is_no_benchmark_output_is_an_error(tmp_path):
                         "--tp", "8"], cwd=ROOT, capture_output=True, text=True)
     assert r.returncode == 2
     assert r.stderr.strip().splitlines()[-1].startswith(f"error: {bad}")
+
+
+def test_fit_tail_recovers_the_exponent_a_case_was_measured_at():
+    # plant 0.6: the mixed batch takes what the measured curve gives at the rule's KV under an
+    # exponent of 0.6; the fit over 0, 0.05, ..., 1 must find 0.6 with no error, and 0.4 (the
+    # default) must err, since the straggler moves the lookup between two KV lines
+    table = _table()
+    table.attention["tail_exponent"] = {"3d": 0.6}
+    c, _, kv = _case(table, comm=0.0015, scale=1.0)
+    del table.attention["tail_exponent"]
+    before = dict(table.attention)
+    fits = dict(_module().fit_tail([c], table))
+    assert table.attention == before  # restored
+    assert min(fits, key=fits.get) == pytest.approx(0.6)
+    assert fits[0.6] == pytest.approx(0, abs=1e-9)
+    assert fits[0.4] > 1e-3 and fits[1.0] > 1e-3
+    assert 2048 < kv < 8192
+
+
+def test_fit_tail_without_a_3d_kernel_case_is_an_error():
+    table = _table()
+    c, _, _ = _case(table, comm=0.0, scale=1.0)
+    c.update(bs=512, real=512, spec="verify:512:8:2048:8192:1")  # the 2D kernel
+    with pytest.raises(ValueError, match="3D split-KV"):
+        _module().fit_tail([c], table)
+
+
+def test_the_tail_fit_pools_runs_by_their_cases():
+    # one run of 1 case erring 4% at 0.3 and 2% at 0.4, one of 3 cases erring 0% and 6%:
+    # pooled 1% at 0.3 ((1 x 4 + 3 x 0) / 4) and 5% at 0.4 ((1 x 2 + 3 x 6) / 4)
+    pooled = benchmark_script("straggler_tail_fit").pooled
+    fits = {"a": (1, {0.3: 0.04, 0.4: 0.02}), "b": (3, {0.3: 0.0, 0.4: 0.06})}
+    assert pooled(fits, ["a", "b"]) == pytest.approx({0.3: 0.01, 0.4: 0.05})
+    assert pooled(fits, ["a"]) == pytest.approx({0.3: 0.04, 0.4: 0.02})
