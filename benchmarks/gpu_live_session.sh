@@ -94,8 +94,9 @@
 #                FP8 EP fused MoE against PyTorch, the tp-8 / ep-8 shard built and a verify timed)
 #   v3-moe       only the V3 FP8 EP MoE / MLA decode check of v3-tests
 #   profile-v3   `specsched profile` for the DeepSeek-V3 tp-8 / ep-8 shard (FP8, 61 layers + MTP):
-#                bs 1-64 with SGLang's ladder sizes 10-24 (the live conversation run's worst band,
-#                bs 9-32, was interpolated between 8, 16 and 32) x KV to 16k at 3 points, prefill
+#                bs 1-64 with SGLang's ladder sizes 10-48 (the live conversation run's worst band,
+#                bs 9-32, was interpolated between 8, 16 and 32; half the 400-request run's
+#                verify steps pad to 48, which lay between 32 and 64) x KV to 16k at 3 points, prefill
 #                at 32-4,096 tokens (PT_V3), six of them under 256 (a 60-request live run on
 #                2026-12-02 stepped up between 242 and 255 tokens, off the grid; the tile
 #                thresholds 255/256 and 1,023/1,024 are added) and 1,536-3,072 (the 400-request
@@ -317,7 +318,7 @@ PY
     v3-moe) job v3-moe 90 python3 -m pytest -q -rfEs -p no:cacheprovider \
         tests/aiter/test_aiter_v3_gpu.py::test_fp8_ep_moe_and_mla_decode_match_the_references ;;
     profile-v3) job profile-v3 560 python3 -m specsched profile --journal "$(pjournal profile-v3)" --model deepseek-v3 --progress \
-        --bs 1,2,4,8,10,12,14,16,24,32,64 --kv-lens 512,4096,16384 --eager-bs 1,8,16 \
+        --bs 1,2,4,8,10,12,14,16,18,20,24,28,32,40,48,64 --kv-lens 512,4096,16384 --eager-bs 1,8,16 \
         --eager-kv-lens 1024 --prefill-tokens "$PT_V3" --prefill-prefix 0,4096 --heldout 0 \
         --max-context 32768 -o "$out/deepseek-v3__H200.parquet" ;;
     heldout-v3) base=backends/profiles/deepseek-v3__H200.parquet; hout="$out/deepseek-v3__H200.parquet"
