@@ -32,6 +32,11 @@ import pyarrow.parquet as pq
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
+sys.path.insert(0, str(ROOT / "benchmarks"))
+
+import bench_aiter_straggler as bench  # noqa: E402  (its case layout)
+import straggler_vs_profile as svp  # noqa: E402
+from straggler_tail_fit import load_runs  # noqa: E402
 
 from analysis.fidelity.lookup import lookup_points, predict  # noqa: E402
 from analysis.fidelity.stats import STRAGGLER_MIN_KV, STRAGGLER_RATIO  # noqa: E402
@@ -109,11 +114,10 @@ def score(run: Path, model_name: str, tp: int | None, gammas) -> dict:
     kvs = batch_kvs(run)
     kind = df.kind.astype(str).to_numpy()
     strag = ((df.kv_max >= STRAGGLER_RATIO * df.kv_mean) & (df.kv_max >= STRAGGLER_MIN_KV)).to_numpy()
-    saved = table.attention.get("tail_exponent")
+    meas = df.latency_s.to_numpy()
     out = {}
-    try:
-        for g in gammas:
-            table.attention["tail_exponent"] = {**(saved or {}), "3d": float(g)}
+    for g in gammas:
+        with svp.tail_exponent_3d(table, g):
             att = attention_params(table.attention, model)
             pts = lookup_points(steps, table)
             rule, _ = predict(pts, table)
@@ -129,14 +133,9 @@ def score(run: Path, model_name: str, tp: int | None, gammas) -> dict:
                 if v is not None:
                     kv2[i], sel[i] = v, True
             shared, _ = predict({**pts, "kv": kv2}, table)
-            meas = df.latency_s.to_numpy()
-            e0, e1 = rule[sel] / meas[sel] - 1, shared[sel] / meas[sel] - 1
-            out[float(g)] = (int(sel.sum()), float(np.abs(e0).mean()), float(np.abs(e1).mean()),
-                             float(e0.mean()), float(e1.mean()))
-    finally:
-        table.attention.pop("tail_exponent")
-        if saved is not None:
-            table.attention["tail_exponent"] = saved
+        e0, e1 = rule[sel] / meas[sel] - 1, shared[sel] / meas[sel] - 1
+        out[float(g)] = (int(sel.sum()), float(np.abs(e0).mean()), float(np.abs(e1).mean()),
+                         float(e0.mean()), float(e1.mean()))
     return out
 
 
@@ -144,43 +143,22 @@ def bench_errors(gammas) -> dict[float, tuple[int, float, float]]:
     """Per exponent, over the one-wave 3D-kernel cases of the recorded straggler benchmarks
     (``straggler_tail_fit.RUNS``): (cases, the rule's MAPE, the shared form's MAPE), each
     case's KV read off its measured uniform curve."""
-    sys.path.insert(0, str(ROOT / "benchmarks"))
-    import json
-
-    import bench_aiter_straggler as bench
-    import straggler_vs_profile as svp
-    from straggler_tail_fit import RESULTS as RUNS_DIR
-    from straggler_tail_fit import RUNS as BENCH_RUNS
-
     errs: dict[float, tuple[list, list]] = {float(g): ([], []) for g in gammas}
-    for name, model_name, tp in BENCH_RUNS:
-        model = load_model(model_name, tp=tp)
-        table = ProfileExecutor(default_profile(model.name, "H200"), model=model).latency_table()
-        cases = json.loads((RUNS_DIR / name).read_text())["cases"]
-        for c in cases:
-            c.setdefault("graph", True)
-        saved = table.attention.get("tail_exponent")
-        try:
-            for g in gammas:
-                table.attention["tail_exponent"] = {**(saved or {}), "3d": float(g)}
+    for _, model, table, cases in load_runs():
+        c3 = svp.cases_3d(cases, table)
+        for g in gammas:
+            with svp.tail_exponent_3d(table, g):
                 att = attention_params(table.attention, model)
-                c3 = svp.cases_3d(cases, table)
-                for c, r in zip(c3, svp.compare(c3, table)):
-                    rows = float(c["bs"] * (1 if c["kind"] == "draft" else c["width"]))
-                    kv = bench.case_kv(c).astype(np.float64)[:int(c["real"])]
-                    v = shared_kv(kv, float(c["bs"]), rows, att, g)
-                    if v is None:
-                        continue
-                    comm = float(c.get("comm_s", 0.0))
-                    ks = np.array([float(k) for k in c["uniform"]])
-                    curve = np.maximum.accumulate([t + comm for t in c["uniform"].values()])
-                    errs[float(g)][0].append(abs(r["rule_err_measured_curve"]))
-                    errs[float(g)][1].append(abs(float(np.interp(v, ks, curve))
-                                                 / (c["mixed_s"] + comm) - 1))
-        finally:
-            table.attention.pop("tail_exponent")
-            if saved is not None:
-                table.attention["tail_exponent"] = saved
+                rule = svp.compare(c3, table)
+            for c, r in zip(c3, rule):
+                rows = float(c["bs"] * (1 if c["kind"] == "draft" else c["width"]))
+                kv = bench.case_kv(c).astype(np.float64)[:int(c["real"])]
+                v = shared_kv(kv, float(c["bs"]), rows, att, g)
+                if v is None:
+                    continue
+                mixed = c["mixed_s"] + float(c.get("comm_s", 0.0))
+                errs[float(g)][0].append(abs(r["rule_err_measured_curve"]))
+                errs[float(g)][1].append(abs(svp.measured_at(c, v) / mixed - 1))
     return {g: (len(a), float(np.mean(a)), float(np.mean(b))) for g, (a, b) in errs.items()}
 
 

@@ -38,19 +38,23 @@ RUNS = (("h200-2026-11-29d/straggler.json", "llama-3.1-8b", None),
         ("h200-2026-12-02g/straggler70b.json", "llama-3.1-70b", 8))
 
 
-def run_fits() -> dict[str, tuple[int, dict[float, float]]]:
-    """Per run: its number of 3D-kernel cases and the rule's MAPE at each exponent."""
-    out = {}
+def load_runs():
+    """(run, model, shipped table, cases) for each of :data:`RUNS`."""
     for name, model_name, tp in RUNS:
         model = load_model(model_name, tp=tp)
         table = ProfileExecutor(default_profile(model.name, "H200"), model=model).latency_table()
-        d = json.loads((RESULTS / name).read_text())
-        cases = d["cases"]
+        cases = json.loads((RESULTS / name).read_text())["cases"]
         for c in cases:
             c.setdefault("graph", True)
-        fits = svp.fit_tail(cases, table)
-        n = len(svp.cases_3d(cases, table))
-        out[name] = (n, dict(fits))
+        yield name, model, table, cases
+
+
+def run_fits() -> dict[str, tuple[int, dict[float, float]]]:
+    """Per run: its number of 3D-kernel cases and the rule's MAPE at each exponent."""
+    out = {}
+    for name, _, table, cases in load_runs():
+        c3 = svp.cases_3d(cases, table)
+        out[name] = (len(c3), dict(svp.fit_tail(c3, table)))
     return out
 
 
@@ -81,6 +85,7 @@ def main() -> None:
         own = min(fits[n][1], key=fits[n][1].get)
         print(f"  {n:<42} fit {g:.2f}: {100 * fits[n][1][g]:.2f}%   own best {own:.2f}: "
               f"{100 * fits[n][1][own]:.2f}%")
+
 
 if __name__ == "__main__":
     main()

@@ -29,6 +29,7 @@ depend on the profile's own curve, so the fit is the rule's alone.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import sys
 from pathlib import Path
@@ -85,14 +86,34 @@ def compare(cases: list[dict], table) -> list[dict]:
                 p = table.verify_s(c["bs"], c["width"], float(k), graph)[0]
             uni.append((int(k), t + comm, p, p / (t + comm) - 1))
         mixed = c["mixed_s"] + comm
-        ks = np.array([k for k, *_ in uni], float)
-        curve = np.maximum.accumulate([t for _, t, *_ in uni])  # monotone in KV; noise is not
-        on_curve = float(np.interp(pts["kv"][i], ks, curve))
+        on_curve = measured_at(c, float(pts["kv"][i]))
         out.append({"spec": c["spec"], "uniform": uni, "mixed_s": mixed,
                     "predicted_s": float(pred[i]), "lookup_kv": float(pts["kv"][i]),
                     "mixed_err": float(pred[i]) / mixed - 1,
                     "rule_err_measured_curve": on_curve / mixed - 1})
     return out
+
+
+def measured_at(case: dict, kv: float) -> float:
+    """The case's measured uniform batch at ``kv`` (linear between the KVs it was timed at, made
+    monotone in KV: its noise is not), its modelled all-reduce included."""
+    comm = float(case.get("comm_s", 0.0))
+    ks = np.array([float(k) for k in case["uniform"]])
+    curve = np.maximum.accumulate([t + comm for t in case["uniform"].values()])
+    return float(np.interp(kv, ks, curve))
+
+
+@contextlib.contextmanager
+def tail_exponent_3d(table, gamma: float):
+    """The table's 3D split-KV tail exponent set to ``gamma`` inside the block, then restored."""
+    saved = table.attention.get("tail_exponent")
+    table.attention["tail_exponent"] = {**(saved or {}), "3d": float(gamma)}
+    try:
+        yield
+    finally:
+        table.attention.pop("tail_exponent")
+        if saved is not None:
+            table.attention["tail_exponent"] = saved
 
 
 def cases_3d(cases: list[dict], table) -> list[dict]:
@@ -110,17 +131,11 @@ def fit_tail(cases: list[dict], table) -> list[tuple[float, float]]:
     cases3d = cases_3d(cases, table)
     if not cases3d:
         raise ValueError("no case runs the 3D split-KV kernel")
-    saved = table.attention.get("tail_exponent")
     out = []
-    try:
-        for g in np.round(np.arange(0.0, 1.0001, 0.05), 2):
-            table.attention["tail_exponent"] = {**(saved or {}), "3d": float(g)}
+    for g in np.round(np.arange(0.0, 1.0001, 0.05), 2):
+        with tail_exponent_3d(table, g):
             errs = [r["rule_err_measured_curve"] for r in compare(cases3d, table)]
-            out.append((float(g), float(np.abs(errs).mean())))
-    finally:
-        table.attention.pop("tail_exponent")
-        if saved is not None:
-            table.attention["tail_exponent"] = saved
+        out.append((float(g), float(np.abs(errs).mean())))
     return out
 
 
