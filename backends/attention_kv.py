@@ -24,16 +24,18 @@ if TYPE_CHECKING:
 __all__ = ["attention_params", "table_attention", "table_model", "attention_kernel",
            "kv_segments", "effective_kv", "verify_kv", "lone_straggler_kv", "latency_at_kv0", "kv_at_latency",
            "attention_rows", "TAIL_EXPONENT", "LONE_STRAGGLER_2D_S", "DRAFT_LAYERS", "NATT",
-           "KERNEL_3D", "KERNEL_2D", "KERNEL_2D_DECODE"]
+           "KERNEL_3D", "KERNEL_2D", "KERNEL_2D_DECODE", "KERNEL_MLA"]
 
 # the attention vector (attention_params): AITER's unified-attention grid and residency
 (ATT_ON, ATT_KVH, ATT_BQ, ATT_TARGET, ATT_MINSEG, ATT_MAXSEG, ATT_S2D, ATT_S2DD, ATT_S3D,
- ATT_SMS, ATT_G2D, ATT_G2DD, ATT_G3D, ATT_LONE, ATT_LAYERS, ATT_DLAYERS) = range(16)
-NATT = 16
+ ATT_SMS, ATT_G2D, ATT_G2DD, ATT_G3D, ATT_LONE, ATT_LAYERS, ATT_DLAYERS, ATT_MLA) = range(17)
+NATT = 17
 _ATT_KEYS = ("sms", "kv_heads", "block_q", "target_programs", "min_segments", "max_segments",
              "slots_per_sm")
-#: The kernel variants :func:`attention_kernel` tells apart.
-KERNEL_3D, KERNEL_2D, KERNEL_2D_DECODE = 0, 1, 2
+_MLA_KEYS = ("sms", "head_groups", "target_programs", "min_splits", "max_splits", "slots_per_sm")
+#: The kernel variants :func:`attention_kernel` tells apart (:data:`KERNEL_MLA`: the MLA path's
+#: decode kernel, whatever the batch).
+KERNEL_3D, KERNEL_2D, KERNEL_2D_DECODE, KERNEL_MLA = 0, 1, 2, 3
 #: How much faster a straggler's programs run once they are nearly alone on their SMs: their
 #: time per KV tile is ``(n_tail / n_ref) ** exponent`` of the uniform batch's, with ``n_tail``
 #: and ``n_ref`` the programs per SM in the tail and in the uniform batch (0: latency-bound, the
@@ -49,7 +51,7 @@ KERNEL_3D, KERNEL_2D, KERNEL_2D_DECODE = 0, 1, 2
 #: exponent*).
 #: On the 2D verify kernel, :data:`LONE_STRAGGLER_2D_S` replaces it when the model's layer count
 #: is known.
-TAIL_EXPONENT = {"2d": 1.0, "2d_decode": 0.25, "3d": 0.4}
+TAIL_EXPONENT = {"2d": 1.0, "2d_decode": 0.25, "3d": 0.4, "mla": 0.4}
 #: Seconds per KV token per layer that the longest request's programs take on AITER's 2D
 #: (non-decode) unified-attention kernel, whatever else runs: the lone-straggler form
 #: ``T = max(T_u(mean KV), T_0 + a x kv_max)`` with ``a`` this times the layers of the model that
@@ -77,6 +79,8 @@ def attention_params(att: dict[str, Any] | None, model: Any = None) -> np.ndarra
     verify kernel keeps the tail-exponent rule).  All zeros (mean lookups) without ``att`` or
     when it is incomplete (an older profile)."""
     a = np.zeros(NATT)
+    if att and att.get("kernel") == "mla_decode":
+        return _mla_params(att, a)
     if not att or any(k not in att for k in _ATT_KEYS):
         return a
     slots, sms = att["slots_per_sm"], float(att["sms"])
@@ -101,6 +105,26 @@ def attention_params(att: dict[str, Any] | None, model: Any = None) -> np.ndarra
     return a
 
 
+def _mla_params(att: dict[str, Any], a: np.ndarray) -> np.ndarray:
+    """:func:`attention_params` of an MLA profile (``kernel: mla_decode``,
+    ``backends.aiter.occupancy.mla_occupancy``): its decode kernel read as a split-KV kernel of
+    one query row per program, ``head_groups`` programs per row and split, splits
+    ``clamp(ceil(target_programs / rows), min_splits, max_splits)``; all zeros when incomplete."""
+    if any(k not in att for k in _MLA_KEYS) or "mla_decode" not in att["slots_per_sm"]:
+        return a
+    sms = float(att["sms"])
+    a[ATT_ON] = a[ATT_MLA] = 1.0
+    a[ATT_KVH] = att["head_groups"]
+    a[ATT_BQ] = 1.0
+    a[ATT_TARGET] = att["target_programs"]
+    a[ATT_MINSEG] = att["min_splits"]
+    a[ATT_MAXSEG] = att["max_splits"]
+    a[ATT_S3D] = sms * float(att["slots_per_sm"]["mla_decode"])
+    a[ATT_SMS] = sms
+    a[ATT_G3D] = {**TAIL_EXPONENT, **(att.get("tail_exponent") or {})}["mla"]
+    return a
+
+
 def table_model(table: "LatencyTable | None") -> Any:
     """The model metadata a table's ``source`` records (a profile's), or None."""
     source = getattr(table, "source", None)
@@ -121,6 +145,8 @@ def attention_kernel(nseq, rows, decode, att):
     rows in all: the 2D kernel (:data:`KERNEL_2D`, or :data:`KERNEL_2D_DECODE` for an
     all-decode batch) when (query blocks + sequences) x KV heads exceeds the programs it aims
     for, else the 3D split-KV kernel (:data:`KERNEL_3D`)."""
+    if att[ATT_MLA] != 0.0:
+        return KERNEL_MLA
     p2d = (rows // att[ATT_BQ] + nseq) * att[ATT_KVH]
     if p2d > att[ATT_TARGET]:
         return KERNEL_2D_DECODE if decode else KERNEL_2D
@@ -132,6 +158,9 @@ def kv_segments(nseq, rows, att):
     """The KV segments per sequence AITER's 3D split-KV kernel gives a launch of ``nseq``
     sequences and ``rows`` query rows: the power of two that brings (query blocks + sequences)
     x KV heads x segments to the programs it aims for, kept within its segment bounds."""
+    if att[ATT_MLA] != 0.0:  # the MLA decode: splits bring the rows to the programs it aims for
+        return min(max(np.ceil(att[ATT_TARGET] / max(rows, 1.0)), att[ATT_MINSEG]),
+                   att[ATT_MAXSEG])
     p2d = (rows // att[ATT_BQ] + nseq) * att[ATT_KVH]
     want = np.ceil(att[ATT_TARGET] / p2d)
     seg = 1.0
@@ -170,7 +199,7 @@ def effective_kv(kvsum, kvmax, nseq, nreal, rows, decode, att):
         seg, slots, gamma = 1.0, att[ATT_S2DD], att[ATT_G2DD]
     elif kernel == KERNEL_2D:
         seg, slots, gamma = 1.0, att[ATT_S2D], att[ATT_G2D]
-    else:
+    else:  # the 3D split-KV kernel, or the MLA decode (its splits, slots and exponent)
         seg, slots, gamma = kv_segments(nseq, rows, att), att[ATT_S3D], att[ATT_G3D]
     sms = att[ATT_SMS]
     per_seq = np.ceil(rows / nseq / bq) * att[ATT_KVH] * seg  # programs per sequence

@@ -86,6 +86,11 @@
 #                prefills under 64 tokens took the 64-token time (2 tokens: 5.3 ms live, 12.6 ms
 #                predicted). Done on 2026-12-02 (h200-2026-12-02f, 91 s from the journal of
 #                h200-2026-12-02e: the small prefills and the held-out shapes)
+#   profile-v2lite-long  profile-v2lite's grid grown for long context (KV line 16,384, prefill
+#                prefixes 16,384 and 32,768), from its journal (h200-2026-12-02f), with the MLA
+#                decode kernel's occupancy in its metadata (straggler-aware lookups)
+#   straggler-mla  mixed-KV batches against uniform ones on the MLA decode kernel (DeepSeek-V2-Lite,
+#                CASESMLA)                                             -> straggler_mla.json
 #   live-longv2lite[:N]  live run of the long-context sample on DeepSeek-V2-Lite, fixed policy
 #                (119 requests in 341 s, the last 81 in 171 s from its journal; done:
 #                h200-2026-12-02f/live_longv2lite)
@@ -188,6 +193,16 @@ verify:16:6:8000:16000:2,verify:10:4:8000:25000:1,verify:20:8:8000:25000:1,verif
 # a schedule that switches on the conversation sample (k is capped at num_draft_tokens - 1 = 3,
 # as vLLM caps it at num_speculative_tokens; batches there are mostly 1-7 requests)
 SCHEDULE=${SCHEDULE:-1-2:3,3-4096:1}
+# MLA decode straggler cases on DeepSeek-V2-Lite (the same stage-1 kernel, 16 heads a GPU, as
+# DeepSeek-V3's tp-8 shard): the long-context run's regimes (width 4, bs 2-32, mean KV 6k-9k,
+# stragglers 1.5-3x) and the V3 conversation run's (bs 40-64, mean KV about 1,100, stragglers
+# near 4,100), draft steps and width 2 beside them
+CASESMLA="verify:2:4:6000:12000:1,verify:4:4:6000:14000:1,verify:4:4:7000:9000:1,\
+verify:8:4:6000:13000:1,verify:8:4:6000:13000:3,verify:16:4:7000:17000:1,verify:16:4:7000:17000:2,\
+verify:24:4:8000:23000:1,verify:24:4:8000:23000:3,verify:32:4:8000:23000:2,verify:12/10:4:7000:15000:1,\
+verify:40:4:1000:4000:2,verify:48:4:1100:4100:1,verify:48:4:1100:4100:4,verify:48/44:4:1100:4100:1,\
+verify:64:4:1000:4000:1,verify:8:2:6000:13000:1,draft:8:1:6000:13000:1,draft:24:1:8000:23000:1,\
+draft:48:1:1100:4100:1"
 PT_V3="32,64,128,192,224,231,240,242,248,255,256,384,896,1023,1024,1536,2048,2560,3072,4096"
 job() {  # job NAME SECONDS COMMAND...
   local name=$1 secs=$2; shift 2
@@ -262,6 +277,8 @@ PY
         --cases "$CASES3D" ;;
     straggler70b) job straggler70b 300 python3 benchmarks/bench_aiter_straggler.py --model llama-3.1-70b \
         --tp 8 --eager --json "$out/straggler70b.json" --cases "$CASES70B" ;;
+    straggler-mla) job straggler-mla 300 python3 benchmarks/bench_aiter_straggler.py --model deepseek-v2-lite \
+        --json "$out/straggler_mla.json" --cases "$CASESMLA" ;;
     rates) job rates 120 python3 benchmarks/bench_aiter_rates.py --json "$out/rates.json" ;;
     coarse8b) job coarse8b 240 python3 -m specsched profile --model llama-3.1-8b --bs 1,8,64,256 --widths 1,4,8 \
         --kv-lens 512,4096,32768 --eager-bs 1,64,384 --eager-widths 1,4 --eager-kv-lens 1024 \
@@ -309,6 +326,11 @@ PY
         --bs 1,2,3,4,5,6,7,8,10,12,14,16,20,24,32,48 --kv-lens 128,512,2048,8192,32768 --eager-bs 1,16,48 \
         --prefill-tokens 64,128,256,512,768,1024,2048,4096,8192 --prefill-prefix 0,8192 \
         -o "$out/deepseek-v2-lite__H200.parquet" ;;
+    profile-v2lite-long) job profile-v2lite-long 560 python3 -m specsched profile \
+        --journal "$(pjournal profile-v2lite)" --model deepseek-v2-lite --progress \
+        --bs 1,2,3,4,5,6,7,8,10,12,14,16,20,24,32,48 --kv-lens 128,512,2048,8192,16384,32768 \
+        --eager-bs 1,16,48 --prefill-tokens 64,128,256,512,768,1024,2048,4096,8192 \
+        --prefill-prefix 0,8192,16384,32768 -o "$out/deepseek-v2-lite__H200.parquet" ;;
     live-longv2lite|live-longv2lite:*) n=${j#live-longv2lite}; n=${n#:}
         MODEL=deepseek-v2-lite live "longv2lite$n" "$LONG" "$n" --policy fixed ;;
     live-v2lite:*) MODEL=deepseek-v2-lite live "v2lite${j#live-v2lite:}" "$CONV" "${j#live-v2lite:}" \

@@ -14,6 +14,7 @@ can be brought up to date; ``tests/backends/test_shipped.py`` fails until they a
 
     python benchmarks/regenerate_reports.py            # every report of a current profile
     python benchmarks/regenerate_reports.py --dry-run  # list them, change nothing
+    python benchmarks/regenerate_reports.py --profile deepseek-v3__H200.parquet  # one profile's
 """
 
 from __future__ import annotations
@@ -72,9 +73,18 @@ def rerun(report: dict, model: str, dest: Path) -> dict:
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--dry-run", action="store_true", help="list the reports, change nothing")
+    ap.add_argument("--profile", action="append", default=[], metavar="FILE",
+                    help="only the reports of this shipped profile (file name; repeatable)")
     args = ap.parse_args()
+    names = {n for n, _ in reports()}
+    for n in args.profile:
+        if n not in names:
+            raise SystemExit(f"error: --profile {n}: not in the validation record "
+                             f"({', '.join(sorted(names))})")
     os.chdir(ROOT)  # reports record paths relative to the repository
     for name, md in reports():
+        if args.profile and name not in args.profile:
+            continue
         old = json.loads(md.with_suffix(".json").read_text())
         sha = hashlib.sha256((PROFILES_DIR / name).read_bytes()).hexdigest()
         rel = md.relative_to(ROOT)

@@ -20,7 +20,7 @@ from typing import Any
 
 import numpy as np
 
-__all__ = ["attention_grid", "attention_occupancy"]
+__all__ = ["attention_grid", "attention_occupancy", "mla_occupancy"]
 
 #: AITER's unified_attention: at most this many programs per SM before it stops splitting KV
 TARGET_PROGRAMS_PER_SM = 4
@@ -86,7 +86,7 @@ def attention_occupancy(runner: Any) -> dict[str, Any]:
     if not runner.on_gpu or torch.version.hip:
         raise RuntimeError("attention occupancy is measured on a CUDA GPU")
     if getattr(runner, "mla", False):
-        raise RuntimeError("MLA model: occupancy is measured for unified_attention only")
+        return mla_occupancy(runner)
     g = runner.geometry
     props = torch.cuda.get_device_properties(runner.device)
     grid = attention_grid(g["heads"], g["kv_heads"], runner.page_size, props.multi_processor_count)
@@ -121,3 +121,39 @@ def attention_occupancy(runner: Any) -> dict[str, Any]:
         slots[name], kernels[name] = _blocks_per_sm(hits[-1])
     return {**grid, "slots_per_sm": slots, "kernels": kernels,
             "source": "cuOccupancyMaxActiveBlocksPerMultiprocessor on the compiled AITER kernels"}
+
+
+def mla_occupancy(runner: Any) -> dict[str, Any]:
+    """The MLA decode kernel's grid constants and resident programs per SM, on the runner's GPU.
+
+    AITER's ``decode_attention_fwd_grouped_rope`` (the MLA path's verify, draft and draft-extend
+    attention) launches one program per (query row, head group, KV split), rows first, and each
+    program reads ``ceil(kv / splits)`` of its row's keys; the executor gives a launch of ``rows``
+    query rows ``clamp(ceil(2 x SMs / rows), 2, 16)`` splits (``backends.aiter.mla_kernels``).
+    The stage-1 kernel is compiled by one eager draft step of two requests, and the driver is
+    asked how many of its blocks an SM holds (what ``backends.attention_kv`` reads as
+    ``kernel: mla_decode``)."""
+    import torch
+
+    from backends.aiter.mla_kernels import DECODE_CONFIG, decode_splits
+
+    g = runner.geometry
+    sms = int(torch.cuda.get_device_properties(runner.device).multi_processor_count)
+    block_h = DECODE_CONFIG["fwd_grouped_kernel_stage1_rope"]["BLOCK_H"]
+    heads = int(g["heads"])
+    launch, key = runner.draft_launch(np.full(2, 64, dtype=np.int64), 2)
+    with _record_launches() as seen:
+        runner.run(key, launch, graph=False, reps=1, warmup=0)
+    torch.cuda.synchronize(runner.device)
+    want = "_fwd_grouped_kernel_stage1_rope"
+    hits = [k for (fn, _, k) in seen if fn == want]
+    if not hits:
+        raise RuntimeError(f"MLA decode: {want} was not launched "
+                           f"(launched: {sorted({fn for fn, _, _ in seen})})")
+    slots, info = _blocks_per_sm(hits[-1])
+    return {"kernel": "mla_decode", "sms": sms, "head_groups": -(-heads // min(block_h, heads)),
+            "target_programs": 2 * sms, "min_splits": decode_splits(10 ** 9, sms),
+            "max_splits": decode_splits(1, sms), "slots_per_sm": {"mla_decode": slots},
+            "kernels": {"mla_decode": info},
+            "source": "cuOccupancyMaxActiveBlocksPerMultiprocessor on AITER's compiled MLA "
+                      "decode kernel (stage 1)"}

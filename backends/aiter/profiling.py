@@ -495,7 +495,7 @@ def _sweep(runner, shape, cap, fits, spec: ProfileSpec, pj, *, out, command, pro
 
         attention = attention_occupancy(runner)
         say(f"attention: {attention['slots_per_sm']} programs per SM resident "
-            f"(2D verify, 2D decode, 3D split-KV)")
+            f"({attention.get('kernel', 'unified_attention')})")
     except Exception as exc:  # noqa: BLE001 - a ROCm GPU, or a Triton without the hooks used
         notes.append(f"attention occupancy not measured ({exc}): lookups will use mean KV")
     meta = {"model": shape, "gpu": gpu_info(), "versions": bridge.versions(), "command": command,

@@ -186,6 +186,29 @@ def test_executor_times_verify_draft_prefill_and_refuses_other_widths():
     assert d["runner"]["draft_role"] == "mtp" and d["calls"]["draft_extend"] == 3
 
 
+def test_mla_decode_occupancy_is_read_from_the_compiled_kernel():
+    """``attention_occupancy`` on an MLA runner asks the driver about AITER's stage-1 MLA decode
+    kernel (``mla_occupancy``), and the result drives the straggler-aware lookup's MLA branch."""
+    import torch
+
+    from backends.aiter import make_executor
+    from backends.aiter.occupancy import attention_occupancy
+    from backends.attention_kv import ATT_MLA, attention_params
+    from backends.models import ModelShape
+
+    ex = make_executor(ModelShape(**V2_LITE_LAYERS, attention="mla"), capture_bs=[1, 2],
+                       max_context=8192, kv_pool_gib=1)
+    att = attention_occupancy(ex.runner)
+    sms = torch.cuda.get_device_properties(0).multi_processor_count
+    assert att["kernel"] == "mla_decode" and att["sms"] == sms
+    assert att["head_groups"] == 1 and att["target_programs"] == 2 * sms  # 16 heads: one group
+    assert (att["min_splits"], att["max_splits"]) == (2, 16)
+    n, k = att["slots_per_sm"]["mla_decode"], att["kernels"]["mla_decode"]
+    assert 1 <= n <= 32 and k["n_regs"] > 0
+    assert n <= 65536 // (k["n_regs"] * 32 * k["num_warps"])  # what the registers alone allow
+    assert attention_params(att)[ATT_MLA] == 1.0
+
+
 def test_profile_sweep_of_an_mla_model(tmp_path):
     """A small ``specsched profile`` sweep: width 3 is measured through the width-4 graph, for
     verify and for draft-extend; a width the MLA kernels lack is refused before measuring."""
