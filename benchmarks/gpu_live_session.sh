@@ -91,6 +91,9 @@
 #                decode kernel's occupancy in its metadata (straggler-aware lookups)
 #   straggler-mla  mixed-KV batches against uniform ones on the MLA decode kernel (DeepSeek-V2-Lite,
 #                CASESMLA)                                             -> straggler_mla.json
+#   prefill-protocols  DeepSeek-V2-Lite prefills of 8,192 tokens (prefix 0 and 8,192) and 3,240
+#                timed as a profile does and as a live run does, on one GPU
+#                                                                 -> prefill_protocols.json
 #   live-longv2lite[:N]  live run of the long-context sample on DeepSeek-V2-Lite, fixed policy
 #                (119 requests in 341 s, the last 81 in 171 s from its journal; done:
 #                h200-2026-12-02f/live_longv2lite)
@@ -279,6 +282,8 @@ PY
         --tp 8 --eager --json "$out/straggler70b.json" --cases "$CASES70B" ;;
     straggler-mla) job straggler-mla 300 python3 benchmarks/bench_aiter_straggler.py --model deepseek-v2-lite \
         --json "$out/straggler_mla.json" --cases "$CASESMLA" ;;
+    prefill-protocols) job prefill-protocols 150 python3 benchmarks/bench_prefill_protocols.py \
+        --model deepseek-v2-lite --shapes 8192@0,8192@8192,3240@0 --json "$out/prefill_protocols.json" ;;
     rates) job rates 120 python3 benchmarks/bench_aiter_rates.py --json "$out/rates.json" ;;
     coarse8b) job coarse8b 240 python3 -m specsched profile --model llama-3.1-8b --bs 1,8,64,256 --widths 1,4,8 \
         --kv-lens 512,4096,32768 --eager-bs 1,64,384 --eager-widths 1,4 --eager-kv-lens 1024 \

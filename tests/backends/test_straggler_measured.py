@@ -29,7 +29,8 @@ def rescore(name: str) -> tuple[np.ndarray, np.ndarray, list[dict]]:
 @pytest.mark.parametrize("name, cases", [("h200-2026-11-29d/straggler.json", 25),
                                          ("h200-2026-11-29d/straggler_holdout.json", 16),
                                          ("h200-2026-12-02b/straggler3d.json", 12),
-                                         ("h200-2026-12-03/straggler_mla.json", 20)])
+                                         ("h200-2026-12-03/straggler_mla.json", 20),
+                                         ("h200-2026-12-03/straggler_mla_d5235e89.json", 20)])
 def test_the_rule_predicts_measured_straggler_batches_far_better_than_the_mean(name, cases):
     rule, mean, rows = rescore(name)
     assert len(rows) == cases
@@ -57,7 +58,8 @@ def test_the_partial_wave_form_beats_the_previous_3d_rule_on_the_recorded_3d_cas
 @pytest.mark.parametrize("name", ["h200-2026-11-29d/straggler_holdout.json",
                                   "h200-2026-12-02b/straggler2d.json",
                                   "h200-2026-12-02b/straggler3d.json",
-                                  "h200-2026-12-03/straggler_mla.json"])
+                                  "h200-2026-12-03/straggler_mla.json",
+                                  "h200-2026-12-03/straggler_mla_d5235e89.json"])
 def test_rescoring_reproduces_what_the_gpu_run_printed_for_the_rule_it_ran(name):
     """Each run printed the lookup rule's errors on the GPU (the 2D and 3D runs of 2026-12-02
     under today's tail exponents); re-scoring the stored curves on a CPU gives the same numbers:

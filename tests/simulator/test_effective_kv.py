@@ -17,6 +17,11 @@ ATT = {"sms": 132, "kv_heads": 8, "block_q": 4, "target_programs": 528, "min_seg
        "max_segments": 128, "slots_per_sm": {"2d": 8, "2d_decode": 6, "3d": 8}}
 
 
+#: the MLA decode kernel's grid on an H200 (2 programs an SM, as measured on 2026-12-03)
+MLA = {"kernel": "mla_decode", "sms": 132, "head_groups": 1, "target_programs": 264,
+       "min_splits": 2, "max_splits": 16, "slots_per_sm": {"mla_decode": 2}}
+
+
 def cf(att=ATT):
     out = np.zeros(C.NCF)
     assert C.set_attention(out, att)
@@ -117,10 +122,11 @@ def test_graph_padding_counts_in_the_waves_of_the_launch_not_in_the_work():
 @settings(max_examples=300, deadline=None)
 @given(kvs=st.lists(st.integers(1, 131072), min_size=1, max_size=300),
        width=st.integers(1, 21), graph_pad=st.integers(0, 8), draft=st.booleans(),
-       more=st.integers(0, 50_000))
+       more=st.integers(0, 50_000), mla=st.booleans())
 def test_between_the_mean_and_the_longest_exact_for_uniform_batches_and_monotone(
-        kvs, width, graph_pad, draft, more):
-    f = cf()
+        kvs, width, graph_pad, draft, more, mla):
+    """On unified_attention's grid and on the MLA decode kernel's (``mla``)."""
+    f = cf(MLA if mla else ATT)
     kv = np.asarray(kvs, dtype=np.float64)
     nreal = float(len(kv))
     nseq = nreal + graph_pad  # padded rows count as sequences with no KV
@@ -137,9 +143,10 @@ def test_between_the_mean_and_the_longest_exact_for_uniform_batches_and_monotone
     assert got2 >= got * (1 - 1e-12)
 
 
-@pytest.fixture
-def att_profile(tmp_path):
-    """A profile carrying attention metadata, and the first 150 requests of the code sample."""
+@pytest.fixture(params=["unified_attention", "mla_decode"])
+def att_profile(tmp_path, request):
+    """A profile carrying attention metadata (unified_attention's grid, or the MLA decode
+    kernel's), and the first 150 requests of the code sample."""
     import sys
     from pathlib import Path
 
@@ -153,7 +160,7 @@ def att_profile(tmp_path):
     m, rows = roofline_profile_rows()
     path = tmp_path / "p.parquet"
     meta = profile_metadata(m, {"name": "H200"}, command="pytest")
-    meta["attention"] = ATT
+    meta["attention"] = MLA if request.param == "mla_decode" else ATT
     write_profile(rows, path, meta)
     return path, load_trace(sample, limit=150)
 
