@@ -12,9 +12,12 @@ Everything is measured in one process on one GPU, so no profile and no other mac
 ``--score JSON`` re-scores the rule against a recorded run on any machine. The rule scored here
 is the waves and tail rule (``effective_kv``); on the 2D verify kernel the engine uses the
 lone-straggler form instead, which ``benchmarks/straggler_2d_tail.py`` scores on the same files.
+An MLA model's cases run the MLA decode kernel, whose occupancy ``attention_occupancy`` measures
+as ``kernel: mla_decode``.
 
     python benchmarks/bench_aiter_straggler.py --model llama-3.1-8b --json straggler.json
     python benchmarks/bench_aiter_straggler.py --model llama-3.1-70b --tp 8 --eager --cases ...
+    python benchmarks/bench_aiter_straggler.py --model deepseek-v2-lite --cases ...  # MLA decode
     python benchmarks/bench_aiter_straggler.py --score benchmarks/results/h200-2026-11-29d/straggler_holdout.json
 """
 

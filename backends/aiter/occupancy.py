@@ -9,7 +9,9 @@ when that is at most ``4 x SMs`` programs, each sequence's KV split into 16-128 
 registers, shared memory and warps.  :func:`attention_occupancy` compiles the three variants
 the executor launches (2D for verify, 2D all-decode for draft steps, 3D) on this GPU and asks
 the driver (``cuOccupancyMaxActiveBlocksPerMultiprocessor``) how many blocks of each fit on an
-SM; ``specsched profile`` stores the result in the profile's metadata (``attention``).
+SM; ``specsched profile`` stores the result in the profile's metadata (``attention``).  An MLA
+model's decode rows run AITER's MLA decode kernel instead, a split-KV grid of its own
+(:func:`mla_occupancy`).
 """
 
 from __future__ import annotations
