@@ -88,7 +88,10 @@
 #                h200-2026-12-02e: the small prefills and the held-out shapes)
 #   profile-v2lite-long  profile-v2lite's grid grown for long context (KV line 16,384, prefill
 #                prefixes 16,384 and 32,768), from its journal (h200-2026-12-02f), with the MLA
-#                decode kernel's occupancy in its metadata (straggler-aware lookups)
+#                decode kernel's occupancy in its metadata (straggler-aware lookups): 180 s on
+#                2026-12-03 (h200-2026-12-03). Since then it also asks for the whole capture ladder
+#                (BS_V2LITE), eager KV 16,384 and 32,768 and prefills of 3,072 tokens: carry
+#                h200-2026-12-03/journal_profile-v2lite.jsonl as journals/ to measure only those
 #   straggler-mla  mixed-KV batches against uniform ones on the MLA decode kernel (DeepSeek-V2-Lite,
 #                CASESMLA)                                             -> straggler_mla.json
 #   prefill-protocols  DeepSeek-V2-Lite prefills of 8,192 tokens (prefix 0 and 8,192) and 3,240
@@ -206,6 +209,14 @@ verify:24:4:8000:23000:1,verify:24:4:8000:23000:3,verify:32:4:8000:23000:2,verif
 verify:40:4:1000:4000:2,verify:48:4:1100:4100:1,verify:48:4:1100:4100:4,verify:48/44:4:1100:4100:1,\
 verify:64:4:1000:4000:1,verify:8:2:6000:13000:1,draft:8:1:6000:13000:1,draft:24:1:8000:23000:1,\
 draft:48:1:1100:4100:1"
+# the capture ladder a default run uses (simulator.sglang.capture_ladder: SGLang's speculative
+# ladder, 1-8, every 2 to 32, every 4 from 40, cut at its 48 running requests): a live graph
+# launch pads to one of these, and the MLA decode's time is not monotone between them (its KV
+# split count rounds up past one wave of programs; docs/aiter_mla.md), so each is measured.
+# V2-Lite's grid of 2026-12-03 lacks 18, 22, 26, 28, 30, 40 and 44; V3's 3, 5, 6, 7, 22, 26, 30
+# and 44 (both resume from their journals and measure only those; V3 keeps 64)
+BS_V2LITE="1,2,3,4,5,6,7,8,10,12,14,16,18,20,22,24,26,28,30,32,40,44,48"
+BS_V3="1,2,3,4,5,6,7,8,10,12,14,16,18,20,22,24,26,28,30,32,40,44,48,64"
 PT_V3="32,64,128,192,224,231,240,242,248,255,256,384,896,1023,1024,1536,2048,2560,3072,4096"
 job() {  # job NAME SECONDS COMMAND...
   local name=$1 secs=$2; shift 2
@@ -333,8 +344,9 @@ PY
         -o "$out/deepseek-v2-lite__H200.parquet" ;;
     profile-v2lite-long) job profile-v2lite-long 560 python3 -m specsched profile \
         --journal "$(pjournal profile-v2lite)" --model deepseek-v2-lite --progress \
-        --bs 1,2,3,4,5,6,7,8,10,12,14,16,20,24,32,48 --kv-lens 128,512,2048,8192,16384,32768 \
-        --eager-bs 1,16,48 --prefill-tokens 64,128,256,512,768,1024,2048,4096,8192 \
+        --bs "$BS_V2LITE" --kv-lens 128,512,2048,8192,16384,32768 \
+        --eager-bs 1,16,48 --eager-kv-lens 512,2048,8192,16384,32768 \
+        --prefill-tokens 64,128,256,512,768,1024,2048,3072,4096,8192 \
         --prefill-prefix 0,8192,16384,32768 -o "$out/deepseek-v2-lite__H200.parquet" ;;
     live-longv2lite|live-longv2lite:*) n=${j#live-longv2lite}; n=${n#:}
         MODEL=deepseek-v2-lite live "longv2lite$n" "$LONG" "$n" --policy fixed ;;
@@ -345,7 +357,7 @@ PY
     v3-moe) job v3-moe 90 python3 -m pytest -q -rfEs -p no:cacheprovider \
         tests/aiter/test_aiter_v3_gpu.py::test_fp8_ep_moe_and_mla_decode_match_the_references ;;
     profile-v3) job profile-v3 560 python3 -m specsched profile --journal "$(pjournal profile-v3)" --model deepseek-v3 --progress \
-        --bs 1,2,4,8,10,12,14,16,18,20,24,28,32,40,48,64 --kv-lens 512,4096,16384 --eager-bs 1,8,16 \
+        --bs "$BS_V3" --kv-lens 512,4096,16384 --eager-bs 1,8,16 \
         --eager-kv-lens 1024 --prefill-tokens "$PT_V3" --prefill-prefix 0,4096 --heldout 0 \
         --max-context 32768 -o "$out/deepseek-v3__H200.parquet" ;;
     heldout-v3) base=backends/profiles/deepseek-v3__H200.parquet; hout="$out/deepseek-v3__H200.parquet"
