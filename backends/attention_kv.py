@@ -1,4 +1,4 @@
-"""Where a batch with mixed KV lengths is looked up: AITER's attention grid, stragglers, 2D and 3D.
+"""Where a batch with mixed KV lengths is looked up: AITER's attention grids and stragglers.
 
 A profile measures uniform batches, every request at one KV length.  A live batch mixes them,
 and AITER's unified attention does not take as long as its mean KV: a long request's programs
@@ -144,7 +144,8 @@ def attention_kernel(nseq, rows, decode, att):
     """Which unified-attention kernel AITER launches for ``nseq`` sequences of ``rows`` query
     rows in all: the 2D kernel (:data:`KERNEL_2D`, or :data:`KERNEL_2D_DECODE` for an
     all-decode batch) when (query blocks + sequences) x KV heads exceeds the programs it aims
-    for, else the 3D split-KV kernel (:data:`KERNEL_3D`)."""
+    for, else the 3D split-KV kernel (:data:`KERNEL_3D`). An MLA profile's launches all run
+    the MLA decode kernel (:data:`KERNEL_MLA`)."""
     if att[ATT_MLA] != 0.0:
         return KERNEL_MLA
     p2d = (rows // att[ATT_BQ] + nseq) * att[ATT_KVH]
@@ -209,6 +210,9 @@ def effective_kv(kvsum, kvmax, nseq, nreal, rows, decode, att):
     n_ref = min(nseq * per_seq, slots) / sms   # programs per SM: the uniform batch's first wave
     n_tail = max(per_seq / sms, 1.0)            # the straggler's own, alone
     phi = min((n_tail / n_ref) ** gamma, 1.0)
+    # the MLA decode keeps the tail form in every wave count: it dispatches rows first, so a
+    # straggler's programs are not spread through the waves (docs/backends.md, *Straggler-aware
+    # KV on the MLA path*)
     if kernel == KERNEL_3D and waves_u > 1.0:
         return _split_kv(kvsum, kvmax, nreal, n_real, waves, nseq * per_seq, waves_u, slots, phi,
                          gamma, mean)

@@ -39,7 +39,8 @@ def source_occupancy(path: str, model: str | None) -> tuple[dict, dict, str]:
     d = json.loads(Path(path).read_text())
     occ = (d.get("summary") or {}).get("occupancy")
     if not occ:
-        raise SpecschedError("no summary.occupancy (not a bench_aiter_straggler.py JSON?)", path=path)
+        raise SpecschedError("no summary.occupancy (not a bench_aiter_straggler.py JSON?)",
+                             path=path)
     if not model:
         raise SpecschedError("a straggler JSON does not name its model: give --model", path=path)
     m = load_model(model)
@@ -71,8 +72,10 @@ def main(argv: list[str] | None = None) -> int:
         if heads_per_gpu(src_model) != heads_per_gpu(model):
             raise SpecschedError(f"the source has {heads_per_gpu(src_model)} heads a GPU, the "
                                  f"profile {heads_per_gpu(model)}", path=a.source)
-        if mla and src_model.get("kv_lora_rank", model.get("kv_lora_rank")) != model.get("kv_lora_rank"):
-            raise SpecschedError("the source's latent width differs from the profile's", path=a.source)
+        lora = model.get("kv_lora_rank")
+        if mla and src_model.get("kv_lora_rank", lora) != lora:
+            raise SpecschedError("the source's latent width differs from the profile's",
+                                 path=a.source)
         if int(occ["sms"]) != int(meta["gpu"].get("multiprocessors", occ["sms"])):
             raise SpecschedError(f"the source's GPU has {occ['sms']} SMs, the profile's "
                                  f"{meta['gpu'].get('multiprocessors')}", path=a.source)
