@@ -82,11 +82,7 @@ def run(trace, config: SimConfig, executor: Executor, *, kv_capacity_tokens: int
         summary["what_if"] = [w for w in summary["what_if"] if w != RADIX_OFF_WHAT_IF]
     _engine_warnings(summary, config, sim)
     measured = sim.table is not None and sim.table.source.get("backend") == "profile"
-    if measured and config.backend.kv_lookup == "straggler" and config.engine.mla:
-        summary["warnings"].append("MLA model: batches were looked up at their mean KV length "
-                                   "(the straggler rule models AITER's unified_attention "
-                                   "kernel, not the MLA decode kernels)")
-    elif measured and config.backend.kv_lookup == "straggler" and not sim.straggler_kv:
+    if measured and config.backend.kv_lookup == "straggler" and not sim.straggler_kv:
         # true of a measured profile only: a roofline prices attention by the summed KV, so
         # the straggler rule (the attention kernel's waves) does not apply to it
         summary["warnings"].append("the latency table carries no attention-kernel occupancy (a "

@@ -29,9 +29,14 @@ def test_fixed_policy_runs_on_the_shipped_profile_and_width_8_is_refused(tmp_pat
     verify = pq.read_table(tmp_path / "fixed" / "steps.parquet").to_pandas()
     verify = verify[verify.kind.astype(str) == "verify"]
     assert set(verify.width) == {4} and verify.graph.all()
-    # the straggler rule is the unified-attention kernel's: an MLA run says it used mean KV
-    assert any(w.startswith("MLA model: batches were looked up at their mean KV length")
-               for w in summary["warnings"])
+    # the shipped profile carries the MLA decode kernel's occupancy: straggler-aware lookups,
+    # and no warning that batches were looked up at their mean KV
+    assert summary["kv_lookup"] == "straggler"
+    assert not any("mean KV length" in w for w in summary["warnings"])
+    steps = pq.read_table(tmp_path / "fixed" / "steps.parquet").to_pandas()
+    dec = steps[steps.kind.astype(str) != "prefill"]
+    mean_launch = dec.kv_mean * dec.bs / dec.bs_padded
+    assert (dec.lookup_kv >= mean_launch - 1e-6).all() and (dec.lookup_kv > mean_launch + 1).any()
 
     proc = _simulate(tmp_path / "w8", "--set", "engine.num_draft_tokens=8")
     assert proc.returncode == 2 and not (tmp_path / "w8").exists()
