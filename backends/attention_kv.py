@@ -342,3 +342,4 @@ def attention_rows(decode, graph, nseq, width, tokens):
     if graph:
         return nseq * width
     return tokens
+

@@ -66,7 +66,8 @@ import numpy as np
 
 from backends.attention_kv import (ATT_DLAYERS, ATT_LAYERS, ATT_ON, attention_rows, effective_kv,
                                    table_attention, verify_kv)
-from backends.interp import interp2, interp3, interp_prefill
+from backends.interp import interp_prefill
+from backends.mla_waves import interp2_waves, interp3_waves
 from backends.protocol import DraftBatch, DraftExtendBatch, PrefillBatch, VerifyBatch, VerifyTiming
 
 __all__ = ["Grid", "LatencyTable", "TableExecutor", "verify_axes", "draft_axes", "extend_axes",
@@ -232,14 +233,24 @@ class LatencyTable:
             if len(g.axes) != ndim:
                 raise ValueError(f"LatencyTable.{name} needs {ndim} axes, got {len(g.axes)}")
 
+    @property
+    def _waves(self) -> np.ndarray:
+        """The attention vector batch-size lookups read (:mod:`backends.mla_waves`), once."""
+        att = self.__dict__.get("_att_vec")
+        if att is None:
+            att = table_attention(self)
+            object.__setattr__(self, "_att_vec", att)
+        return att
+
     def verify_s(self, bs: float, width: float, kv: float, graph: bool) -> tuple[float, bool]:
         g = self.verify_graph if graph else self.verify_eager
-        value, outside = interp3(g.axes[0], g.axes[1], g.axes[2], g.values, bs, width, kv)
+        value, outside = interp3_waves(g.axes[0], g.axes[1], g.axes[2], g.values, bs, width, kv,
+                                       width, self._waves)
         return float(value), bool(outside)
 
     def draft_pass_s(self, bs: float, kv: float, graph: bool) -> tuple[float, bool]:
         g = self.draft_graph if graph else self.draft_eager
-        value, outside = interp2(g.axes[0], g.axes[1], g.values, bs, kv)
+        value, outside = interp2_waves(g.axes[0], g.axes[1], g.values, bs, kv, self._waves)
         return float(value), bool(outside)
 
     @property
@@ -251,7 +262,8 @@ class LatencyTable:
         """Seconds of one draft-extend launch at (batch size, width, KV), and whether the lookup
         left the grid."""
         g = self.extend_graph if graph else self.extend_eager
-        value, outside = interp3(g.axes[0], g.axes[1], g.axes[2], g.values, bs, width, kv)
+        value, outside = interp3_waves(g.axes[0], g.axes[1], g.axes[2], g.values, bs, width, kv,
+                                       width, self._waves)
         return float(value), bool(outside)
 
     def prefill_s(self, tokens: float, prefix: float) -> tuple[float, bool]:

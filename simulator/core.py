@@ -99,7 +99,7 @@ def advance(r, horizon, arrival, prompt, output, mnt, off, draft, acc, pacc, R, 
             if E[r, E_TIMED] == 0:
                 _set_lookups(r, PI, PF, E, CF, tab)
                 if CI[C_FAST] == 1:
-                    _time_passes(r, PI, PF, E, tab)
+                    _time_passes(r, PI, PF, E, CF, tab)
                 else:
                     return ADV_TIMING
                 EF[r, EF_PEND_END] = EF[r, EF_CLOCK] + iteration_time(r, E, EF, PF, CI, CF)

@@ -136,7 +136,7 @@ def _choose_by_cost(r, oracle, R, E, EF, RUN, MB, PI, PF, off, draft, acc, pacc,
         nl = apply_policy(POL_FIXED, MB[r], n, lw, tmp, buckets, w, CI[C_WIDEN], CI[C_MLA])
         _build_decode_passes(r, n, nl, E, MB, PI, PF, CI, padmap, capw, lw, tmp)
         _set_lookups(r, PI, PF, E, CF, tab)
-        _time_passes(r, PI, PF, E, tab)
+        _time_passes(r, PI, PF, E, CF, tab)
         last = KS[r, K.KS_LASTW]
         EF[r, EF_SWITCH] = KC[K.K_SWITCH_COST] if (last != 0 and last != w) else 0.0
         t = iteration_time(r, E, EF, PF, CI, CF)

@@ -8,7 +8,8 @@ import numpy as np
 from backends.jit import njit
 from backends.attention_kv import (ATT_DLAYERS, ATT_LAYERS, ATT_ON, attention_params,
                                    attention_rows, effective_kv, verify_kv)
-from backends.interp import interp2, interp3, interp_prefill
+from backends.interp import interp_prefill
+from backends.mla_waves import interp2_waves, interp3_waves
 from simulator.layout import *  # noqa: F401,F403  (the state layout's column names)
 
 
@@ -72,10 +73,12 @@ def _set_lookups(r, PI, PF, E, CF, tab):
 
 
 @njit
-def _time_passes(r, PI, PF, E, tab):
-    """Latency of every pending pass from the latency table (the fast path)."""
+def _time_passes(r, PI, PF, E, CF, tab):
+    """Latency of every pending pass from the latency table (the fast path); on an MLA profile a
+    batch size between grid points is interpolated in decode waves (``backends.mla_waves``)."""
     (vg0, vg1, vg2, vgv, ve0, ve1, ve2, vev, dg0, dg1, dgv, de0, de1, dev, pf0, pf1, pfv,
      xg0, xg1, xg2, xgv, xe0, xe1, xe2, xev) = tab
+    att = CF[CF_ATT:]
     for p in range(E[r, E_NPASS]):
         kind = PI[r, p, P_KIND]
         oog = False
@@ -86,26 +89,26 @@ def _time_passes(r, PI, PF, E, tab):
             bs = float(PI[r, p, P_BSPAD])
             kv = PF[r, p, PF_LOOKUP]
             if PI[r, p, P_GRAPH] == 1:
-                lat, oog = interp2(dg0, dg1, dgv, bs, kv)
+                lat, oog = interp2_waves(dg0, dg1, dgv, bs, kv, att)
             else:
-                lat, oog = interp2(de0, de1, dev, bs, kv)
+                lat, oog = interp2_waves(de0, de1, dev, bs, kv, att)
             lat = lat * PI[r, p, P_PASSES]
         elif kind == KIND_EXTEND:
             bs = float(PI[r, p, P_BSPAD])
             w = float(PI[r, p, P_WIDTH])
             kv = PF[r, p, PF_LOOKUP]
             if PI[r, p, P_GRAPH] == 1:
-                lat, oog = interp3(xg0, xg1, xg2, xgv, bs, w, kv)
+                lat, oog = interp3_waves(xg0, xg1, xg2, xgv, bs, w, kv, w, att)
             else:
-                lat, oog = interp3(xe0, xe1, xe2, xev, bs, w, kv)
+                lat, oog = interp3_waves(xe0, xe1, xe2, xev, bs, w, kv, w, att)
         else:
             bs = float(PI[r, p, P_BSPAD])
             kv = PF[r, p, PF_LOOKUP]
             w = verify_width(r, p, PI)
             if PI[r, p, P_GRAPH] == 1:
-                lat, oog = interp3(vg0, vg1, vg2, vgv, bs, w, kv)
+                lat, oog = interp3_waves(vg0, vg1, vg2, vgv, bs, w, kv, w, att)
             else:
-                lat, oog = interp3(ve0, ve1, ve2, vev, bs, w, kv)
+                lat, oog = interp3_waves(ve0, ve1, ve2, vev, bs, w, kv, w, att)
         PF[r, p, PF_LAT] = lat
         PF[r, p, PF_ERR] = np.nan
         PI[r, p, P_OOG] = 1 if oog else 0
