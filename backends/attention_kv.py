@@ -94,7 +94,7 @@ def attention_params(att: dict[str, Any] | None, model: Any = None) -> np.ndarra
     a[ATT_S2DD] = sms * float(slots["2d_decode"])
     a[ATT_S3D] = sms * float(slots["3d"])
     a[ATT_SMS] = sms
-    tail = {**TAIL_EXPONENT, **(att.get("tail_exponent") or {})}
+    tail = _tail_exponents(att)
     a[ATT_G2D], a[ATT_G2DD], a[ATT_G3D] = tail["2d"], tail["2d_decode"], tail["3d"]
     lone = att.get("lone_straggler_2d_s")
     a[ATT_LONE] = LONE_STRAGGLER_2D_S if lone is None else float(lone)
@@ -121,8 +121,13 @@ def _mla_params(att: dict[str, Any], a: np.ndarray) -> np.ndarray:
     a[ATT_MAXSEG] = att["max_splits"]
     a[ATT_S3D] = sms * float(att["slots_per_sm"]["mla_decode"])
     a[ATT_SMS] = sms
-    a[ATT_G3D] = {**TAIL_EXPONENT, **(att.get("tail_exponent") or {})}["mla"]
+    a[ATT_G3D] = _tail_exponents(att)["mla"]
     return a
+
+
+def _tail_exponents(att: dict[str, Any]) -> dict[str, float]:
+    """:data:`TAIL_EXPONENT`, with the ones a profile carries (``attention.tail_exponent``)."""
+    return {**TAIL_EXPONENT, **(att.get("tail_exponent") or {})}
 
 
 def table_model(table: "LatencyTable | None") -> Any:

@@ -232,25 +232,18 @@ class LatencyTable:
             g = getattr(self, name)
             if len(g.axes) != ndim:
                 raise ValueError(f"LatencyTable.{name} needs {ndim} axes, got {len(g.axes)}")
-
-    @property
-    def _waves(self) -> np.ndarray:
-        """The attention vector batch-size lookups read (:mod:`backends.mla_waves`), once."""
-        att = self.__dict__.get("_att_vec")
-        if att is None:
-            att = table_attention(self)
-            object.__setattr__(self, "_att_vec", att)
-        return att
+        # the attention vector the batch-size lookups read (backends.mla_waves), derived once
+        object.__setattr__(self, "_att_vec", table_attention(self))
 
     def verify_s(self, bs: float, width: float, kv: float, graph: bool) -> tuple[float, bool]:
         g = self.verify_graph if graph else self.verify_eager
         value, outside = interp3_waves(g.axes[0], g.axes[1], g.axes[2], g.values, bs, width, kv,
-                                       width, self._waves)
+                                       width, self._att_vec)
         return float(value), bool(outside)
 
     def draft_pass_s(self, bs: float, kv: float, graph: bool) -> tuple[float, bool]:
         g = self.draft_graph if graph else self.draft_eager
-        value, outside = interp2_waves(g.axes[0], g.axes[1], g.values, bs, kv, self._waves)
+        value, outside = interp2_waves(g.axes[0], g.axes[1], g.values, bs, kv, self._att_vec)
         return float(value), bool(outside)
 
     @property
@@ -263,7 +256,7 @@ class LatencyTable:
         left the grid."""
         g = self.extend_graph if graph else self.extend_eager
         value, outside = interp3_waves(g.axes[0], g.axes[1], g.axes[2], g.values, bs, width, kv,
-                                       width, self._waves)
+                                       width, self._att_vec)
         return float(value), bool(outside)
 
     def prefill_s(self, tokens: float, prefix: float) -> tuple[float, bool]:
@@ -300,7 +293,7 @@ class TableExecutor:
         self.name = name
         self._table = table
         self._description = dict(description or {})
-        att = table_attention(table)
+        att = table._att_vec
         self._att = att if att[ATT_ON] else None  # the same lookups as the engine's fast path
 
     def latency_table(self) -> LatencyTable:

@@ -17,7 +17,7 @@ from __future__ import annotations
 import numpy as np
 
 from backends.attention_kv import ATT_KVH, ATT_MLA, ATT_S3D, kv_segments
-from backends.interp import interp2, interp3
+from backends.interp import _locate, interp2, interp3
 from backends.jit import njit
 
 __all__ = ["decode_wave_cost", "kernel_rows", "interp3_waves", "interp2_waves"]
@@ -43,18 +43,22 @@ def kernel_rows(width):
 
 
 @njit
-def _bracket(axis, x):
-    """``(i, t)`` with ``axis[i] < x < axis[i + 1]`` and ``t`` the weight, or ``(-1, 0)`` when
-    ``x`` is on a grid point or outside the axis."""
-    n = axis.shape[0]
-    if n < 2 or x <= axis[0] or x >= axis[n - 1]:
+def _between(axis, x):
+    """``(i, t)`` with ``x`` strictly between ``axis[i]`` and ``axis[i + 1]`` at weight ``t``, or
+    ``(-1, 0)`` when it is on a grid point or outside the axis (:func:`backends.interp._locate`)."""
+    i, t, outside = _locate(axis, x)
+    if outside or t <= 0.0 or t >= 1.0:
         return -1, 0.0
-    for i in range(n - 1):
-        if axis[i] == x or axis[i + 1] == x:
-            return -1, 0.0
-        if axis[i] < x < axis[i + 1]:
-            return i, (x - axis[i]) / (axis[i + 1] - axis[i])
-    return -1, 0.0
+    return i, t
+
+
+@njit
+def _blend(t, base0, base1, full0, full1, cost0, cost1, cost):
+    """The latency between two grid batch sizes: their first-KV-line values ``base`` linearly,
+    their rises ``full - base`` per unit of wave cost linearly, times the launch's own cost."""
+    rise0 = (full0 - base0) / cost0
+    rise1 = (full1 - base1) / cost1
+    return base0 + t * (base1 - base0) + cost * (rise0 + t * (rise1 - rise0))
 
 
 @njit
@@ -63,24 +67,23 @@ def interp3_waves(a0, a1, a2, v, bs, width, kv, rows_per_seq, att):
     (``att[ATT_MLA]``) a batch size between two grid points is interpolated in the decode
     kernel's waves: the latency at the first KV line linearly, its rise above that line in
     units of :func:`decode_wave_cost` (``rows_per_seq`` query rows per request: the width of a
-    verify or draft-extend launch, 3 counted as the 4 the kernels run).  Exact on grid points; outside the batch axis, and on other
-    profiles, it is ``interp3``.  Returns (value, outside)."""
+    verify or draft-extend launch, 3 counted as the 4 the kernels run).  Exact on grid points;
+    outside the batch axis, and on other profiles, it is ``interp3``.  Returns (value,
+    outside)."""
     value, outside = interp3(a0, a1, a2, v, bs, width, kv)
     if att[ATT_MLA] == 0.0:
         return value, outside
-    i, t = _bracket(a0, bs)
+    i, t = _between(a0, bs)
     if i < 0:
         return value, outside
-    rows_per_seq = kernel_rows(rows_per_seq)
+    rps = kernel_rows(rows_per_seq)
     b0, b1 = a0[i], a0[i + 1]
-    base0 = interp3(a0, a1, a2, v, b0, width, a2[0])[0]
-    base1 = interp3(a0, a1, a2, v, b1, width, a2[0])[0]
-    rise0 = ((interp3(a0, a1, a2, v, b0, width, kv)[0] - base0)
-             / decode_wave_cost(b0 * rows_per_seq, att))
-    rise1 = ((interp3(a0, a1, a2, v, b1, width, kv)[0] - base1)
-             / decode_wave_cost(b1 * rows_per_seq, att))
-    base = base0 + t * (base1 - base0)
-    return base + decode_wave_cost(bs * rows_per_seq, att) * (rise0 + t * (rise1 - rise0)), outside
+    return _blend(t, interp3(a0, a1, a2, v, b0, width, a2[0])[0],
+                  interp3(a0, a1, a2, v, b1, width, a2[0])[0],
+                  interp3(a0, a1, a2, v, b0, width, kv)[0],
+                  interp3(a0, a1, a2, v, b1, width, kv)[0],
+                  decode_wave_cost(b0 * rps, att), decode_wave_cost(b1 * rps, att),
+                  decode_wave_cost(bs * rps, att)), outside
 
 
 @njit
@@ -89,13 +92,11 @@ def interp2_waves(a0, a1, v, bs, kv, att):
     value, outside = interp2(a0, a1, v, bs, kv)
     if att[ATT_MLA] == 0.0:
         return value, outside
-    i, t = _bracket(a0, bs)
+    i, t = _between(a0, bs)
     if i < 0:
         return value, outside
     b0, b1 = a0[i], a0[i + 1]
-    base0 = interp2(a0, a1, v, b0, a1[0])[0]
-    base1 = interp2(a0, a1, v, b1, a1[0])[0]
-    rise0 = (interp2(a0, a1, v, b0, kv)[0] - base0) / decode_wave_cost(b0, att)
-    rise1 = (interp2(a0, a1, v, b1, kv)[0] - base1) / decode_wave_cost(b1, att)
-    base = base0 + t * (base1 - base0)
-    return base + decode_wave_cost(bs, att) * (rise0 + t * (rise1 - rise0)), outside
+    return _blend(t, interp2(a0, a1, v, b0, a1[0])[0], interp2(a0, a1, v, b1, a1[0])[0],
+                  interp2(a0, a1, v, b0, kv)[0], interp2(a0, a1, v, b1, kv)[0],
+                  decode_wave_cost(b0, att), decode_wave_cost(b1, att),
+                  decode_wave_cost(bs, att)), outside

@@ -76,13 +76,14 @@ def main() -> None:
     ap.add_argument("--profile", action="append", default=[], metavar="FILE",
                     help="only the reports of this shipped profile (file name; repeatable)")
     args = ap.parse_args()
-    names = {n for n, _ in reports()}
+    record = reports()
+    names = {n for n, _ in record}
     for n in args.profile:
         if n not in names:
             raise SystemExit(f"error: --profile {n}: not in the validation record "
                              f"({', '.join(sorted(names))})")
     os.chdir(ROOT)  # reports record paths relative to the repository
-    for name, md in reports():
+    for name, md in record:
         if args.profile and name not in args.profile:
             continue
         old = json.loads(md.with_suffix(".json").read_text())
