@@ -22,7 +22,7 @@ from typing import Any, Callable
 
 import numpy as np
 
-__all__ = ["DEGRADATIONS", "degrade_rows", "write_degraded"]
+__all__ = ["DEGRADATIONS", "degrade_rows", "scale_rows", "write_degraded"]
 
 
 def _pin(rows: list[dict], axis: str, value: float, kinds: tuple[str, ...]) -> list[dict]:
@@ -54,7 +54,8 @@ def _swap(rows: list[dict]) -> list[dict]:
             for r in rows]
 
 
-def _scaled(rows: list[dict], factor: float) -> list[dict]:
+def scale_rows(rows: list[dict], factor: float) -> list[dict]:
+    """Copies of ``rows`` with every latency (and its p10/p90) multiplied by ``factor``."""
     out = [dict(r) for r in rows]
     for r in out:
         _scale(r, factor)
@@ -73,7 +74,7 @@ DEGRADATIONS: dict[str, tuple[str, Callable[[list[dict]], list[dict]]]] = {
     "bs_ignored": ("verify and draft latency at batch size 8 whatever the batch",
                    lambda rows: _pin(rows, "bs", 8, ("verify", "draft", "draft_extend"))),
     "graph_eager_swapped": ("verify and draft graph rows read as eager and eager as graph", _swap),
-    "scaled": ("every latency x 1.05", lambda rows: _scaled(rows, 1.05)),
+    "scaled": ("every latency x 1.05", lambda rows: scale_rows(rows, 1.05)),
 }
 
 

@@ -250,6 +250,18 @@ def _failed(report: dict) -> set[str]:
     return {n for n, c in report["checks"].items() if c["pass"] is False}
 
 
+def test_scale_rows_scales_every_latency_and_leaves_its_input_alone():
+    """x1.01 on a row of 2 ms (p10 1.9, p90 2.2): 2.02 / 1.919 / 2.222 ms, the input unchanged
+    (bench_queue_amplification.py judges such copies)."""
+    from analysis.fidelity.degrade import scale_rows
+
+    row = {"kind": "verify", "graph": True, "bs": 4, "width": 4, "kv_len": 512,
+           "latency_s": 2.0e-3, "p10_s": 1.9e-3, "p90_s": 2.2e-3}
+    (out,) = scale_rows([row], 1.01)
+    assert (out["latency_s"], out["p10_s"], out["p90_s"]) == pytest.approx((2.02e-3, 1.919e-3, 2.222e-3))
+    assert out["bs"] == 4 and row["latency_s"] == 2.0e-3
+
+
 @pytest.mark.slow
 def test_degraded_profiles_fail_against_a_shipped_live_run(tmp_path):
     """Each degraded copy of the shipped 8B profile fails a whole-run check that the shipped
