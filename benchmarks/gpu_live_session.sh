@@ -90,13 +90,14 @@
 #                prefixes 16,384 and 32,768), from its journal (h200-2026-12-02f), with the MLA
 #                decode kernel's occupancy in its metadata (straggler-aware lookups): 180 s on
 #                2026-12-03 (h200-2026-12-03). Since then it also asks for the whole capture ladder
-#                (BS_V2LITE), eager KV 16,384 and 32,768 and prefills of 3,072 tokens: carry
-#                h200-2026-12-03/journal_profile-v2lite.jsonl as journals/ to measure only those
+#                (BS_V2LITE), eager KV 16,384 and 32,768 and prefills of 3,072 tokens: 189 s from
+#                h200-2026-12-03's journal, and with that journal's prefill rows removed it
+#                measured every prefill row again on one GPU (245 s; h200-2026-12-03b, shipped)
 #   straggler-mla  mixed-KV batches against uniform ones on the MLA decode kernel (DeepSeek-V2-Lite,
 #                CASESMLA)                                             -> straggler_mla.json
 #   prefill-protocols  DeepSeek-V2-Lite prefills of 8,192 tokens (prefix 0 and 8,192) and 3,240
-#                timed as a profile does and as a live run does, on one GPU
-#                                                                 -> prefill_protocols.json
+#                timed as a profile does and as a live run does, on one GPU (52 s on 2026-12-03:
+#                the same within 0.1%, h200-2026-12-03b)          -> prefill_protocols.json
 #   live-longv2lite[:N]  live run of the long-context sample on DeepSeek-V2-Lite, fixed policy
 #                (119 requests in 341 s, the last 81 in 171 s from its journal; done:
 #                h200-2026-12-02f/live_longv2lite)
@@ -213,8 +214,7 @@ draft:48:1:1100:4100:1"
 # ladder, 1-8, every 2 to 32, every 4 from 40, cut at its 48 running requests): a live graph
 # launch pads to one of these, and the MLA decode's time is not monotone between them (its KV
 # split count rounds up past one wave of programs; docs/aiter_mla.md), so each is measured.
-# V2-Lite's grid of 2026-12-03 lacks 18, 22, 26, 28, 30, 40 and 44; V3's 3, 5, 6, 7, 22, 26, 30
-# and 44 (both resume from their journals and measure only those; V3 keeps 64)
+# Both shipped DeepSeek grids have all of them since h200-2026-12-03b (V3 keeps 64)
 BS_V2LITE="1,2,3,4,5,6,7,8,10,12,14,16,18,20,22,24,26,28,30,32,40,44,48"
 BS_V3="1,2,3,4,5,6,7,8,10,12,14,16,18,20,22,24,26,28,30,32,40,44,48,64"
 PT_V3="32,64,128,192,224,231,240,242,248,255,256,384,896,1023,1024,1536,2048,2560,3072,4096"
