@@ -39,8 +39,14 @@ __all__ = ["calibrate"]
 @click.option("--extend-logits", type=click.Choice(["last", "all"]), default="last", show_default=True,
               help="Draft-extend logits, as for `specsched profile`.")
 @click.option("--progress", is_flag=True, help="Show progress on stderr even when it is not a terminal.")
+@click.option("--anchors-from", type=click.Path(dir_okay=False), default=None,
+              metavar="CALIBRATED.parquet",
+              help="Measure nothing: re-fit the anchors an earlier calibrate measured (kept in "
+                   "that file's metadata) to --base, e.g. after the shipped profile was "
+                   "re-recorded under the same timing protocol. Needs no GPU.")
 def calibrate(model, tp, base, out, budget_s, anchors, heldout, seed, reps, warmup, eager_reps,
-              settle_s, page_size, max_context, kv_pool_gib, gpu_sheet, extend_logits, progress):
+              settle_s, page_size, max_context, kv_pool_gib, gpu_sheet, extend_logits, progress,
+              anchors_from):
     """Fit a recorded profile to this machine's GPU from a few re-measured shapes.
 
     \b
@@ -48,6 +54,7 @@ def calibrate(model, tp, base, out, budget_s, anchors, heldout, seed, reps, warm
       specsched calibrate --model llama-3.1-8b -o 8b_here.parquet
       specsched calibrate --model llama-3.1-8b --base my8b.parquet --anchors 32 --heldout 16 \\
           --budget-s 180 -o my8b_here.parquet
+      specsched calibrate --model llama-3.1-8b --anchors-from 8b_here.parquet -o 8b_here_new.parquet
 
     Re-measures --anchors of the base profile's own grid points (spread over verify, draft and
     draft-extend, graph and eager, and prefill; few captured graphs, several KV lengths each)
@@ -55,7 +62,9 @@ def calibrate(model, tp, base, out, budget_s, anchors, heldout, seed, reps, warm
     and writes the base's grid rows scaled by it to -o, with the anchors and the fit in the
     metadata (specsched.calibration).  The base's held-out rows are not carried over.  Only a
     scale per group is fitted: a shape-dependent difference between the machines stays
-    (docs/backends.md, "Calibrating a profile").  Needs a CUDA or ROCm GPU (exit 2 without one).
+    (docs/backends.md, "Calibrating a profile").  Needs a CUDA or ROCm GPU (exit 2 without one),
+    except with --anchors-from, which re-fits an earlier calibration's measured anchors to --base
+    (those not among the base's grid rows are left out and listed in the metadata).
     """
     import time
 
@@ -66,7 +75,14 @@ def calibrate(model, tp, base, out, budget_s, anchors, heldout, seed, reps, warm
     from backends.models import load_model
 
     n = DEFAULT_ANCHORS if anchors is None else anchors
-    base = _check_calibrate(model, tp, base, out, budget_s, n, heldout, gpu_sheet)
+    base = _check_calibrate(model, tp, base, out, budget_s, n, heldout, gpu_sheet, anchors_from)
+    if anchors_from is not None:
+        from backends.calibrate_refit import refit_calibration
+
+        if anchors is not None or heldout:
+            raise SpecschedError("--anchors-from measures nothing: drop --anchors and --heldout")
+        click.echo(json.dumps(refit_calibration(load_model(model, tp=tp), anchors_from, base, out)))
+        return
     spec = ProfileSpec(reps=reps, warmup=warmup, eager_reps=eager_reps, settle_s=settle_s)
     spec.check()
     bridge.require_gpu()
@@ -81,7 +97,8 @@ def calibrate(model, tp, base, out, budget_s, anchors, heldout, seed, reps, warm
     click.echo(json.dumps(summary))
 
 
-def _check_calibrate(model, tp, base, out, budget_s, anchors, heldout, gpu_sheet) -> str:
+def _check_calibrate(model, tp, base, out, budget_s, anchors, heldout, gpu_sheet,
+                     anchors_from=None) -> str:
     """Refuse a ``calibrate`` call that cannot do what it says, before the GPU is touched (the
     base is read, validated and checked against the model here); returns the base's path."""
     from pathlib import Path
@@ -103,8 +120,12 @@ def _check_calibrate(model, tp, base, out, budget_s, anchors, heldout, gpu_sheet
     if same_file(out, base):
         raise SpecschedError(f"-o {out} is the base profile {base}: calibrate writes the "
                              "calibrated profile to a new file and never overwrites the base")
+    if anchors_from is not None and same_file(out, anchors_from):
+        raise SpecschedError(f"-o {out} is the --anchors-from file: write the re-fitted profile "
+                             "to a new file")
     _, meta = read_profile(base)
     _check_model(shape, meta.get("model"), str(base))
-    inputs = ((model,) if Path(model).is_file() else ()) + (base,)
+    inputs = ((model,) if Path(model).is_file() else ()) + (base,) + (
+        (anchors_from,) if anchors_from is not None else ())
     check_output_file(out, inputs=inputs, kind="parquet")
     return base

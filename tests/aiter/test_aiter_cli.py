@@ -163,6 +163,9 @@ def test_heldout_only_refusals_exit_2_before_the_gpu(tmp_path, case, needle):
     ("budget", "--budget-s must be > 0, got 0"),
     ("anchors", "--anchors must be >= 1, got 0"),
     ("heldout", "--heldout must be >= 0, got -2"),
+    ("anchors-from-no-anchors", "holds no anchors of `specsched calibrate`"),
+    ("anchors-from-is-out", "is the --anchors-from file"),
+    ("anchors-from-and-anchors", "--anchors-from measures nothing: drop --anchors and --heldout"),
 ])
 def test_calibrate_refusals_exit_2_before_the_gpu(tmp_path, case, needle):
     """Each refusal of ``specsched calibrate`` names what is wrong, exits 2 with no traceback,
@@ -190,7 +193,28 @@ def test_calibrate_refusals_exit_2_before_the_gpu(tmp_path, case, needle):
         args += ["--anchors", "0"]
     elif case == "heldout":
         args += ["--heldout", "-2"]
+    elif case == "anchors-from-no-anchors":
+        args += ["--anchors-from", str(base)]
+    elif case == "anchors-from-is-out":
+        args += ["--anchors-from", str(out)]
+    elif case == "anchors-from-and-anchors":
+        args += ["--anchors-from", str(base), "--anchors", "8"]
     _refused(cli("calibrate", *args), needle, tmp_path, out, base, before)
+
+
+def test_calibrate_anchors_from_refits_on_a_cpu(tmp_path):
+    """--anchors-from measures nothing, so it runs here (no GPU): the factors of
+    tests/backends/test_calibrate.py's worked case, printed as JSON, and the file written."""
+    from tests.backends.test_calibrate import _refit_files
+
+    _, _, base, src = _refit_files(tmp_path)
+    out = tmp_path / "refit.parquet"
+    r = cli("calibrate", "--model", "llama-3.1-8b", "--base", str(base), "--anchors-from", str(src),
+            "-o", str(out))
+    assert r.returncode == 0, r.stderr
+    d = json.loads(r.stdout)
+    assert (d["anchors"], d["anchors_missing"]) == (4, 1) and out.is_file()
+    assert d["factors"]["verify_graph"] == pytest.approx(1.2) and d["factors"]["prefill"] == pytest.approx(0.9)
 
 
 def test_calibrate_default_base_is_the_shipped_profile(tmp_path):

@@ -143,3 +143,68 @@ def test_calibration_metadata_is_written_only_when_given_and_loads(tmp_path):
     assert read_profile(cal)[1]["calibration"] == c
     assert load_profile(cal).source["calibration"] == c
     assert "calibration" not in load_profile(plain).source
+
+
+# ---- re-fitting an earlier calibration's anchors (calibrate --anchors-from) -------------------
+def _refit_files(tmp_path):
+    """A base profile (roofline rows) and a calibrated file whose anchors were "measured" at
+    1.10, 1.20 and 1.30 x the base's verify graph rows, 0.90 x a prefill row, and one draft shape
+    the base lacks."""
+    from backends.profile import profile_metadata, write_profile
+    from tests.backends.backends_helpers import roofline_profile_rows
+
+    m, rows = roofline_profile_rows()
+    base = tmp_path / "base.parquet"
+    write_profile(rows, base, profile_metadata(m, {"name": "H200"}))
+    at = {(r["kind"], r["graph"], r["bs"], r["width"], r["kv_len"], r["tokens"]): r["latency_s"]
+          for r in rows}
+    picks = [(("verify", True, 1, 1, 256, 1), 1.10), (("verify", True, 8, 4, 1024, 32), 1.20),
+             (("verify", True, 64, 4, 4096, 256), 1.30)]
+    pre = next(k for k in at if k[0] == "prefill")
+    picks.append((pre, 0.90))
+    anchors = [dict(zip(("kind", "graph", "bs", "width", "kv_len", "tokens"), k),
+                    base_s=at[k] * 2, measured_s=at[k] * f, ratio=f / 2, reps=5) for k, f in picks]
+    anchors.append(dict(kind="draft", graph=True, bs=3, width=1, kv_len=777, tokens=3,
+                        base_s=1e-3, measured_s=1e-3, ratio=1.0, reps=5))
+    cal = {"machine": {"name": "NVIDIA H200", "uuid": "feedbeef-0000"}, "at": "2026-12-01T00:00:00Z",
+           "anchors": anchors, "factors": {}, "base_sha256": "0" * 64}
+    src = tmp_path / "cal.parquet"
+    write_profile(rows, src, dict(profile_metadata(m, {"name": "H200"}), calibration=cal))
+    return m, rows, base, src
+
+
+def test_refit_divides_each_measured_anchor_by_the_new_base(tmp_path):
+    """Ratios 1.10 / 1.20 / 1.30 (verify graph) and 0.90 (prefill): verify graph x1.20, prefill
+    x0.90, every other group the median of all four, (1.10 + 1.20) / 2 = 1.15; the draft shape
+    the base lacks is listed, not used; the machine is the anchors' GPU."""
+    from backends.calibrate_refit import refit_calibration
+    from backends.profile import read_profile
+
+    m, rows, base, src = _refit_files(tmp_path)
+    out = tmp_path / "refit.parquet"
+    s = refit_calibration(m, str(src), str(base), str(out))
+    assert (s["anchors"], s["anchors_missing"]) == (4, 1)
+    assert s["factors"]["verify_graph"] == pytest.approx(1.20)
+    assert s["factors"]["prefill"] == pytest.approx(0.90)
+    assert s["factors"]["draft_graph"] == pytest.approx(1.15)
+    table, meta = read_profile(out)
+    want = {"verify": 1.20, "prefill": 0.90, "draft": 1.15, "draft_extend": 1.15}
+    for new, old in zip(table.to_pylist(), sorted(rows, key=lambda r: (r["kind"], r["graph"], r["bs"],
+                                                                        r["width"], r["kv_len"], r["tokens"]))):
+        f = want[old["kind"]] if (old["kind"], old["graph"]) != ("verify", False) else 1.15
+        assert new["latency_s"] == pytest.approx(old["latency_s"] * f)
+    cal = meta["calibration"]
+    assert cal["refit"]["anchors_missing"] == [dict(kind="draft", graph=True, bs=3, width=1,
+                                                    kv_len=777, tokens=3)]
+    assert meta["gpu"]["uuid"] == "feedbeef-0000" and cal["at"] == "2026-12-01T00:00:00Z"
+
+
+def test_refit_refuses_a_file_without_anchors_and_writes_nothing(tmp_path):
+    from backends.calibrate_refit import refit_calibration
+    from traces.errors import SpecschedError
+
+    m, rows, base, src = _refit_files(tmp_path)
+    out = tmp_path / "refit.parquet"
+    with pytest.raises(SpecschedError, match="holds no anchors"):
+        refit_calibration(m, str(base), str(base), str(out))
+    assert not out.exists()

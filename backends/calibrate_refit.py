@@ -1,0 +1,95 @@
+"""Re-fitting an earlier calibration's anchors to another version of its profile, on a CPU.
+
+``specsched calibrate`` measures a few of a base profile's grid points (the *anchors*) on one
+GPU and keeps them, with the machine and the time, in the calibrated file's metadata
+(``specsched.calibration``).  When the base is re-recorded (a shipped profile gains rows), those
+measurements still describe that GPU: ``specsched calibrate --anchors-from CALIBRATED`` re-fits
+them to the new base (``backends.calibrate.fit_factors``: the median of measured / base per
+pass group) instead of measuring again, so a live run recorded on that GPU can be judged against
+the new base calibrated to its machine.  An anchor whose shape is not a grid row of the new base
+is left out and listed (``refit.anchors_missing``); with none left it is an error.
+
+The anchors must have been timed as the base's rows were: a base re-recorded under a changed
+timing protocol needs a new calibration, and the re-fit cannot tell (the 70B tp-8 anchors of
+2026-12-02b, measured before verify graphs were timed after a draft-extend capture, re-fit to
+today's 70B profile at 0.98 for every graph group, as the protocol change predicts).  Nothing
+here imports torch.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from datetime import datetime, timezone
+from pathlib import Path
+from typing import Any
+
+from backends.calibrate import calibrated_rows, fit_factors, group_name
+
+__all__ = ["refit_calibration"]
+
+_KEY = ("kind", "graph", "bs", "width", "kv_len", "tokens")
+
+
+def _key(r: dict) -> tuple:
+    return (str(r["kind"]), bool(r["graph"]), int(r["bs"]), int(r["width"]), int(r["kv_len"]),
+            int(r["tokens"]))
+
+
+def refit_calibration(model: Any, source: str, base: str, out: str) -> dict[str, Any]:
+    """Write ``base`` calibrated by the anchors measured for ``source`` (a calibrated profile)
+    to ``out``; returns a summary.  Raises ``SpecschedError`` when ``source`` holds no
+    calibration, is of another model, or none of its anchors is a grid row of ``base``."""
+    from backends.profile import _check_model, grid_rows, read_profile, write_profile
+    from traces.errors import SpecschedError
+
+    _, smeta = read_profile(source)
+    cal = smeta.get("calibration")
+    if not isinstance(cal, dict) or not cal.get("anchors"):
+        raise SpecschedError("holds no anchors of `specsched calibrate` (specsched.calibration)",
+                             path=str(source))
+    _check_model(model, smeta.get("model"), str(source))
+    base_rows, meta = read_profile(base)
+    _check_model(model, meta.get("model"), str(base))
+    grid = grid_rows(base_rows).to_pylist()
+    base_of = {_key(r): r for r in grid}
+    anchors, missing = [], []
+    for a in cal["anchors"]:
+        b = base_of.get(_key(a))
+        if b is None:
+            missing.append({k: a[k] for k in _KEY})
+            continue
+        anchors.append({k: a[k] for k in _KEY} | {
+            "base_s": b["latency_s"], "measured_s": a["measured_s"],
+            "ratio": a["measured_s"] / b["latency_s"], "reps": a.get("reps")})
+    if not anchors:
+        raise SpecschedError(f"none of the {len(cal['anchors'])} anchors of {Path(source).name} "
+                             "is a grid row of this profile: nothing to fit", path=str(base))
+    factors = fit_factors(anchors, sorted({group_name(r["kind"], r["graph"]) for r in grid}))
+    at = datetime.now(timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
+    calibration = {k: v for k, v in cal.items() if k not in ("anchors", "factors", "refit")}
+    calibration.update(
+        base=Path(base).name, base_sha256=hashlib.sha256(Path(base).read_bytes()).hexdigest(),
+        base_gpu=meta.get("gpu"), anchors=anchors, factors=factors,
+        base_heldout_rows_dropped=base_rows.num_rows - len(grid),
+        refit={"from": Path(source).name,
+               "from_sha256": hashlib.sha256(Path(source).read_bytes()).hexdigest(),
+               "from_base_sha256": cal.get("base_sha256"), "at": at,
+               "anchors_used": len(anchors), "anchors_missing": missing,
+               "rule": "the anchors' measured_s from the source's calibration, each divided by "
+                       "this base's row of the same shape; fit as `specsched calibrate` fits"})
+    machine = cal.get("machine") or {}
+    notes = meta.get("notes") or []
+    notes = [n for n in (notes if isinstance(notes, list) else [notes])
+             if not (isinstance(n, dict) and "heldout" in n)]
+    notes.append(f"calibrated by `specsched calibrate --anchors-from {Path(source).name}` at {at}: "
+                 f"{len(anchors)} anchors measured on {machine.get('name')} "
+                 f"{str(machine.get('uuid', ''))[:8]} at {cal.get('at')}, factors "
+                 + ", ".join(f"{g} {f['factor']:.4f}" for g, f in factors.items()))
+    out_meta = {k: meta.get(k) for k in ("model", "versions", "kernels", "attention")}
+    out_meta.update(gpu=machine or meta.get("gpu"), command=meta.get("command") or "",
+                    notes=notes, calibration=calibration)
+    rows = [{k: v for k, v in r.items() if k != "split"} for r in calibrated_rows(grid, factors)]
+    write_profile(rows, out, out_meta, inputs=(base, source))
+    return {"rows": len(rows), "out": str(out), "anchors": len(anchors),
+            "anchors_missing": len(missing),
+            "factors": {g: round(f["factor"], 6) for g, f in factors.items()}}
