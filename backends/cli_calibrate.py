@@ -62,7 +62,7 @@ def calibrate(model, tp, base, out, budget_s, anchors, heldout, seed, reps, warm
     and writes the base's grid rows scaled by it to -o, with the anchors and the fit in the
     metadata (specsched.calibration).  The base's held-out rows are not carried over.  Only a
     scale per group is fitted: a shape-dependent difference between the machines stays
-    (docs/backends.md, "Calibrating a profile").  Needs a CUDA or ROCm GPU (exit 2 without one),
+    (docs/aiter.md, "specsched calibrate").  Needs a CUDA or ROCm GPU (exit 2 without one),
     except with --anchors-from, which re-fits an earlier calibration's measured anchors to --base
     (those not among the base's grid rows are left out and listed in the metadata).
     """
