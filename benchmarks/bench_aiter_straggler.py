@@ -32,7 +32,9 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-#: kind:bs[/real]:width:short:long:nlong
+#: kind:bs[/real]:width:short:long:nlong[:first|:last] (where the stragglers sit among the real
+#: requests; first unless told: a launch dispatches its rows in order, so on a multi-wave launch
+#: the rows placed last make the tail wave)
 DEFAULT_CASES = (
     # one straggler, width 6, across the wave counts (1 wave up to bs 4, 2 for 5-8, ...)
     "verify:2:6:1500:6000:1", "verify:4:6:1500:6000:1", "verify:5:6:1500:6000:1",
@@ -51,16 +53,24 @@ DEFAULT_CASES = (
 
 
 def parse_case(spec: str) -> dict:
-    kind, bs, w, short, long_, nlong = spec.split(":")
+    parts = spec.split(":")
+    order = parts.pop() if len(parts) == 7 else "first"
+    if len(parts) != 6 or order not in ("first", "last"):
+        raise SystemExit(f"error: case {spec!r}: expected kind:bs[/real]:width:short:long:nlong"
+                         "[:first|:last]")
+    kind, bs, w, short, long_, nlong = parts
     bs_pad, _, real = bs.partition("/")
     return {"spec": spec, "kind": kind, "bs": int(bs_pad), "real": int(real or bs_pad),
-            "width": int(w), "short": int(short), "long": int(long_), "nlong": int(nlong)}
+            "width": int(w), "short": int(short), "long": int(long_), "nlong": int(nlong),
+            "order": order}
 
 
 def case_kv(c: dict) -> np.ndarray:
-    """The real requests' KV lengths of a case: the stragglers first."""
-    return np.array([c["long"]] * c["nlong"] + [c["short"]] * (c["real"] - c["nlong"]),
-                    dtype=np.int64)
+    """The real requests' KV lengths of a case, in launch order: the stragglers first, or last
+    for ``order: last`` (graph padding rows follow them)."""
+    longs, shorts = [c["long"]] * c["nlong"], [c["short"]] * (c["real"] - c["nlong"])
+    kv = shorts + longs if c.get("order", "first") == "last" else longs + shorts
+    return np.array(kv, dtype=np.int64)
 
 
 def lookups(c: dict, att: np.ndarray) -> tuple[float, float]:

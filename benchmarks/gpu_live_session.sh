@@ -95,6 +95,8 @@
 #                measured every prefill row again on one GPU (245 s; h200-2026-12-03b, shipped)
 #   straggler-mla  mixed-KV batches against uniform ones on the MLA decode kernel (DeepSeek-V2-Lite,
 #                CASESMLA)                                             -> straggler_mla.json
+#   straggler-mla-order  the MLA decode straggler cases with the long rows first and last in the
+#                launch (CASESMLA_ORDER; not run yet)               -> straggler_mla_order.json
 #   prefill-protocols  DeepSeek-V2-Lite prefills of 8,192 tokens (prefix 0 and 8,192) and 3,240
 #                timed as a profile does and as a live run does, on one GPU (52 s on 2026-12-03:
 #                the same within 0.1%, h200-2026-12-03b)          -> prefill_protocols.json
@@ -210,6 +212,16 @@ verify:24:4:8000:23000:1,verify:24:4:8000:23000:3,verify:32:4:8000:23000:2,verif
 verify:40:4:1000:4000:2,verify:48:4:1100:4100:1,verify:48:4:1100:4100:4,verify:48/44:4:1100:4100:1,\
 verify:64:4:1000:4000:1,verify:8:2:6000:13000:1,draft:8:1:6000:13000:1,draft:24:1:8000:23000:1,\
 draft:48:1:1100:4100:1"
+# the same kernel with the stragglers first and last in the launch (rows are dispatched in order,
+# so on a launch of two waves the rows placed last make the tail wave): the cells the long-context
+# runs miss most (14-40 requests at width 4, mean KV 8k-16k, +5 to +9%; 19 requests padded to 20
+# at mean KV 7,400 with one at 11,250, -11%; docs/aiter_mla.md, *Long context*)
+CASESMLA_ORDER="verify:20/19:4:7000:11250:1:first,verify:20/19:4:7000:11250:1:last,\
+verify:20:4:8000:23000:1:first,verify:20:4:8000:23000:1:last,verify:14:4:9000:18000:2:first,\
+verify:14:4:9000:18000:2:last,verify:24:4:9000:18000:2:first,verify:24:4:9000:18000:2:last,\
+verify:28:4:9000:20000:3:first,verify:28:4:9000:20000:3:last,verify:40:4:8000:16000:4:first,\
+verify:40:4:8000:16000:4:last,draft:28:1:9000:20000:3:first,draft:28:1:9000:20000:3:last,\
+draft:20:1:8000:23000:1:first,draft:20:1:8000:23000:1:last"
 # the capture ladder a default run uses (simulator.sglang.capture_ladder: SGLang's speculative
 # ladder, 1-8, every 2 to 32, every 4 from 40, cut at its 48 running requests): a live graph
 # launch pads to one of these, and the MLA decode's time is not monotone between them (its KV
@@ -293,6 +305,8 @@ PY
         --tp 8 --eager --json "$out/straggler70b.json" --cases "$CASES70B" ;;
     straggler-mla) job straggler-mla 300 python3 benchmarks/bench_aiter_straggler.py --model deepseek-v2-lite \
         --json "$out/straggler_mla.json" --cases "$CASESMLA" ;;
+    straggler-mla-order) job straggler-mla-order 300 python3 benchmarks/bench_aiter_straggler.py \
+        --model deepseek-v2-lite --json "$out/straggler_mla_order.json" --cases "$CASESMLA_ORDER" ;;
     prefill-protocols) job prefill-protocols 150 python3 benchmarks/bench_prefill_protocols.py \
         --model deepseek-v2-lite --shapes 8192@0,8192@8192,3240@0 --json "$out/prefill_protocols.json" ;;
     rates) job rates 120 python3 benchmarks/bench_aiter_rates.py --json "$out/rates.json" ;;

@@ -126,3 +126,18 @@ def test_the_engine_constant_is_the_fit_and_its_lookup_beats_the_waves_rule_on_e
         cases = m.scored_cases(path)
         engine = np.mean(np.abs(m.engine_errors(cases, LONE_STRAGGLER_2D_S * 32)))
         assert engine < np.mean(np.abs(m.waves_rule(cases))), path
+
+
+def test_a_case_places_its_stragglers_first_or_last_in_the_launch():
+    """``verify:6/5:4:100:900:2`` is 5 real requests padded to 6: KV 900, 900, 100, 100, 100
+    (stragglers first, as every recorded case); with ``:last`` 100, 100, 100, 900, 900. A
+    case of the old form reads as first; an unknown position is refused."""
+    import bench_aiter_straggler as bench
+
+    first, last = bench.parse_case("verify:6/5:4:100:900:2"), bench.parse_case("verify:6/5:4:100:900:2:last")
+    assert (first["order"], last["order"], last["bs"], last["real"]) == ("first", "last", 6, 5)
+    assert bench.case_kv(first).tolist() == [900, 900, 100, 100, 100]
+    assert bench.case_kv(last).tolist() == [100, 100, 100, 900, 900]
+    assert bench.case_kv({k: v for k, v in first.items() if k != "order"}).tolist() == [900, 900, 100, 100, 100]
+    with pytest.raises(SystemExit, match="expected kind:bs"):
+        bench.parse_case("verify:6:4:100:900:2:middle")
