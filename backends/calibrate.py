@@ -35,13 +35,16 @@ import numpy as np
 
 from backends.heldout import SECTIONS, HeldoutPoint, allocate
 
-__all__ = ["DEFAULT_ANCHORS", "MIN_PER_GROUP", "GROUPS", "group_name", "choose_anchors",
-           "fit_factors", "calibrated_rows"]
+__all__ = ["DEFAULT_ANCHORS", "MIN_PER_GROUP", "GROUPS", "SHAPE", "group_name",
+           "choose_anchors", "fit_factors", "calibrated_rows", "anchor_record", "factors_text",
+           "calibrated_metadata"]
 
 #: Anchors ``specsched calibrate`` measures unless told otherwise (``--anchors``).
 DEFAULT_ANCHORS = 24
 #: Fewest anchors asked of each group present.
 MIN_PER_GROUP = 2
+#: The columns that name a grid point's shape (an anchor's, in ``specsched.calibration``).
+SHAPE = ("kind", "graph", "bs", "width", "kv_len", "tokens")
 #: (kind, graph) -> group name (the section names of ``backends.heldout``).
 GROUPS: dict[tuple[str, bool], str] = {(k, g): s for s, (k, g, _) in SECTIONS.items()}
 
@@ -163,4 +166,29 @@ def calibrated_rows(grid: Any, factors: dict[str, dict]) -> list[dict]:
         f = factors[group_name(r["kind"], r["graph"])]["factor"]
         out.append(dict(r, latency_s=r["latency_s"] * f, p10_s=r["p10_s"] * f,
                         p90_s=r["p90_s"] * f))
+    return out
+
+
+def anchor_record(shape: dict, base_s: float, measured_s: float, reps: Any) -> dict:
+    """An anchor as ``specsched.calibration`` keeps it: its shape (:data:`SHAPE`), the base's
+    latency there, the measured one, their ratio and the timed repetitions."""
+    return {k: shape[k] for k in SHAPE} | {"base_s": base_s, "measured_s": measured_s,
+                                           "ratio": measured_s / base_s, "reps": reps}
+
+
+def factors_text(factors: dict[str, dict]) -> str:
+    """``verify_graph 1.0012, prefill 0.9870, ...``: a fit in one line."""
+    return ", ".join(f"{g} {f['factor']:.4f}" for g, f in factors.items())
+
+
+def calibrated_metadata(meta: dict, machine: Any, calibration: dict, notes: list) -> dict:
+    """The metadata of a calibrated copy of a profile whose metadata is ``meta``: its model,
+    versions, kernels and attention kept; ``machine`` as its GPU; the base's notes without its
+    held-out note (its held-out rows are not carried over), then ``notes``; ``calibration``."""
+    kept = meta.get("notes") or []
+    kept = [n for n in (kept if isinstance(kept, list) else [kept])
+            if not (isinstance(n, dict) and "heldout" in n)]
+    out = {k: meta.get(k) for k in ("model", "versions", "kernels", "attention")}
+    out.update(gpu=machine, command=meta.get("command") or "", notes=kept + list(notes),
+               calibration=calibration)
     return out

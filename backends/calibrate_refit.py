@@ -23,11 +23,10 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
-from backends.calibrate import calibrated_rows, fit_factors, group_name
+from backends.calibrate import (SHAPE, anchor_record, calibrated_metadata, calibrated_rows,
+                                factors_text, fit_factors, group_name)
 
 __all__ = ["refit_calibration"]
-
-_KEY = ("kind", "graph", "bs", "width", "kv_len", "tokens")
 
 
 def _key(r: dict) -> tuple:
@@ -56,11 +55,9 @@ def refit_calibration(model: Any, source: str, base: str, out: str) -> dict[str,
     for a in cal["anchors"]:
         b = base_of.get(_key(a))
         if b is None:
-            missing.append({k: a[k] for k in _KEY})
+            missing.append({k: a[k] for k in SHAPE})
             continue
-        anchors.append({k: a[k] for k in _KEY} | {
-            "base_s": b["latency_s"], "measured_s": a["measured_s"],
-            "ratio": a["measured_s"] / b["latency_s"], "reps": a.get("reps")})
+        anchors.append(anchor_record(a, b["latency_s"], a["measured_s"], a.get("reps")))
     if not anchors:
         raise SpecschedError(f"none of the {len(cal['anchors'])} anchors of {Path(source).name} "
                              "is a grid row of this profile: nothing to fit", path=str(base))
@@ -78,17 +75,12 @@ def refit_calibration(model: Any, source: str, base: str, out: str) -> dict[str,
                "rule": "the anchors' measured_s from the source's calibration, each divided by "
                        "this base's row of the same shape; fit as `specsched calibrate` fits"})
     machine = cal.get("machine") or {}
-    notes = meta.get("notes") or []
-    notes = [n for n in (notes if isinstance(notes, list) else [notes])
-             if not (isinstance(n, dict) and "heldout" in n)]
-    notes.append(f"calibrated by `specsched calibrate --anchors-from {Path(source).name}` at {at}: "
-                 f"{len(anchors)} anchors measured on {machine.get('name')} "
-                 f"{str(machine.get('uuid', ''))[:8]} at {cal.get('at')}, factors "
-                 + ", ".join(f"{g} {f['factor']:.4f}" for g, f in factors.items()))
-    out_meta = {k: meta.get(k) for k in ("model", "versions", "kernels", "attention")}
-    out_meta.update(gpu=machine or meta.get("gpu"), command=meta.get("command") or "",
-                    notes=notes, calibration=calibration)
+    note = (f"calibrated by `specsched calibrate --anchors-from {Path(source).name}` at {at}: "
+            f"{len(anchors)} anchors measured on {machine.get('name')} "
+            f"{str(machine.get('uuid', ''))[:8]} at {cal.get('at')}, factors "
+            + factors_text(factors))
     rows = [{k: v for k, v in r.items() if k != "split"} for r in calibrated_rows(grid, factors)]
+    out_meta = calibrated_metadata(meta, machine or meta.get("gpu"), calibration, [note])
     write_profile(rows, out, out_meta, inputs=(base, source))
     return {"rows": len(rows), "out": str(out), "anchors": len(anchors),
             "anchors_missing": len(missing),

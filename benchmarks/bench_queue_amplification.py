@@ -5,7 +5,8 @@ as well as by the profile's lookup: the same grid point measured on six H200s sp
 (docs/backends.md, *Machines differ*). This script measures what such an offset does to each
 fidelity check: it judges the shipped profile against a recorded live run three times, with
 every latency scaled by ``1 - d``, ``1`` and ``1 + d`` (``analysis.fidelity.degrade.scale_rows``),
-and prints, per check, the value at each scale and the *amplification*: the check's change per 1% of uniform step bias ((v(1+d) - v(1-d)) / 2d, in points per percent).
+and prints, per check, the value at each scale and the *amplification*: the check's change per
+1% of uniform step bias ((v(1+d) - v(1-d)) / 2d, in points per percent).
 A saturated run's waiting-time percentiles amplify a step bias several times; a check at 3%
 then passes only when the profile's machine and the run's agree to 3% / amplification, which
 is what ``specsched calibrate`` on the run's GPU is for.
@@ -29,18 +30,9 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from analysis.fidelity import run_fidelity  # noqa: E402
-from analysis.fidelity.degrade import scale_rows  # noqa: E402
-from backends.profile import read_profile, write_profile  # noqa: E402
+from analysis.fidelity.degrade import scale_rows, write_rows_changed  # noqa: E402
 
 CONV = ROOT / "traces" / "samples" / "azure_conv_eagle_2k.parquet"
-
-
-def scaled_profile(src: Path, dst: Path, factor: float) -> Path:
-    """``src`` with every latency (and p10/p90) multiplied by ``factor``, written to ``dst``."""
-    table, meta = read_profile(src)
-    keep = {k: v for k, v in meta.items() if k != "profile_version"}
-    keep["notes"] = [*(keep.get("notes") or []), f"every latency x {factor} (bench_queue_amplification)"]
-    return write_profile(scale_rows(table.to_pylist(), factor), dst, keep)
 
 
 def main(argv=None) -> int:
@@ -57,7 +49,9 @@ def main(argv=None) -> int:
     values: dict[float, dict[str, float]] = {}
     with tempfile.TemporaryDirectory() as tmp:
         for s in scales:
-            prof = a.profile if s == 1.0 else scaled_profile(a.profile, Path(tmp) / f"x{s}.parquet", s)
+            prof = a.profile if s == 1.0 else write_rows_changed(
+                a.profile, Path(tmp) / f"x{s}.parquet", lambda rows, s=s: scale_rows(rows, s),
+                f"every latency x {s} (bench_queue_amplification)")
             rep = run_fidelity(a.trace, a.model, profile=str(prof), limit=a.limit,
                                reference_run=a.reference_run)
             values[s] = {k: c["value_pct"] for k, c in rep["checks"].items()}

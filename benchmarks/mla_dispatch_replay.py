@@ -155,16 +155,16 @@ def main(argv=None) -> int:
                           kv_lens=np.full(len(kv), int(kv.mean())), launch_width=b.launch_width,
                           mode=b.mode, graph=True)
         row_kv = np.repeat(np.concatenate([kv, np.zeros(bp - len(kv))]), width)
-        mean_rows = np.repeat(np.concatenate([np.full(len(kv), kv.mean()), np.zeros(bp - len(kv))]), width)
+        mean_rows = np.repeat(np.concatenate([np.full(len(kv), kv.mean()),
+                                              np.zeros(bp - len(kv))]), width)
         ratio = makespan(row_kv, splits, slots) / makespan(mean_rows, splits, slots)
-        t_uni = prof.verify(uni).latency_s
+        t_uni, t_rule = prof.verify(uni).latency_s, prof.verify(b).latency_s
         zero = VerifyBatch(bs_real=b.bs_real, bs_padded=bp, widths=b.widths,
                            kv_lens=np.zeros(len(kv), dtype=np.int64), launch_width=b.launch_width,
                            mode=b.mode, graph=True)
         t0 = prof.verify(zero).latency_s  # the step without attention's KV-dependent part
         by_bs.setdefault((bp, int(b.bs_real)), []).append(
-            (live / t_uni, ratio, prof.verify(b).latency_s / t_uni, live,
-             prof.verify(b).latency_s, t0 + (t_uni - t0) * ratio))
+            (live / t_uni, ratio, t_rule / t_uni, live, t_rule, t0 + (t_uni - t0) * ratio))
     print(f"{len(calls)} verify calls replayed from {a.journal.name}; {slots} resident programs")
     print("| padded bs | requests | launches | corr(live / uniform, model ratio) | corr(live / "
           "uniform, today's rule / uniform) | live / uniform (median) | today's rule / uniform "
@@ -178,7 +178,8 @@ def main(argv=None) -> int:
         def corr(y):
             return np.corrcoef(lu, y)[0, 1] if y.std() > 0 and lu.std() > 0 else float("nan")
 
-        print(f"| {bp} | {real} | {len(x)} | {corr(mr):+.2f} | {corr(ru):+.2f} | {np.median(lu) * 100:+.1f}% | {np.median(ru) * 100:+.1f}% "
+        print(f"| {bp} | {real} | {len(x)} | {corr(mr):+.2f} | {corr(ru):+.2f} "
+              f"| {np.median(lu) * 100:+.1f}% | {np.median(ru) * 100:+.1f}% "
               f"| {np.median(mr) * 100:+.1f}% |")
     x = np.array([r for rows in by_bs.values() for r in rows if r[0] > 0])
     many = np.array([r for rows in by_bs.values() if len(rows) >= a.min_launches for r in rows])

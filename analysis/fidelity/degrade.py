@@ -22,7 +22,8 @@ from typing import Any, Callable
 
 import numpy as np
 
-__all__ = ["DEGRADATIONS", "degrade_rows", "scale_rows", "write_degraded"]
+__all__ = ["DEGRADATIONS", "degrade_rows", "scale_rows", "write_degraded",
+           "write_rows_changed"]
 
 
 def _pin(rows: list[dict], axis: str, value: float, kinds: tuple[str, ...]) -> list[dict]:
@@ -87,12 +88,19 @@ def degrade_rows(rows: list[dict], name: str) -> list[dict]:
     return DEGRADATIONS[name][1](rows)
 
 
-def write_degraded(src: str | Path, dst: str | Path, name: str) -> Path:
-    """Write ``src`` degraded by ``name`` to ``dst`` (a profile file, atomically)."""
+def write_rows_changed(src: str | Path, dst: str | Path,
+                       change: Callable[[list[dict]], list[dict]], note: str) -> Path:
+    """Write ``src`` with its rows passed through ``change`` to ``dst`` (a profile file,
+    atomically), its metadata kept and ``note`` added to its notes."""
     from backends.profile import read_profile, write_profile
 
     table, meta = read_profile(src)
     keep: dict[str, Any] = {k: v for k, v in meta.items() if k != "profile_version"}
-    note = f"degraded copy of {Path(src).name}: {DEGRADATIONS[name][0]}" if name in DEGRADATIONS else ""
     keep["notes"] = [*(keep.get("notes") or []), note]
-    return write_profile(degrade_rows(table.to_pylist(), name), dst, keep)
+    return write_profile(change(table.to_pylist()), dst, keep)
+
+
+def write_degraded(src: str | Path, dst: str | Path, name: str) -> Path:
+    """Write ``src`` degraded by ``name`` to ``dst`` (a profile file, atomically)."""
+    note = f"degraded copy of {Path(src).name}: {DEGRADATIONS[name][0]}" if name in DEGRADATIONS else ""
+    return write_rows_changed(src, dst, lambda rows: degrade_rows(rows, name), note)

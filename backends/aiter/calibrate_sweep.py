@@ -24,7 +24,8 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any, Callable
 
-from backends.calibrate import calibrated_rows, choose_anchors, fit_factors, group_name
+from backends.calibrate import (SHAPE, anchor_record, calibrated_metadata, calibrated_rows,
+                                choose_anchors, factors_text, fit_factors, group_name)
 from backends.heldout import SECTIONS, HeldoutPoint, choose_heldout, grid_span
 from backends.aiter.heldout_sweep import _graph_key, _kernel_widths, measure_points
 from backends.aiter.profiling import ProfileSpec, open_runner
@@ -129,14 +130,9 @@ def run_calibrate(model: Any, out: str, base: str, spec: ProfileSpec, *, anchors
                                    kernel_widths=_kernel_widths(shape))
     rows, skipped = _measure_in_budget(runner, points, spec, deadline=deadline,
                                        progress=progress, what="anchor")
-    base_of = {(r["kind"], r["graph"], r["bs"], r["width"], r["kv_len"], r["tokens"]): r
-               for r in grid}
-    measured = []
-    for r in rows:
-        b = base_of[(r["kind"], r["graph"], r["bs"], r["width"], r["kv_len"], r["tokens"])]
-        measured.append({k: r[k] for k in ("kind", "graph", "bs", "width", "kv_len", "tokens")}
-                        | {"base_s": b["latency_s"], "measured_s": r["latency_s"],
-                           "ratio": r["latency_s"] / b["latency_s"], "reps": r["reps"]})
+    base_of = {tuple(r[k] for k in SHAPE): r for r in grid}
+    measured = [anchor_record(r, base_of[tuple(r[k] for k in SHAPE)]["latency_s"], r["latency_s"],
+                              r["reps"]) for r in rows]
     if not measured:
         from traces.errors import SpecschedError
 
@@ -178,21 +174,16 @@ def run_calibrate(model: Any, out: str, base: str, spec: ProfileSpec, *, anchors
         scaled = [dict(r, split="grid") for r in scaled] + held
     else:
         scaled = [{k: v for k, v in r.items() if k != "split"} for r in scaled]
-    notes = meta.get("notes") or []
-    notes = [n for n in (notes if isinstance(notes, list) else [notes])
-             if not (isinstance(n, dict) and "heldout" in n)]
-    notes.append(f"calibrated by `specsched calibrate` on {machine.get('name')} at {at}: "
-                 f"{len(measured)} anchors from {Path(base).name}, factors "
-                 + ", ".join(f"{g} {f['factor']:.4f}" for g, f in factors.items())
-                 + (f"; {dropped_heldout} held-out rows of the base dropped" if dropped_heldout
-                    else "") + (f"; {len(held)} held-out rows measured here" if held else ""))
+    notes: list = [f"calibrated by `specsched calibrate` on {machine.get('name')} at {at}: "
+                   f"{len(measured)} anchors from {Path(base).name}, factors "
+                   + factors_text(factors)
+                   + (f"; {dropped_heldout} held-out rows of the base dropped" if dropped_heldout
+                      else "") + (f"; {len(held)} held-out rows measured here" if held else "")]
     if held_note:
         notes.append({"heldout": dict(held_note, recorded="by specsched calibrate, on the "
                                       "calibrating machine", command=command)})
-    out_meta = {k: meta.get(k) for k in ("model", "versions", "kernels", "attention")}
-    out_meta.update(gpu=machine, command=meta.get("command") or "", notes=notes,
-                    calibration=calibration)
-    write_profile(scaled, out, out_meta, inputs=(base,))
+    write_profile(scaled, out, calibrated_metadata(meta, machine, calibration, notes),
+                  inputs=(base,))
     summary = {"rows": len(scaled), "out": str(out), "anchors": len(measured),
                "skipped": len(skipped), "heldout": len(held),
                "factors": {g: round(f["factor"], 6) for g, f in factors.items()},
