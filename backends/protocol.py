@@ -61,21 +61,6 @@ class DraftBatch:
 
 
 @dataclass(frozen=True, slots=True)
-class DraftExtendBatch:
-    """The draft-extend pass after a verify: the draft model over each request's accepted + 1 tokens.
-
-    ``width``: query rows per request in the launch (a graph pads every request to it);
-    ``kv_lens[i]``: request i's tokens in the KV cache before the extended tokens.
-    """
-
-    bs_real: int
-    bs_padded: int
-    width: int
-    kv_lens: np.ndarray
-    graph: bool
-
-
-@dataclass(frozen=True, slots=True)
 class VerifyBatch:
     """One verify launch of the target model.
 
