@@ -216,6 +216,11 @@ class BackendConfig:
     kv_lookup: str = _f("straggler", "KV coordinate of a batch's table lookup: straggler (the "
                                      "uniform KV with the same attention time, from the attention "
                                      "kernel's grid as the profile recorded it) or mean")
+    capture: str = _f("all", "aiter only: when the live executor captures its CUDA graphs: all (at "
+                             "start-up, in SGLang's order: verify graphs from the largest batch "
+                             "size down, then draft, then draft-extend) or lazy (each on first "
+                             "use; starts sooner, but the graph captured last sets how fast every "
+                             "graph replays, so a run drifts from SGLang's timing)")
 
 
 @dataclass(frozen=True)
@@ -375,6 +380,9 @@ class SimConfig:
         if self.cluster.router not in ROUTERS:
             raise SpecschedError(f"cluster.router: unknown router '{self.cluster.router}' "
                                  f"(choose from {', '.join(ROUTERS)})")
+        if self.backend.capture not in ("all", "lazy"):
+            raise SpecschedError(f"backend.capture: must be all or lazy (got "
+                                 f"'{self.backend.capture}')")
         if self.backend.kv_lookup not in ("straggler", "mean"):
             raise SpecschedError(f"backend.kv_lookup: must be straggler or mean (got "
                                  f"'{self.backend.kv_lookup}')")

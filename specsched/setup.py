@@ -50,7 +50,8 @@ def prepare(config: SimConfig, *, executor: Any = None) -> Prepared:
             # page size (which only governs the pool's accounting)
             opts = {"capture_bs": e.ladder,
                     "capture_widths": config.verify_widths_captured,
-                    "check_unsafe": e.policy == "unsafe-derived"}
+                    "check_unsafe": e.policy == "unsafe-derived",
+                    "capture": config.backend.capture}
         executor = make_executor(config.backend.name, model=model, gpu=config.backend.gpu,
                                  profile=config.backend.profile or None, **opts)
     return Prepared(config=config, executor=executor, kv_capacity_tokens=int(capacity),

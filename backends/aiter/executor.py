@@ -238,15 +238,23 @@ class AiterExecutor:
         }
 
     def timing_caveats(self) -> list[str]:
-        """A warning when timed runs outran their hold on every attempt (empty otherwise)."""
+        """Warnings about the timings: launches that outran their hold on every attempt, and
+        graphs captured during the run rather than at start-up (empty when neither)."""
         r = self.runner
+        out = []
+        late = len(r.capture_s) - self._setup_captures[0]
+        if late > 0:
+            out.append(f"{late} graphs were captured during the run, on first use, not at "
+                       "start-up as SGLang captures them: the graph captured last sets how fast "
+                       "every graph replays, so later steps may be timed in another state than "
+                       "SGLang's (docs/aiter.md, Timing; backend.capture = all avoids it)")
         n = int(getattr(r, "starved_runs", 0))
         if n == 0:
-            return []
+            return out
         kinds = ", ".join(f"{k} {v}" for k, v in sorted(getattr(r, "starved_by_kind", {}).items()))
-        return [f"{n} timed launches ({kinds}) outran their hold on every attempt: the host took "
-                "longer to queue them than the hold lasted, so their times include gaps where "
-                "the GPU waited for the host (docs/aiter.md, Timing)"]
+        return out + [f"{n} timed launches ({kinds}) outran their hold on every attempt: the host "
+                      "took longer to queue them than the hold lasted, so their times include "
+                      "gaps where the GPU waited for the host (docs/aiter.md, Timing)"]
 
 
 def gpu_info() -> dict[str, Any]:
@@ -275,15 +283,48 @@ def gpu_info() -> dict[str, Any]:
             "uuid": str(getattr(props, "uuid", "")), "host": socket.gethostname()}
 
 
+#: how a live executor captures its graphs: ``all`` at start-up in SGLang's order (the default
+#: of a live run), ``lazy`` on first use (benchmarks that replay a few graphs)
+CAPTURE_MODES = ("all", "lazy")
+
+
+def capture_order(capture_bs: Sequence[int], widths: Sequence[int], *, draft: bool,
+                  num_draft_tokens: int) -> list[tuple]:
+    """The graphs SGLang captures at start-up, in its order: keys for :meth:`Runner.capture`.
+
+    The target model's runner captures first, then the EAGLE worker's draft runner, then its
+    draft-extend runner (``EAGLEWorker.init_cuda_graphs``); each goes from the largest batch size
+    to the smallest (``CudaGraphRunner.capture``: ``reversed(self.capture_bs)``, to share the
+    memory pool). Verify graphs are captured at every captured width; draft-extend graphs at
+    every captured width of at least 2 rows (a draft-extend follows a verify of one draft or
+    more), ``num_draft_tokens`` last, so a run starts as SGLang's does: the draft-extend graph of
+    the smallest batch size at the start-up width captured last. That matters to timing: the
+    graph captured last sets how fast every graph replays (docs/aiter.md, Timing)."""
+    down = sorted({int(b) for b in capture_bs}, reverse=True)
+    keys = [("verify", b, int(w)) for b in down for w in sorted({int(w) for w in widths})]
+    if draft:
+        keys += [("draft", b) for b in down]
+        ext = sorted({max(2, int(w)) for w in widths} | {int(num_draft_tokens)},
+                     key=lambda w: (w == int(num_draft_tokens), w))
+        keys += [("extend", b, w) for w in ext for b in down]
+    return keys
+
+
 def capture_all(runner: Any) -> None:
-    """Capture every graph a runner can replay now (``capture="all"``): verify at each captured
-    batch size and width, the draft pass and the draft-extend pass at ``num_draft_tokens``."""
-    for bs in runner.capture_bs:
-        for w in runner.capture_widths:
-            runner.capture(("verify", bs, w))
-        if runner.draft is not None:
-            runner.capture(("draft", bs))
-            runner.capture(("extend", bs, runner.num_draft_tokens))
+    """Capture every graph a runner can replay now, in SGLang's start-up order
+    (:func:`capture_order`; ``capture="all"``)."""
+    for key in capture_order(runner.capture_bs, runner.capture_widths,
+                             draft=runner.draft is not None,
+                             num_draft_tokens=runner.num_draft_tokens):
+        runner.capture(key)
+
+
+def check_capture(mode: str) -> str:
+    """``mode`` if it is a capture mode, else an error naming the choices."""
+    if mode not in CAPTURE_MODES:
+        raise SpecschedError(f"aiter backend: capture {mode!r}: choose one of "
+                             f"{', '.join(CAPTURE_MODES)}")
+    return mode
 
 
 def make_executor(model: Any, *, page_size: int = 16,
@@ -296,7 +337,8 @@ def make_executor(model: Any, *, page_size: int = 16,
     Options: ``gpu`` (spec sheet for the modelled all-reduce, default ``"H200"``),
     ``check_unsafe`` (measure the numerical error of unsafe-derived launches), ``dtype``
     (``"bfloat16"``), ``kv_pool_gib`` (physical KV pool; default: what fits), ``seed``,
-    ``capture`` (``"lazy"``: graphs on first use; ``"all"``: the whole ladder x widths now),
+    ``capture`` (``"lazy"``, the default here: graphs on first use; ``"all"``: the whole
+    ladder x widths now, in SGLang's start-up order, as ``simulate`` does by default),
     ``num_draft_tokens`` (SGLang's start-up draft count: the padded rows' fill value and the
     draft-extend width captured with ``capture="all"``), ``extend_logits`` (``"last"``: a
     draft-extend pass computes logits for each request's last row, as SGLang's EAGLE worker;
@@ -337,7 +379,7 @@ def make_executor(model: Any, *, page_size: int = 16,
                     kv_pool_bytes=None if pool is None else int(float(pool) * (1 << 30)),
                     seed=int(opts.get("seed", 0)), comm=comm,
                     extend_logits=opts.get("extend_logits", "last"))
-    if opts.get("capture", "lazy") == "all":
+    if check_capture(opts.get("capture", "lazy")) == "all":
         capture_all(runner)
     return AiterExecutor(runner, model=model, gpu=gpu, check_unsafe=bool(opts.get("check_unsafe", False)),
                          setup_s=time.perf_counter() - t0)

@@ -44,7 +44,7 @@ from typing import Any, Sequence
 import numpy as np
 
 from backends.aiter import metadata as md
-from backends.aiter.executor import AiterExecutor, capture_all, comm_model_for
+from backends.aiter.executor import AiterExecutor, capture_all, check_capture, comm_model_for
 from backends.aiter.mla import (MLA_WIDTHS, ExtendPlan, LatentPool, load_mla_kernels,
                                 mla_geometry, mla_kernel_width, plan_latent_pool, row_index_count)
 from backends.aiter.model import Rope
@@ -355,7 +355,7 @@ def make_mla_executor(model: Any, *, page_size: int = 16,
                        routing_skew=float(opts.get("routing_skew", 1.0)),
                        extend_logits=opts.get("extend_logits", "last"),
                        moe_a2a=opts.get("moe_a2a", "none"))
-    if opts.get("capture", "lazy") == "all":
+    if check_capture(opts.get("capture", "lazy")) == "all":
         capture_all(runner)
     return MLAExecutor(runner, model=model, gpu=opts.get("gpu", "H200"),
                        check_unsafe=bool(opts.get("check_unsafe", False)),

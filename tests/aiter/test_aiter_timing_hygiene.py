@@ -214,10 +214,28 @@ def test_a_live_run_warns_when_timed_runs_outran_every_hold():
 
     from backends.aiter.executor import AiterExecutor
 
-    ex = SimpleNamespace(runner=SimpleNamespace(starved_runs=0, starved_by_kind={}))
+    # one graph captured at start-up, none since
+    ex = SimpleNamespace(runner=SimpleNamespace(starved_runs=0, starved_by_kind={},
+                                                capture_s={("verify", 1, 4): 0.5}),
+                         _setup_captures=(1, 0.5))
     assert AiterExecutor.timing_caveats(ex) == []
     ex.runner.starved_runs = 5
     ex.runner.starved_by_kind = {"eager prefill": 4, "eager verify": 1}
     (w,) = AiterExecutor.timing_caveats(ex)
     assert w.startswith("5 timed launches (eager prefill 4, eager verify 1) outran their hold")
     assert "GPU waited for the host" in w
+
+
+def test_a_live_run_warns_when_it_captured_graphs_during_the_run():
+    """Graphs captured after start-up (a lazy run, or a key the start-up captures lacked) put
+    later replays in another state than SGLang's: said, with their count."""
+    from types import SimpleNamespace
+
+    from backends.aiter.executor import AiterExecutor
+
+    ex = SimpleNamespace(runner=SimpleNamespace(starved_runs=0, starved_by_kind={}, capture_s={
+        ("verify", 1, 4): 0.5, ("draft", 1): 0.4, ("extend", 1, 4): 0.1}),
+        _setup_captures=(1, 0.5))
+    (w,) = AiterExecutor.timing_caveats(ex)
+    assert w.startswith("2 graphs were captured during the run, on first use")
+    assert "backend.capture = all" in w
