@@ -15,6 +15,10 @@ another run, and replaying it would be a confident wrong answer. The file's firs
 model, backend and a digest of the configuration. A file that is not a specsched journal is never
 written to.
 
+Each measured call's line also holds ``w``, the wall-clock time (Unix seconds) it returned at,
+so a run's steps can be set beside the GPU's clocks and temperatures sampled at the same time
+(``benchmarks/residual_by_shape.py --telemetry``); replaying ignores it.
+
 Each sitting appends a ``segment`` line with the GPU it ran on. A run measured on several GPUs
 says so in its warnings (``describe()["journal"]``).
 
@@ -26,6 +30,7 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import time
 from dataclasses import fields
 from datetime import datetime, timezone
 from pathlib import Path
@@ -183,7 +188,8 @@ class JournalExecutor:
                     "journal belongs to another run (use a new journal file)")
             return e["r"]
         r = live(batch)
-        self._f.write(json.dumps({"i": i, "k": kind, "s": sig, "r": r}) + "\n")
+        self._f.write(json.dumps({"i": i, "k": kind, "s": sig, "r": r,
+                                  "w": round(time.time(), 3)}) + "\n")
         return r
 
     def prefill(self, batch) -> float:

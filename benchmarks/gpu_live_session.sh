@@ -68,8 +68,13 @@
 #                grid points re-measured, one factor per pass group, within --budget-s 120
 #                (limit 150 s)                              -> llama-3.1-8b__H200.calibrated.parquet
 #   calibrate70b the same for the Llama-3.1-70B tp-8 shard  -> llama-3.1-70b__H200.calibrated.parquet
-#   calibrate-v2lite  the same for DeepSeek-V2-Lite (33 s on 2026-12-02)
-#                                                     -> deepseek-v2-lite__H200.calibrated.parquet
+#   calibrate-v2lite[:TAG]  the same for DeepSeek-V2-Lite (33 s on 2026-12-02)
+#                                              -> deepseek-v2-lite__H200.calibrated[_TAG].parquet
+#   capture-state  benchmarks/bench_capture_state.py: DeepSeek-V2-Lite graph replays after SGLang's
+#                start-up captures and after each of a list of later captures -> capture_state.json
+#   after-burst  benchmarks/bench_after_burst.py: DeepSeek-V2-Lite decode probes before and after
+#                15 s of 8,192-token prefills, nvidia-smi sampled beside them
+#                                                     -> after_burst.json, smi_after_burst.csv
 #   live-conv:N  live `simulate --backend aiter` of the first N requests of the conversation sample
 #   live-split:N the same with --policy split (a what-if: widths other than 4 run eagerly)
 #   live-code    live `simulate --backend aiter` of the whole code sample
@@ -96,7 +101,8 @@
 #   straggler-mla  mixed-KV batches against uniform ones on the MLA decode kernel (DeepSeek-V2-Lite,
 #                CASESMLA)                                             -> straggler_mla.json
 #   straggler-mla-order  the MLA decode straggler cases with the long rows first and last in the
-#                launch (CASESMLA_ORDER; not run yet)               -> straggler_mla_order.json
+#                launch (CASESMLA_ORDER; 46 s on 2026-12-03, h200-2026-12-03c: the same rows 12-32%
+#                slower with the long ones last)                    -> straggler_mla_order.json
 #   prefill-protocols  DeepSeek-V2-Lite prefills of 8,192 tokens (prefix 0 and 8,192) and 3,240
 #                timed as a profile does and as a live run does, on one GPU (52 s on 2026-12-03:
 #                the same within 0.1%, h200-2026-12-03b)          -> prefill_protocols.json
@@ -167,6 +173,15 @@ if ! python3 -c "import importlib.util as u, sys; sys.exit(0 if u.find_spec('ait
 fi
 log="$out/gpu$gpu.log"
 deadline=${DEADLINE:-570}
+# SMI=1: the GPU's clocks, power, temperatures and clock-event reasons every 250 ms for the whole
+# call (OUT_DIR/smi_gpuGPU.csv); the job lines in the log carry epoch seconds to align them
+if [ -n "${SMI:-}" ] && command -v nvidia-smi >/dev/null; then
+  nvidia-smi -i "$gpu" --query-gpu=timestamp,clocks.sm,clocks.mem,power.draw,temperature.gpu,\
+temperature.memory,utilization.gpu,clocks_event_reasons.active --format=csv -lms 250 \
+    > "$out/smi_gpu$gpu.csv" 2>&1 &
+  smi_pid=$!
+  trap 'kill $smi_pid 2>/dev/null' EXIT
+fi
 BS="1,2,3,4,5,6,7,8,10,12,14,16,24,32,48,64,96,128,160,192,256"
 KV="128,512,2048,4096,8192,16384,32768"
 # the 70B shard has 80 layers: a 14 x 5 graph grid keeps its profile within one call
@@ -234,10 +249,10 @@ job() {  # job NAME SECONDS COMMAND...
   local name=$1 secs=$2; shift 2
   local left=$((deadline - SECONDS)); [ "$secs" -gt "$left" ] && secs=$left
   if [ "$secs" -le 5 ]; then echo "=== $name skipped: no time left ===" | tee -a "$log"; return; fi
-  echo "=== $name (gpu $gpu, $(date +%T), limit ${secs}s) ===" | tee -a "$log"
+  echo "=== $name (gpu $gpu, $(date +%T), epoch $(date +%s.%N), limit ${secs}s) ===" | tee -a "$log"
   local t0=$SECONDS
   timeout "$secs" "$@" >>"$log" 2>&1
-  echo "=== $name rc=$? in $((SECONDS - t0))s ===" | tee -a "$log"
+  echo "=== $name rc=$? in $((SECONDS - t0))s, epoch $(date +%s.%N) ===" | tee -a "$log"
 }
 pjournal() {  # pjournal NAME: a job's journal in OUT_DIR, continued from journals/ if there
   local f="$out/journal_$1.jsonl"
@@ -254,7 +269,10 @@ live() {  # live NAME TRACE [LIMIT [SIMULATE OPTIONS...]]
     --journal "$jn" "$@"
   # a finished run comes back as its results folder; its journal only when cut off (a call
   # returns at most 8 files)
-  [ -d "/tmp/live_$name" ] && tar -czf "$out/live_$name.tar.gz" -C /tmp "live_$name" && rm -f "$jn"
+  # (KEEP_JOURNAL=1 keeps it: a journal holds each call's batch digest and wall time, for
+  # benchmarks/mla_dispatch_replay.py and for lining the run up with the GPU's telemetry)
+  [ -d "/tmp/live_$name" ] && tar -czf "$out/live_$name.tar.gz" -C /tmp "live_$name" \
+    && [ -z "${KEEP_JOURNAL:-}" ] && rm -f "$jn"
 }
 fid() {  # fid NAME TRACE [LIMIT]
   local name=$1 trace=$2 lim=${3:-}
@@ -322,8 +340,13 @@ PY
         -o "$out/llama-3.1-8b__H200.calibrated.parquet" --budget-s 120 ;;
     calibrate70b) job calibrate70b 150 python3 -m specsched calibrate --model llama-3.1-70b --tp 8 \
         --progress -o "$out/llama-3.1-70b__H200.calibrated.parquet" --budget-s 120 ;;
-    calibrate-v2lite) job calibrate-v2lite 150 python3 -m specsched calibrate --model deepseek-v2-lite \
-        --progress -o "$out/deepseek-v2-lite__H200.calibrated.parquet" --budget-s 120 ;;
+    calibrate-v2lite|calibrate-v2lite:*) tag=${j#calibrate-v2lite}; tag=${tag#:}
+        job "calibrate-v2lite${tag:+-$tag}" 150 python3 -m specsched calibrate --model deepseek-v2-lite \
+        --progress -o "$out/deepseek-v2-lite__H200.calibrated${tag:+_$tag}.parquet" --budget-s 120 ;;
+    capture-state) job capture-state 240 python3 benchmarks/bench_capture_state.py \
+        --json "$out/capture_state.json" ;;
+    after-burst) job after-burst 200 python3 benchmarks/bench_after_burst.py \
+        --json "$out/after_burst.json" --smi "$out/smi_after_burst.csv" ;;
     profile70b) job profile70b 560 python3 -m specsched profile --journal "$(pjournal profile70b)" --model llama-3.1-70b --tp 8 --progress \
         --bs "$BS70" --kv-lens "$KV70" -o "$out/llama-3.1-70b__H200.parquet" ;;
     profile70b-prefill) job profile70b-prefill 300 python3 -m specsched profile --journal "$(pjournal profile70b)" \

@@ -10,6 +10,11 @@ cells side by side and their agreement: if the cells of two runs on two machines
 better than the cells spread, the error belongs to the profile's rows or lookup at those
 shapes, not to either machine or to noise (docs/aiter_mla.md, *Long context*).
 
+With ``--by-capture`` it also cuts each run where it first used each graph (where a live run
+that captures lazily captured it) and prints the median residual of small batches' graph
+replays between those points: the graph captured last sets how fast every graph replays
+(docs/aiter.md, Timing), and this finds it in a run already recorded.
+
     python benchmarks/residual_by_shape.py --profile backends/profiles/deepseek-v2-lite__H200.parquet \\
         benchmarks/results/h200-2026-12-03b/live_longv2lite benchmarks/results/h200-2026-12-03/live_longv2lite
 
@@ -19,6 +24,7 @@ CPU only; a few seconds a run.
 from __future__ import annotations
 
 import argparse
+import json
 import sys
 from pathlib import Path
 
@@ -33,13 +39,15 @@ from backends.profile import load_profile  # noqa: E402
 KINDS = ("verify", "draft", "draft_extend", "prefill")
 BANDS = ((0, 8192), (8192, 16384), (16384, np.inf))
 MIN_STEPS = 15
+SMALL_BS = 8
 
 
 def residuals(run: Path, table) -> dict[str, np.ndarray]:
     """The run's steps as columns, with ``resid`` (%) against ``table``."""
     steps = pq.read_table(run / "steps.parquet")
     pred, _ = predict_steps(steps, table)
-    out = {c: col(steps, c) for c in ("kind", "start_s", "bs_padded", "kv_mean")}
+    out = {c: col(steps, c) for c in ("kind", "start_s", "bs_padded", "kv_mean", "graph",
+                                       "width")}
     out["resid"] = np.log(col(steps, "latency_s") / pred) * 100
     return out
 
@@ -55,6 +63,77 @@ def cells(s: dict[str, np.ndarray]) -> dict[tuple, tuple[float, int]]:
                 if m.sum() >= MIN_STEPS:
                     out[(k, int(b), int(lo))] = (float(np.median(s["resid"][m])), int(m.sum()))
     return out
+
+
+def capture_intervals(s: dict[str, np.ndarray], resets: tuple[int, ...] = (),
+                      small_bs: int = SMALL_BS, min_steps: int = MIN_STEPS) -> list[dict]:
+    """The run cut where a lazily capturing live run captured graphs: at each graph key's first
+    use (verify and draft-extend by padded batch size and width, draft by padded batch size),
+    counted afresh from each step index in ``resets`` (a sitting's first call: a new process).
+    Each interval holds the steps from one capture to the next; intervals with fewer than
+    ``min_steps`` graph replays at ``small_bs`` requests or fewer are merged into the next, so
+    each row names the captures since the last row (``captured``, in order) and the median
+    residual of each decode kind's graph replays at small batches (``median``: kind ->
+    (median, steps)); eager launches and prefills are left out."""
+    n = len(s["kind"])
+    seen: set = set()
+    rows: list[dict] = []
+    pending: list[str] = []
+    start = 0
+
+    def close(end: int) -> None:
+        nonlocal pending, start
+        m = np.zeros(n, bool)
+        m[start:end] = True
+        m &= s["graph"] & (s["bs_padded"] <= small_bs) & np.isfinite(s["resid"])
+        med = {k: (float(np.median(s["resid"][m & (s["kind"] == k)])), int((m & (s["kind"] == k)).sum()))
+               for k in KINDS[:3] if (m & (s["kind"] == k)).sum() >= min_steps}
+        if med:
+            rows.append({"from_step": start, "t": float(s["start_s"][start]),
+                         "captured": pending, "median": med})
+            pending = []
+        start = end
+
+    for i in range(n):
+        if i in resets:
+            close(i)
+            seen = set()
+            pending = pending + ["(new process)"]
+        k = str(s["kind"][i])
+        if k == "prefill" or not s["graph"][i]:
+            continue
+        key = (k, int(s["bs_padded"][i])) if k == "draft" else (k, int(s["bs_padded"][i]),
+                                                                  int(s["width"][i]))
+        if key not in seen:
+            seen.add(key)
+            close(i)
+            pending = pending + [" ".join(str(x) for x in key)]
+    close(n)
+    return rows
+
+
+def by_capture(s: dict[str, np.ndarray], resets: tuple[int, ...] = ()) -> None:
+    print("| from step | at (s) | graphs first used since the row above | " +
+          " | ".join(f"{k} at bs <= {SMALL_BS} (steps)" for k in KINDS[:3]) + " |")
+    print("|---|---|---|---|---|---|")
+    for r in capture_intervals(s, resets):
+        caps = r["captured"]
+        shown = ", ".join(caps if len(caps) <= 6 else caps[:3] + ["..."] + caps[-3:])
+        cells_ = [f"{r['median'][k][0]:+.2f} ({r['median'][k][1]})" if k in r["median"] else "-"
+                  for k in KINDS[:3]]
+        print(f"| {r['from_step']} | {r['t']:.1f} | {shown} | " + " | ".join(cells_) + " |")
+
+
+def sitting_starts(run: Path, steps: int) -> tuple[int, ...]:
+    """The first call of each sitting after the first (summary.json's journal segments), as
+    step indices: one step per executor call, so only when the calls add up to the steps."""
+    try:
+        j = json.loads((run / "summary.json").read_text())["backend_detail"]["journal"]
+    except (OSError, KeyError, TypeError, ValueError):
+        return ()
+    if j.get("replayed_calls", 0) + j.get("live_calls", 0) != steps:
+        return ()
+    return tuple(int(x["first_call"]) for x in j.get("segments", [])[1:])
 
 
 def by_time(s: dict[str, np.ndarray]) -> None:
@@ -75,6 +154,8 @@ def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("runs", nargs="+", type=Path, help="results folders of live runs (1 or 2)")
     ap.add_argument("--profile", required=True, type=Path)
+    ap.add_argument("--by-capture", action="store_true",
+                    help="also cut each run where it first used each graph (a lazy capture)")
     a = ap.parse_args(argv)
     if len(a.runs) > 2:
         ap.error("give one run, or two of the same trace")
@@ -83,6 +164,9 @@ def main(argv=None) -> int:
     for r, s in zip(a.runs, data):
         print(f"\n{r} against {a.profile.name}")
         by_time(s)
+        if a.by_capture:
+            print()
+            by_capture(s, sitting_starts(r, len(s["kind"])))
     cs = [cells(s) for s in data]
     keys = sorted(set(cs[0]).intersection(*cs[1:]))
     print("\n| kind | padded bs | mean KV from | " + " | ".join(f"run {i + 1} (steps)" for i in range(len(cs))) + " |")

@@ -99,6 +99,11 @@ def test_a_cut_off_run_resumes_from_its_journal_and_ends_as_an_uninterrupted_one
     jd = res.summary["backend_detail"]["journal"]
     assert (jd["replayed_calls"], jd["live_calls"], len(jd["segments"])) == (300, total - 300, 2)
     assert [s["first_call"] for s in jd["segments"]] == [0, 300]
+    # every measured call is stamped with the wall time it returned at, in order (to align a
+    # run with the GPU's telemetry); replaying adds no stamps and rewrites none
+    stamps = [c["w"] for c in _calls(j)]
+    assert len(stamps) == total and stamps == sorted(stamps)
+    assert stamps[0] > 1.7e9 and stamps[299] <= stamps[300]
     assert any("measured in 2 sittings" in w and "different GPUs" not in w
                for w in res.summary["warnings"])
     # a third sitting replays everything and measures nothing

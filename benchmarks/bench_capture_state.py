@@ -1,0 +1,116 @@
+"""Which graph captured last sets how fast DeepSeek-V2-Lite's graphs replay?  Probes after each.
+
+DeepSeek-V2-Lite's long-context live runs met the profile at small batches until the run first
+captured graphs of 22-26 requests, and ran every decode kind 3-4% slower from then to the end;
+a sitting resumed in a fresh process, whose last captures were of 1-8 requests, met it again
+(docs/aiter_mla.md, *Long context*). On the Llama-3.1-70B shard the graph captured last set
+every replay's time (docs/aiter.md, Timing). This times a fixed set of probes (graph replays
+of verify, draft and draft-extend at several batch sizes, KV ``--kv`` per request, through the
+executor as a live run calls it, median of ``--n``)
+
+* after SGLang's start-up captures (``capture_order``: verify graphs from the largest batch size
+  down, then draft, then draft-extend; the draft-extend of one request captured last), the state
+  a live run with ``backend.capture = all`` replays in;
+* then after each capture in ``--then`` (``kind:bs``, e.g. ``extend:24``), in that order.
+
+Each capture replaces the graph of that key, as a lazy live run's first use of it would make it.
+
+    python3 benchmarks/bench_capture_state.py --json capture_state.json
+
+GPU only; about 2 minutes for DeepSeek-V2-Lite (the start-up captures compile most kernels).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+THEN = ("extend:24,extend:1,verify:24,extend:8,extend:16,extend:22,verify:1,draft:24,extend:40,"
+        "extend:1")
+PROBES = "verify:1,verify:4,verify:16,verify:24,verify:40,draft:1,draft:4,draft:24,extend:4,extend:24"
+
+
+def batch(kind: str, bs: int, kv: int, width: int):
+    from backends.protocol import DraftBatch, DraftExtendBatch, VerifyBatch
+
+    kvs = np.full(bs, kv)
+    if kind == "verify":
+        return VerifyBatch(bs_real=bs, bs_padded=bs, widths=np.full(bs, width), kv_lens=kvs,
+                           launch_width=width, mode="uniform", graph=True)
+    if kind == "draft":
+        return DraftBatch(bs_real=bs, bs_padded=bs, kv_lens=kvs, passes=width - 2, graph=True)
+    return DraftExtendBatch(bs_real=bs, bs_padded=bs, width=width, kv_lens=kvs, graph=True)
+
+
+def key(kind: str, bs: int, width: int) -> tuple:
+    return ("draft", bs) if kind == "draft" else (kind, bs, width)
+
+
+def call(ex, kind: str, b) -> float:
+    r = {"verify": ex.verify, "draft": ex.draft, "extend": ex.draft_extend}[kind](b)
+    return float(getattr(r, "latency_s", r))
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--model", default="deepseek-v2-lite")
+    ap.add_argument("--kv", type=int, default=8192)
+    ap.add_argument("--width", type=int, default=4, help="verify and draft-extend width")
+    ap.add_argument("--n", type=int, default=12, help="calls of each probe per state")
+    ap.add_argument("--probes", default=PROBES)
+    ap.add_argument("--then", default=THEN, help="captures after the start-up ones, in order")
+    ap.add_argument("--ladder", default="1,2,3,4,5,6,7,8,10,12,14,16,18,20,22,24,26,28,30,32,40,44,48",
+                    help="the start-up captures' batch sizes (SGLang's ladder at 48 requests)")
+    ap.add_argument("--json", default=None)
+    a = ap.parse_args()
+
+    from backends.aiter import make_executor
+    from backends.aiter.executor import capture_all, gpu_info
+    from backends.models import load_model
+
+    ladder = [int(x) for x in a.ladder.split(",")]
+    probes = [(k, int(b)) for k, b in (p.split(":") for p in a.probes.split(","))]
+    ex = make_executor(load_model(a.model), capture_bs=ladder, capture_widths=[a.width])
+    runner = ex.runner
+    t0 = time.time()
+    capture_all(runner)
+    print(f"start-up captures: {len(runner.graphs)} graphs in {time.time() - t0:.1f}s", flush=True)
+    batches = {p: batch(p[0], p[1], a.kv, a.width) for p in probes}
+    states = []
+
+    def measure(label: str) -> None:
+        got = {p: [] for p in probes}
+        for _ in range(a.n):
+            for p in probes:
+                got[p].append(call(ex, p[0], batches[p]))
+        ms = {f"{k}:{b}": float(np.median(v)) * 1e3 for (k, b), v in got.items()}
+        states.append({"after": label, "ms": ms})
+        print(f"{label:14s} " + " ".join(f"{k} {v:.4f}" for k, v in ms.items()), flush=True)
+
+    measure("start-up")
+    for spec in a.then.split(","):
+        kind, bs = spec.split(":")
+        k = key(kind, int(bs), a.width)
+        runner.graphs.pop(k, None)
+        runner.capture(k)
+        measure(f"{kind} {bs}")
+    base = states[0]["ms"]
+    print("ratio to start-up:")
+    for s in states[1:]:
+        print(f"{s['after']:14s} " + " ".join(f"{k} {s['ms'][k] / v:.4f}" for k, v in base.items()),
+              flush=True)
+    if a.json:
+        Path(a.json).write_text(json.dumps({"model": a.model, "gpu": gpu_info(), "kv": a.kv,
+                                            "width": a.width, "n": a.n, "ladder": ladder,
+                                            "states": states}, indent=1))
+
+
+if __name__ == "__main__":
+    main()
