@@ -17,7 +17,7 @@ written to.
 
 Each measured call's line also holds ``w``, the wall-clock time (Unix seconds) it returned at,
 so a run's steps can be set beside the GPU's clocks and temperatures sampled at the same time
-(``benchmarks/residual_by_shape.py --telemetry``); replaying ignores it.
+(``SMI=1`` in ``benchmarks/gpu_live_session.sh`` logs ``nvidia-smi``); replaying ignores it.
 
 Each sitting appends a ``segment`` line with the GPU it ran on. A run measured on several GPUs
 says so in its warnings (``describe()["journal"]``).

@@ -293,7 +293,7 @@ def capture_order(capture_bs: Sequence[int], widths: Sequence[int], *, draft: bo
     """The graphs SGLang captures at start-up, in its order: keys for :meth:`Runner.capture`.
 
     The target model's runner captures first, then the EAGLE worker's draft runner, then its
-    draft-extend runner (``EAGLEWorker.init_cuda_graphs``); each goes from the largest batch size
+    draft-extend runner (``EagleDraftWorker.init_cuda_graphs``); each goes from the largest batch size
     to the smallest (``CudaGraphRunner.capture``: ``reversed(self.capture_bs)``, to share the
     memory pool). Verify graphs are captured at every captured width; draft-extend graphs at
     every captured width of at least 2 rows (a draft-extend follows a verify of one draft or
