@@ -33,6 +33,10 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
+from bench_capture_state import call, parse_probes, probe_round  # noqa: E402
+
+#: the decode passes a long-context run makes most (``bench_capture_state.parse_probes``)
+PROBES = "draft:1,draft:4,extend:4,verify:1,verify:4,verify:16"
 SMI_FIELDS = ("timestamp,clocks.sm,clocks.mem,power.draw,temperature.gpu,temperature.memory,"
               "utilization.gpu,clocks_event_reasons.active")
 
@@ -49,44 +53,11 @@ def start_smi(path: str | None):
         return None
 
 
-def probes(n_kv: int):
-    """(name, executor method, batch): the decode passes a long-context run makes most."""
-    from backends.protocol import DraftBatch, DraftExtendBatch, VerifyBatch
-
-    def verify(bs):
-        return VerifyBatch(bs_real=bs, bs_padded=bs, widths=np.full(bs, 4),
-                           kv_lens=np.full(bs, n_kv), launch_width=4, mode="uniform", graph=True)
-    return [
-        ("draft bs1", "draft", DraftBatch(bs_real=1, bs_padded=1, kv_lens=np.array([n_kv]),
-                                          passes=2, graph=True)),
-        ("draft bs4", "draft", DraftBatch(bs_real=4, bs_padded=4, kv_lens=np.full(4, n_kv),
-                                          passes=2, graph=True)),
-        ("draft_extend bs4", "draft_extend",
-         DraftExtendBatch(bs_real=4, bs_padded=4, width=4, kv_lens=np.full(4, n_kv), graph=True)),
-        ("verify bs1", "verify", verify(1)),
-        ("verify bs4", "verify", verify(4)),
-        ("verify bs16", "verify", verify(16)),
-    ]
-
-
-def time_call(ex, method: str, batch) -> float:
-    r = getattr(ex, method)(batch)
-    return float(getattr(r, "latency_s", r))
-
-
-def probe_round(ex, plist, n: int) -> dict[str, float]:
-    """Median latency (ms) of ``n`` calls of each probe, the probes interleaved."""
-    got: dict[str, list[float]] = {name: [] for name, _, _ in plist}
-    for _ in range(n):
-        for name, method, batch in plist:
-            got[name].append(time_call(ex, method, batch))
-    return {k: float(np.median(v)) * 1e3 for k, v in got.items()}
-
-
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--model", default="deepseek-v2-lite")
     ap.add_argument("--kv", type=int, default=8192, help="every probe's KV per request")
+    ap.add_argument("--probes", default=PROBES, help="kind:bs,... (verify, draft, extend)")
     ap.add_argument("--n", type=int, default=15, help="calls of each probe per round")
     ap.add_argument("--before", type=int, default=4, help="probe rounds before the burst")
     ap.add_argument("--burst-s", type=float, default=15.0)
@@ -102,9 +73,9 @@ def main() -> None:
     from backends.protocol import PrefillBatch
 
     ex = make_executor(load_model(a.model), capture_bs=[1, 4, 16])
-    plist = probes(a.kv)
-    for _, method, batch in plist:  # capture every graph before anything is timed
-        time_call(ex, method, batch)
+    probes = parse_probes(a.probes, a.kv, 4)  # width 4: the long-context run's verify width
+    for kind, b in probes.values():  # capture every graph before anything is timed
+        call(ex, kind, b)
     burst = PrefillBatch(tokens=np.array([a.burst_tokens]), prefix=np.array([0]))
     ex.prefill(burst)  # the first call of a length warms up untimed
     smi = start_smi(a.smi)
@@ -113,7 +84,7 @@ def main() -> None:
 
     def record(phase: str) -> None:
         t0 = time.time()
-        ms = probe_round(ex, plist, a.n)
+        ms = probe_round(ex, probes, a.n)
         rounds.append({"phase": phase, "wall_start": t0, "wall_end": time.time(), "ms": ms})
         print(f"{phase:6s} {time.time() - t_start:6.1f}s " +
               " ".join(f"{k} {v:.4f}" for k, v in ms.items()), flush=True)

@@ -63,6 +63,24 @@ def call(ex, kind: str, b) -> float:
     return float(getattr(r, "latency_s", r))
 
 
+def parse_probes(spec: str, kv: int, width: int) -> dict[str, tuple[str, object]]:
+    """``kind:bs,...`` as ``{"kind:bs": (kind, batch)}`` (:func:`batch`), in that order."""
+    out = {}
+    for p in spec.split(","):
+        kind, bs = p.split(":")
+        out[p] = (kind, batch(kind, int(bs), kv, width))
+    return out
+
+
+def probe_round(ex, probes: dict[str, tuple[str, object]], n: int) -> dict[str, float]:
+    """Median latency (ms) of ``n`` calls of each probe, the probes interleaved."""
+    got: dict[str, list[float]] = {name: [] for name in probes}
+    for _ in range(n):
+        for name, (kind, b) in probes.items():
+            got[name].append(call(ex, kind, b))
+    return {k: float(np.median(v)) * 1e3 for k, v in got.items()}
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--model", default="deepseek-v2-lite")
@@ -81,21 +99,16 @@ def main() -> None:
     from backends.models import load_model
 
     ladder = [int(x) for x in a.ladder.split(",")]
-    probes = [(k, int(b)) for k, b in (p.split(":") for p in a.probes.split(","))]
+    probes = parse_probes(a.probes, a.kv, a.width)
     ex = make_executor(load_model(a.model), capture_bs=ladder, capture_widths=[a.width])
     runner = ex.runner
     t0 = time.time()
     capture_all(runner)
     print(f"start-up captures: {len(runner.graphs)} graphs in {time.time() - t0:.1f}s", flush=True)
-    batches = {p: batch(p[0], p[1], a.kv, a.width) for p in probes}
     states = []
 
     def measure(label: str) -> None:
-        got = {p: [] for p in probes}
-        for _ in range(a.n):
-            for p in probes:
-                got[p].append(call(ex, p[0], batches[p]))
-        ms = {f"{k}:{b}": float(np.median(v)) * 1e3 for (k, b), v in got.items()}
+        ms = probe_round(ex, probes, a.n)
         states.append({"after": label, "ms": ms})
         print(f"{label:14s} " + " ".join(f"{k} {v:.4f}" for k, v in ms.items()), flush=True)
 

@@ -37,7 +37,6 @@ CPU only; about a minute for 6,537 calls.
 from __future__ import annotations
 
 import argparse
-import heapq
 import json
 import shutil
 import sys
@@ -140,11 +139,9 @@ ALPHAS = (0.0, 0.1, 0.2, 0.3, 0.4, 0.5, 0.75, 1.0)
 
 def makespan(row_kv: np.ndarray, splits: int, slots: int) -> float:
     """List-scheduled time of ``len(row_kv) x splits`` programs of ``kv / splits`` each, a row's
-    splits adjacent, on ``slots`` slots (each program starts when the first slot frees)."""
-    free = [0.0] * slots
-    for t in np.repeat(row_kv / splits, splits):
-        heapq.heappush(free, heapq.heappop(free) + float(t))
-    return max(free)
+    splits adjacent, on ``slots`` slots (each program starts when the first slot frees):
+    :func:`fluid_makespan` with no bandwidth limit."""
+    return fluid_makespan(np.repeat(np.asarray(row_kv, float) / splits, splits), slots, np.inf)
 
 
 @njit(_nrt=True)
@@ -259,7 +256,6 @@ def main(argv=None) -> int:
         return 0
     if not (a.journal and a.reference_run and a.trace and a.model):
         ap.error("--journal, --reference-run, --trace and --model are needed to replay a run")
-    from backends.aiter.mla_kernels import decode_splits
     from backends.protocol import VerifyBatch
 
     calls, prof = replay(a.journal, a.reference_run, a.trace, a.model)
@@ -271,15 +267,12 @@ def main(argv=None) -> int:
             continue
         kv = np.asarray(b.kv_lens, dtype=np.float64)
         width = 4 if b.launch_width == 3 else int(b.launch_width)  # width 3 runs the width-4 graph
-        rows, bp = b.bs_padded * width, int(b.bs_padded)
-        splits = int(decode_splits(rows))
+        bp = int(b.bs_padded)
         uni = VerifyBatch(bs_real=b.bs_real, bs_padded=bp, widths=b.widths,
                           kv_lens=np.full(len(kv), int(kv.mean())), launch_width=b.launch_width,
                           mode=b.mode, graph=True)
-        row_kv = np.repeat(np.concatenate([kv, np.zeros(bp - len(kv))]), width)
-        mean_rows = np.repeat(np.concatenate([np.full(len(kv), kv.mean()),
-                                              np.zeros(bp - len(kv))]), width)
-        ratio = makespan(row_kv, splits, slots) / makespan(mean_rows, splits, slots)
+        # the pure list schedule: no bandwidth limit, no overhead, padding rows empty
+        ratio = fluid_ratio(kv, bp, width, np.inf, 0.0, slots, False)
         t_uni, t_rule = prof.verify(uni).latency_s, prof.verify(b).latency_s
         zero = VerifyBatch(bs_real=b.bs_real, bs_padded=bp, widths=b.widths,
                            kv_lens=np.zeros(len(kv), dtype=np.int64), launch_width=b.launch_width,
