@@ -286,7 +286,8 @@ class PointJournal:
 
     KEY = "specsched_profile_journal"
 
-    def __init__(self, path: str | Path | None, header: dict[str, Any], gpu: Any) -> None:
+    def __init__(self, path: str | Path | None, header: dict[str, Any], gpu: Any,
+                 sitting: dict[str, Any] | None = None) -> None:
         self.path = None if path is None else Path(path)
         self.rows: dict[tuple, dict] = {}
         self.segments: list[dict] = []
@@ -295,16 +296,17 @@ class PointJournal:
         if self.path is None:
             return
         full = {self.KEY: JOURNAL_VERSION, **header}
-        sitting = None
+        sitting = dict(sitting or {})  # what this sitting's line says besides its GPU
         head = _journal_head(self.path)
         if head is not None and head.get("spec") != header.get("spec") and all(
                 head.get(k) == v for k, v in full.items() if k != "spec"):
             added = grid_growth(head.get("spec"), header.get("spec"))
             if added is not None:  # the grid grew: keep the journal's header and its rows
                 full = {**full, "spec": head["spec"]}
-                sitting = {"grid_added": added}
+                sitting["grid_added"] = added
         self.segments, entries, self._f = open_journal(
-            self.path, full, self.KEY, lambda x: isinstance(x.get("row"), dict), gpu, sitting)
+            self.path, full, self.KEY, lambda x: isinstance(x.get("row"), dict), gpu,
+            sitting or None)
         self.rows = {self.key_of(e["row"]): e["row"] for e in entries}
 
     @staticmethod

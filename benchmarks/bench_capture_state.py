@@ -15,6 +15,12 @@ executor as a live run calls it, median of ``--n``)
 
 Each capture replaces the graph of that key, as a lazy live run's first use of it would make it.
 
+Probes are ``kind:bs`` (``verify``, ``draft``, ``extend``) or ``prefill:TOKENS`` (one request, no
+prefix, eager). ``--fresh`` first times the prefill probes before any graph is captured, the
+state a profile sitting of prefills alone measured them in. ``--model`` and ``--tp`` choose the
+shard (``--model llama-3.1-70b --tp 8``: the 70B shard, where the graph captured last was first
+seen; docs/aiter.md, Timing).
+
     python3 benchmarks/bench_capture_state.py --json capture_state.json
 
 GPU only; 31 s on 2026-12-03 after a live run in the same call had compiled the kernels (the
@@ -43,8 +49,11 @@ PROBES = "verify:1,verify:4,verify:16,verify:24,verify:40,draft:1,draft:4,draft:
 
 
 def batch(kind: str, bs: int, kv: int, width: int):
-    from backends.protocol import DraftBatch, DraftExtendBatch, VerifyBatch
+    """The probe's batch; for ``prefill`` ``bs`` is the tokens of one request with no prefix."""
+    from backends.protocol import DraftBatch, DraftExtendBatch, PrefillBatch, VerifyBatch
 
+    if kind == "prefill":
+        return PrefillBatch(tokens=np.array([bs]), prefix=np.array([0]))
     kvs = np.full(bs, kv)
     if kind == "verify":
         return VerifyBatch(bs_real=bs, bs_padded=bs, widths=np.full(bs, width), kv_lens=kvs,
@@ -59,7 +68,8 @@ def key(kind: str, bs: int, width: int) -> tuple:
 
 
 def call(ex, kind: str, b) -> float:
-    r = {"verify": ex.verify, "draft": ex.draft, "extend": ex.draft_extend}[kind](b)
+    r = {"verify": ex.verify, "draft": ex.draft, "extend": ex.draft_extend,
+         "prefill": ex.prefill}[kind](b)
     return float(getattr(r, "latency_s", r))
 
 
@@ -84,6 +94,7 @@ def probe_round(ex, probes: dict[str, tuple[str, object]], n: int) -> dict[str, 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--model", default="deepseek-v2-lite")
+    ap.add_argument("--tp", type=int, default=None, help="tensor-parallel degree (default: the preset's)")
     ap.add_argument("--kv", type=int, default=8192)
     ap.add_argument("--width", type=int, default=4, help="verify and draft-extend width")
     ap.add_argument("--n", type=int, default=12, help="calls of each probe per state")
@@ -91,6 +102,8 @@ def main() -> None:
     ap.add_argument("--then", default=THEN, help="captures after the start-up ones, in order")
     ap.add_argument("--ladder", default="1,2,3,4,5,6,7,8,10,12,14,16,18,20,22,24,26,28,30,32,40,44,48",
                     help="the start-up captures' batch sizes (SGLang's ladder at 48 requests)")
+    ap.add_argument("--fresh", action="store_true",
+                    help="first time the eager probes (prefill) before any graph is captured")
     ap.add_argument("--json", default=None)
     a = ap.parse_args()
 
@@ -100,18 +113,22 @@ def main() -> None:
 
     ladder = [int(x) for x in a.ladder.split(",")]
     probes = parse_probes(a.probes, a.kv, a.width)
-    ex = make_executor(load_model(a.model), capture_bs=ladder, capture_widths=[a.width])
+    ex = make_executor(load_model(a.model, tp=a.tp), capture_bs=ladder, capture_widths=[a.width])
     runner = ex.runner
-    t0 = time.time()
-    capture_all(runner)
-    print(f"start-up captures: {len(runner.graphs)} graphs in {time.time() - t0:.1f}s", flush=True)
     states = []
 
-    def measure(label: str) -> None:
-        ms = probe_round(ex, probes, a.n)
+    def measure(label: str, which: dict | None = None) -> None:
+        ms = probe_round(ex, which or probes, a.n)
         states.append({"after": label, "ms": ms})
         print(f"{label:14s} " + " ".join(f"{k} {v:.4f}" for k, v in ms.items()), flush=True)
 
+    if a.fresh:  # a new process before any capture, as a profile sitting of prefills alone was
+        eager = {k: v for k, v in probes.items() if v[0] == "prefill"}
+        if eager:
+            measure("no capture", eager)
+    t0 = time.time()
+    capture_all(runner)
+    print(f"start-up captures: {len(runner.graphs)} graphs in {time.time() - t0:.1f}s", flush=True)
     measure("start-up")
     for spec in a.then.split(","):
         kind, bs = spec.split(":")
@@ -119,13 +136,14 @@ def main() -> None:
         runner.graphs.pop(k, None)
         runner.capture(k)
         measure(f"{kind} {bs}")
-    base = states[0]["ms"]
+    base = next(s["ms"] for s in states if s["after"] == "start-up")
     print("ratio to start-up:")
-    for s in states[1:]:
-        print(f"{s['after']:14s} " + " ".join(f"{k} {s['ms'][k] / v:.4f}" for k, v in base.items()),
-              flush=True)
+    for s in states:
+        if s["after"] != "start-up":
+            print(f"{s['after']:14s} " + " ".join(f"{k} {v / base[k]:.4f}" for k, v in s["ms"].items()),
+                  flush=True)
     if a.json:
-        Path(a.json).write_text(json.dumps({"model": a.model, "gpu": gpu_info(), "kv": a.kv,
+        Path(a.json).write_text(json.dumps({"model": a.model, "tp": a.tp, "gpu": gpu_info(), "kv": a.kv,
                                             "width": a.width, "n": a.n, "ladder": ladder,
                                             "states": states}, indent=1))
 

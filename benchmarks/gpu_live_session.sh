@@ -72,6 +72,12 @@
 #                                              -> deepseek-v2-lite__H200.calibrated[_TAG].parquet
 #   capture-state  benchmarks/bench_capture_state.py: DeepSeek-V2-Lite graph replays after SGLang's
 #                start-up captures and after each of a list of later captures -> capture_state.json
+#   capture-state70b, capture-state8b  the same on the Llama-3.1-70B tp-8 shard and on Llama-3.1-8B,
+#                ladder 1-32: does a verify graph of b requests replay as fast after SGLang's
+#                start-up captures as after a draft-extend capture of b (how profiles were timed
+#                until 2026-12-03)?          -> capture_state_70b.json, capture_state_8b.json
+#   capture-state-prefill  DeepSeek-V2-Lite prefills of 1,024-8,192 tokens before any capture, after
+#                the start-up captures and after later ones   -> capture_state_prefill.json
 #   after-burst  benchmarks/bench_after_burst.py: DeepSeek-V2-Lite decode probes before and after
 #                15 s of 8,192-token prefills, nvidia-smi sampled beside them
 #                                                     -> after_burst.json, smi_after_burst.csv
@@ -98,6 +104,9 @@
 #                (BS_V2LITE), eager KV 16,384 and 32,768 and prefills of 3,072 tokens: 189 s from
 #                h200-2026-12-03's journal, and with that journal's prefill rows removed it
 #                measured every prefill row again on one GPU (245 s; h200-2026-12-03b, shipped)
+#                On 2026-12-03 (h200-2026-12-03d) from a copy of that journal without its graph
+#                rows of 22+ requests and eager rows (benchmarks/journal_remeasure.py): 313 s, those
+#                rows timed after SGLang's last start-up capture (its prefill rows were not shipped)
 #   straggler-mla  mixed-KV batches against uniform ones on the MLA decode kernel (DeepSeek-V2-Lite,
 #                CASESMLA)                                             -> straggler_mla.json
 #   straggler-mla-order  the MLA decode straggler cases with the long rows first and last in the
@@ -345,6 +354,19 @@ PY
         --progress -o "$out/deepseek-v2-lite__H200.calibrated${tag:+_$tag}.parquet" --budget-s 120 ;;
     capture-state) job capture-state 240 python3 benchmarks/bench_capture_state.py \
         --json "$out/capture_state.json" ;;
+    capture-state70b) job capture-state70b 240 python3 benchmarks/bench_capture_state.py \
+        --model llama-3.1-70b --tp 8 --kv 2048 --ladder 1,2,3,4,6,8,12,16,24,32 \
+        --probes verify:1,verify:2,verify:4,verify:8,verify:16,draft:1,draft:8,extend:4,extend:16 \
+        --then extend:2,extend:4,extend:8,extend:16,extend:1,verify:4,extend:1 \
+        --json "$out/capture_state_70b.json" ;;
+    capture-state8b) job capture-state8b 200 python3 benchmarks/bench_capture_state.py \
+        --model llama-3.1-8b --kv 2048 --ladder 1,2,3,4,6,8,12,16,24,32 \
+        --probes verify:1,verify:2,verify:4,verify:8,verify:16,draft:1,draft:8,extend:4,extend:16 \
+        --then extend:2,extend:4,extend:8,extend:16,extend:1,verify:4,extend:1 \
+        --json "$out/capture_state_8b.json" ;;
+    capture-state-prefill) job capture-state-prefill 200 python3 benchmarks/bench_capture_state.py \
+        --probes prefill:1024,prefill:4096,prefill:8192,verify:1,verify:24,draft:4 --fresh --n 8 \
+        --then extend:24,extend:1 --json "$out/capture_state_prefill.json" ;;
     after-burst) job after-burst 200 python3 benchmarks/bench_after_burst.py \
         --json "$out/after_burst.json" --smi "$out/smi_after_burst.csv" ;;
     profile70b) job profile70b 560 python3 -m specsched profile --journal "$(pjournal profile70b)" --model llama-3.1-70b --tp 8 --progress \

@@ -8,6 +8,7 @@ from typing import Any, Sequence
 import numpy as np
 
 from backends.aiter import metadata as md
+from backends.aiter.graph_capture import capture_order
 from backends.protocol import DraftBatch, DraftExtendBatch, PrefillBatch, VerifyBatch, VerifyTiming
 from traces.errors import SpecschedError
 
@@ -286,28 +287,6 @@ def gpu_info() -> dict[str, Any]:
 #: how a live executor captures its graphs: ``all`` at start-up in SGLang's order (the default
 #: of a live run), ``lazy`` on first use (benchmarks that replay a few graphs)
 CAPTURE_MODES = ("all", "lazy")
-
-
-def capture_order(capture_bs: Sequence[int], widths: Sequence[int], *, draft: bool,
-                  num_draft_tokens: int) -> list[tuple]:
-    """The graphs SGLang captures at start-up, in its order: keys for :meth:`Runner.capture`.
-
-    The target model's runner captures first, then the EAGLE worker's draft runner, then its
-    draft-extend runner (``EagleDraftWorker.init_cuda_graphs``); each goes from the largest batch size
-    to the smallest (``CudaGraphRunner.capture``: ``reversed(self.capture_bs)``, to share the
-    memory pool). Verify graphs are captured at every captured width; draft-extend graphs at
-    every captured width of at least 2 rows (a draft-extend follows a verify of one draft or
-    more), ``num_draft_tokens`` last, so a run starts as SGLang's does: the draft-extend graph of
-    the smallest batch size at the start-up width captured last. That matters to timing: the
-    graph captured last sets how fast every graph replays (docs/aiter.md, Timing)."""
-    down = sorted({int(b) for b in capture_bs}, reverse=True)
-    keys = [("verify", b, int(w)) for b in down for w in sorted({int(w) for w in widths})]
-    if draft:
-        keys += [("draft", b) for b in down]
-        ext = sorted({max(2, int(w)) for w in widths} | {int(num_draft_tokens)},
-                     key=lambda w: (w == int(num_draft_tokens), w))
-        keys += [("extend", b, w) for w in ext for b in down]
-    return keys
 
 
 def capture_all(runner: Any) -> None:

@@ -10,13 +10,41 @@ a timed graph replays in).
 from __future__ import annotations
 
 import time
+from typing import Sequence
 
 import numpy as np
 
 from backends.aiter.launch import Launch, _Static
 from backends.aiter.timing import wait_event
 
-__all__ = ["GraphCapture"]
+__all__ = ["GraphCapture", "capture_order", "STARTUP_NUM_DRAFT_TOKENS"]
+
+#: the draft count a default live run starts at (``simulate``'s ``engine.num_draft_tokens``,
+#: SGLang's ``speculative_num_draft_tokens`` of its EAGLE examples): the width of the
+#: draft-extend graph it captures last, which a timing sweep replays its graphs after
+STARTUP_NUM_DRAFT_TOKENS = 4
+
+
+def capture_order(capture_bs: Sequence[int], widths: Sequence[int], *, draft: bool,
+                  num_draft_tokens: int) -> list[tuple]:
+    """The graphs SGLang captures at start-up, in its order: keys for :meth:`Runner.capture`.
+
+    The target model's runner captures first, then the EAGLE worker's draft runner, then its
+    draft-extend runner (``EagleDraftWorker.init_cuda_graphs``); each goes from the largest batch size
+    to the smallest (``CudaGraphRunner.capture``: ``reversed(self.capture_bs)``, to share the
+    memory pool). Verify graphs are captured at every captured width; draft-extend graphs at
+    every captured width of at least 2 rows (a draft-extend follows a verify of one draft or
+    more), ``num_draft_tokens`` last, so a run starts as SGLang's does: the draft-extend graph of
+    the smallest batch size at the start-up width captured last. That matters to timing: the
+    graph captured last sets how fast every graph replays (docs/aiter.md, Timing)."""
+    down = sorted({int(b) for b in capture_bs}, reverse=True)
+    keys = [("verify", b, int(w)) for b in down for w in sorted({int(w) for w in widths})]
+    if draft:
+        keys += [("draft", b) for b in down]
+        ext = sorted({max(2, int(w)) for w in widths} | {int(num_draft_tokens)},
+                     key=lambda w: (w == int(num_draft_tokens), w))
+        keys += [("extend", b, w) for w in ext for b in down]
+    return keys
 
 
 class GraphCapture:
@@ -73,33 +101,46 @@ class GraphCapture:
         self._note_capture(key, t0, t_warm, t_record)
         return st
 
-    def capture_for_timing(self, key: tuple) -> _Static:
-        """Capture the graph for ``key`` the way a timing sweep needs it: replayed in the state a
-        live run replays it in.
+    def kernel_key(self, key: tuple) -> tuple:
+        """The key a graph for ``key`` is kept under (the MLA runner maps widths to the few its
+        kernels run)."""
+        return key
 
-        A live run captures a batch size's draft-extend graph right after its verify graph, so
-        from its second step on every verify replay follows a draft-extend capture. On the
-        Llama-3.1-70B tp-8 shard that sets the replay time: a verify graph of 1-7 requests
-        replays about 5% faster right after its own capture than after a draft-extend capture
-        (``benchmarks/bench_aiter_first_pass.py --stages``; docs/aiter.md, Timing). So a verify
-        key is followed by a fresh capture of the draft-extend graph at the same batch size and
-        width (at least 2 rows: a draft-extend pass follows a verify of one draft or more), kept
-        until :meth:`release` frees both. Other keys are captured as :meth:`capture` does."""
+    def timing_state_key(self) -> tuple:
+        """The graph a default live run captures last at start-up: :func:`capture_order`'s last
+        key at :data:`STARTUP_NUM_DRAFT_TOKENS` (the draft-extend graph of the smallest batch
+        size; without a draft model the verify graph of one request and one row)."""
+        widths = self.capture_widths if self.draft is not None else (1,)
+        return self.kernel_key(capture_order(self.capture_bs, widths, draft=self.draft is not None,
+                                             num_draft_tokens=STARTUP_NUM_DRAFT_TOKENS)[-1])
+
+    def capture_for_timing(self, key: tuple) -> _Static:
+        """Capture the graph for ``key`` and leave the GPU in the state a default live run replays
+        every graph in.
+
+        The graph captured last sets how fast every graph replays (docs/aiter.md, Timing): on
+        the Llama-3.1-70B tp-8 shard a verify graph of 1-7 requests replays about 5% faster
+        after its own capture than after a draft-extend capture; on DeepSeek-V2-Lite every graph
+        replays slower after a capture of 22 requests or more. A live run captures every graph at
+        start-up in SGLang's order (``backend.capture = all``), so it replays in the state its
+        last capture, :meth:`timing_state_key`, leaves. So after ``key`` that graph is captured
+        afresh and kept aside until :meth:`release` frees both; the timed graph then replays in
+        that state. A graph kept before under that key is restored untouched."""
         st = self.capture(key)
-        if key[0] != "verify" or self.draft is None or key in self._companions:
+        state = self.timing_state_key()
+        if self.kernel_key(key) == state or key in self._companions:
             return st
-        xkey = ("extend", key[1], max(2, int(key[2])))
-        kept = self.graphs.pop(xkey, None)  # already captured: capture it again all the same
-        self._companions[key] = self.capture(xkey)
-        self.graphs.pop(xkey, None)
+        kept = self.graphs.pop(state, None)  # already captured: capture it again all the same
+        self._companions[key] = self.capture(state)
+        self.graphs.pop(state, None)
         if kept is not None:
-            self.graphs[xkey] = kept
+            self.graphs[state] = kept
         return st
 
     def release(self, key: tuple) -> None:
         """Free the graph for ``key`` and any graph captured beside it for timing; the pool's
         memory is reused by the next capture."""
-        self.graphs.pop(key, None)
+        self.graphs.pop(self.kernel_key(key), None)
         self._companions.pop(key, None)
 
     def _new_graph(self):

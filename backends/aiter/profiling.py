@@ -223,7 +223,7 @@ def run_profile(model: Any, out: str, spec: ProfileSpec, *, executor_opts: dict 
 
             raise SpecschedError(f"--bs: {b} is not a captured batch size (the ladder: "
                                  f"{', '.join(map(str, runner.capture_bs))})")
-    pj = _point_journal(journal, shape, spec, opts, gpu_info())
+    pj = _point_journal(journal, shape, spec, opts, gpu_info(), graph_timing(runner))
     try:
         return _sweep(runner, shape, cap, fits, spec, pj, out=out, command=command,
                       progress=progress, say=say, heldout=heldout, heldout_seed=heldout_seed,
@@ -232,15 +232,37 @@ def run_profile(model: Any, out: str, spec: ProfileSpec, *, executor_opts: dict 
         pj.close()
 
 
-def _point_journal(path: str | None, shape: Any, spec: ProfileSpec, opts: dict, gpu: Any):
-    """The sweep's :class:`~backends.journal.PointJournal` (in memory without ``path``)."""
+def graph_timing(runner: Any) -> str:
+    """How a sweep on ``runner`` times its graphs, as its notes and journal say."""
+    return (f"every graph timed after a capture of {runner.timing_state_key()}, the graph a "
+            f"default live run captures last at start-up (SGLang's order; docs/aiter.md, "
+            f"Timing)")
+
+
+def _older_timing(pj: Any, timing: str) -> str:
+    """What the notes add when some of the journal's rows were timed by an earlier rule."""
+    from backends.journal import sittings_used
+
+    older = [s for s in sittings_used(pj.segments, len(pj.rows)) if s.get("graph_timing") != timing]
+    if not older:
+        return ""
+    return (f"; but the rows of {len(older)} earlier sitting(s) of its journal were timed as their "
+            f"lines say, or, with no graph_timing there (before 2026-12-03), each verify graph "
+            f"after a draft-extend capture of its batch size and other graphs after their own "
+            f"capture")
+
+
+def _point_journal(path: str | None, shape: Any, spec: ProfileSpec, opts: dict, gpu: Any,
+                   graph_timing: str):
+    """The sweep's :class:`~backends.journal.PointJournal` (in memory without ``path``); each
+    sitting's line says how it timed graphs (``graph_timing``)."""
     from backends.journal import PointJournal
 
     def plain(x):  # as JSON gives it back (tuples become lists), to compare with a read header
         return json.loads(json.dumps(x, default=str))
 
     header = {"model": plain(shape), "spec": plain(asdict(spec)), "executor_opts": plain(opts)}
-    return PointJournal(path, header, gpu)
+    return PointJournal(path, header, gpu, sitting={"graph_timing": graph_timing})
 
 
 def _sweep(runner, shape, cap, fits, spec: ProfileSpec, pj, *, out, command, progress, say,
@@ -330,7 +352,7 @@ def _sweep(runner, shape, cap, fits, spec: ProfileSpec, pj, *, out, command, pro
                 rows += [pj.rows[k] for k in keys]
                 continue
             key = ("draft", b)
-            runner.capture(key)
+            runner.capture_for_timing(key)  # replayed as a live run replays it
             first, _ = runner.draft_launch(np.full(b, todo[0]), b)
             _settle(spec.settle_s, lambda: runner.run(key, first, graph=True, warmup=0))
             for k in keys:
@@ -339,7 +361,7 @@ def _sweep(runner, shape, cap, fits, spec: ProfileSpec, pj, *, out, command, pro
                     ts = runner.run(key, launch, graph=True, reps=spec.reps, warmup=spec.warmup)
                     pj.add(_row(*k, [t.latency_s for t in ts]))
                 rows.append(pj.rows[k])
-            runner.graphs.pop(key, None)
+            runner.release(key)
         settled = False
         for b in sorted(set(int(x) for x in spec.eager_bs)):
             for kv in sorted(set(int(x) for x in spec.eager_kv)):
@@ -368,7 +390,7 @@ def _sweep(runner, shape, cap, fits, spec: ProfileSpec, pj, *, out, command, pro
                     rows += [pj.rows[k] for k in keys]
                     continue
                 key = ("extend", b, w)
-                runner.capture(key)
+                runner.capture_for_timing(key)  # replayed as a live run replays it
                 first, _ = runner.extend_launch(np.full(b, todo[0]), b, w)
                 _settle(spec.settle_s, lambda: runner.run(key, first, graph=True, warmup=0))
                 for k in keys:
@@ -377,7 +399,7 @@ def _sweep(runner, shape, cap, fits, spec: ProfileSpec, pj, *, out, command, pro
                         ts = runner.run(key, launch, graph=True, reps=spec.reps, warmup=spec.warmup)
                         pj.add(_row(*k, [t.latency_s for t in ts]))
                     rows.append(pj.rows[k])
-                runner.graphs.pop(key, None)
+                runner.release(key)
         settled = False
         for b in sorted(set(int(x) for x in spec.eager_bs)):
             for w in sorted(set(int(x) for x in spec.extend_eager_widths)):
@@ -438,8 +460,7 @@ def _sweep(runner, shape, cap, fits, spec: ProfileSpec, pj, *, out, command, pro
         f"all layers at {r['kv_pool']['layer_shift_pages']}-page offsets (docs/aiter.md)",
         f"graphs: page size {runner.page_size}, max_seqlen_k {runner.max_seqlen_k} (context "
         f"{runner.max_context}), padded rows' seq_len {runner.fill}"
-        + ("; each verify graph timed after a draft-extend graph of its batch size was captured, "
-           "as a live run replays it (docs/aiter.md, Timing)" if runner.draft is not None else ""),
+        + "; " + graph_timing(runner) + _older_timing(pj, graph_timing(runner)),
         _DRAFT_NOTES[r["draft_role"]] if r.get("draft_role") in _DRAFT_NOTES else "no draft model",
         "draft_extend rows: the draft model over width rows per request after a verify (every "
         "request at the width, padded rows at the fill length; seqused_k = kv_len + width), "

@@ -1,0 +1,71 @@
+"""benchmarks/profile_take_rows.py: one kind's grid rows taken from another recording."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+import pyarrow.parquet as pq
+
+from backends.profile import profile_metadata, read_profile, write_profile
+from backends_helpers import roofline_profile_rows
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "benchmarks"))
+
+
+def _write(path, scale_prefill, gpu, heldout=False):
+    """The roofline profile, prefill rows scaled by ``scale_prefill``; with ``heldout`` plus one
+    held-out prefill row."""
+    m, rows = roofline_profile_rows()
+    rows = [dict(r, split="grid") for r in rows]
+    for r in rows:
+        if r["kind"] == "prefill":
+            for k in ("latency_s", "p10_s", "p90_s"):
+                r[k] *= scale_prefill
+    if heldout:  # a prefill shape off the grid, 7 tokens past its longest
+        last = max((r for r in rows if r["kind"] == "prefill"), key=lambda r: r["tokens"])
+        rows.append(dict(last, tokens=last["tokens"] + 7, split="heldout"))
+    write_profile(rows, path, profile_metadata(m, {"name": "H200", "uuid": gpu}))
+    return rows
+
+
+def test_takes_one_kinds_grid_rows_and_says_so(tmp_path):
+    """Base prefill rows x1, donor's x2: the result has the donor's prefill grid rows (twice
+    the base's), the base's held-out prefill row and every other row as they were, and a note
+    naming the donor's GPU and the reason."""
+    import profile_take_rows as m
+
+    base, donor, out = tmp_path / "b.parquet", tmp_path / "d.parquet", tmp_path / "o.parquet"
+    rows = _write(base, 1.0, "base-gpu", heldout=True)
+    _write(donor, 2.0, "donor-gpu")
+    assert m.main([str(base), str(donor), "--kind", "prefill", "--note", "why", "-o", str(out)]) == 0
+    got = {(r["kind"], r["graph"], r["bs"], r["width"], r["kv_len"], r["tokens"], r["split"]): r["latency_s"]
+           for r in pq.read_table(out).to_pylist()}
+    assert len(got) == len(rows)
+    for r in rows:
+        k = (r["kind"], r["graph"], r["bs"], r["width"], r["kv_len"], r["tokens"], r["split"])
+        want = 2 * r["latency_s"] if r["kind"] == "prefill" and r["split"] == "grid" else r["latency_s"]
+        assert abs(got[k] - want) <= 1e-12 * want, k
+    _, meta = read_profile(out)
+    note = meta["notes"][-1]["rows_taken"]
+    assert note["kind"] == "prefill" and note["why"] == "why"
+    assert note["from_gpu"]["uuid"] == "donor-gpu" and meta["gpu"]["uuid"] == "base-gpu"
+
+
+def test_refuses_a_donor_missing_points_or_an_existing_output(tmp_path, capsys):
+    """A donor without the base's prefill points, or an output that exists: exit 2, one error
+    line each, nothing written."""
+    import profile_take_rows as m
+
+    base, donor, out = tmp_path / "b.parquet", tmp_path / "d.parquet", tmp_path / "o.parquet"
+    _write(base, 1.0, "a")
+    m_, rows = roofline_profile_rows()
+    rows = [r for r in rows if not (r["kind"] == "prefill" and r["tokens"] == max(
+        x["tokens"] for x in rows if x["kind"] == "prefill"))]
+    write_profile(rows, donor, profile_metadata(m_, {"name": "H200"}))
+    assert m.main([str(base), str(donor), "--kind", "prefill", "--note", "x", "-o", str(out)]) == 2
+    assert not out.exists()
+    out.write_text("keep")
+    assert m.main([str(base), str(base), "--kind", "prefill", "--note", "x", "-o", str(out)]) == 2
+    assert out.read_text() == "keep"
+    assert capsys.readouterr().err.count("error:") == 2
