@@ -28,8 +28,11 @@ __all__ = ["attention_params", "table_attention", "table_model", "attention_kern
 
 # the attention vector (attention_params): AITER's unified-attention grid and residency
 (ATT_ON, ATT_KVH, ATT_BQ, ATT_TARGET, ATT_MINSEG, ATT_MAXSEG, ATT_S2D, ATT_S2DD, ATT_S3D,
- ATT_SMS, ATT_G2D, ATT_G2DD, ATT_G3D, ATT_LONE, ATT_LAYERS, ATT_DLAYERS, ATT_MLA) = range(17)
-NATT = 17
+ ATT_SMS, ATT_G2D, ATT_G2DD, ATT_G3D, ATT_LONE, ATT_LAYERS, ATT_DLAYERS, ATT_MLA,
+ ATT_FNSAT, ATT_FOVH) = range(19)
+#: ATT_FNSAT / ATT_FOVH: the MLA fluid lookup's parameters (``backends.mla_fluid``; 0: off), set
+#: by the engine under ``backend.kv_lookup = fluid``
+NATT = 19
 _ATT_KEYS = ("sms", "kv_heads", "block_q", "target_programs", "min_segments", "max_segments",
              "slots_per_sm")
 _MLA_KEYS = ("sms", "head_groups", "target_programs", "min_splits", "max_splits", "slots_per_sm")

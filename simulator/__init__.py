@@ -72,7 +72,8 @@ def run(trace, config: SimConfig, executor: Executor, *, kv_capacity_tokens: int
                   "notes": list(getattr(trace, "notes", ()))},
         "config": config.to_dict(),
         "engine_core": jit_status(),
-        "kv_lookup": ("straggler" if sim.straggler_kv else "mean") if sim.table is not None else None,
+        "kv_lookup": ((config.backend.kv_lookup if sim.straggler_kv else "mean")
+                      if sim.table is not None else None),
         "what_if": config.what_ifs,
         "speculative": bool(sim.CI[C.C_SPEC]),
         "controller": sim.controller_stats(summary.get("duration_s") or 0.0),

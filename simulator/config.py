@@ -215,7 +215,9 @@ class BackendConfig:
     profile: str = _f("", "profile parquet; empty = the shipped profile for model and GPU")
     kv_lookup: str = _f("straggler", "KV coordinate of a batch's table lookup: straggler (the "
                                      "uniform KV with the same attention time, from the attention "
-                                     "kernel's grid as the profile recorded it) or mean")
+                                     "kernel's grid as the profile recorded it), mean, or fluid "
+                                     "(a what-if on MLA profiles: the decode's programs in launch "
+                                     "order sharing the bandwidth; backends/mla_fluid.py)")
     capture: str = _f("all", "aiter only: when the live executor captures its CUDA graphs: all (at "
                              "start-up, in SGLang's order: verify graphs from the largest batch "
                              "size down, then draft, then draft-extend) or lazy (each on first "
@@ -380,11 +382,13 @@ class SimConfig:
         if self.cluster.router not in ROUTERS:
             raise SpecschedError(f"cluster.router: unknown router '{self.cluster.router}' "
                                  f"(choose from {', '.join(ROUTERS)})")
-        if self.backend.capture not in ("all", "lazy"):
-            raise SpecschedError(f"backend.capture: must be all or lazy (got "
+        from backends.aiter.graph_capture import CAPTURE_MODES
+
+        if self.backend.capture not in CAPTURE_MODES:
+            raise SpecschedError(f"backend.capture: must be {' or '.join(CAPTURE_MODES)} (got "
                                  f"'{self.backend.capture}')")
-        if self.backend.kv_lookup not in ("straggler", "mean"):
-            raise SpecschedError(f"backend.kv_lookup: must be straggler or mean (got "
+        if self.backend.kv_lookup not in ("straggler", "mean", "fluid"):
+            raise SpecschedError(f"backend.kv_lookup: must be straggler, mean or fluid (got "
                                  f"'{self.backend.kv_lookup}')")
         if self.backend.name not in ("profile", "roofline", "aiter"):
             raise SpecschedError(f"backend.name: unknown backend '{self.backend.name}' "

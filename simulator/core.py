@@ -50,7 +50,7 @@ from __future__ import annotations
 import numpy as np
 
 from backends.jit import njit
-from backends.attention_kv import ATT_ON, attention_params  # noqa: F401  (re-exported)
+from backends.attention_kv import ATT_FNSAT, ATT_ON, attention_params  # noqa: F401  (re-exported)
 from simulator import controllers as K
 from simulator.sglang import LPM_QUEUE_LIMIT
 from simulator.layout import *  # noqa: F401,F403  (the state layout, re-exported)
@@ -90,6 +90,10 @@ def advance(r, horizon, arrival, prompt, output, mnt, off, draft, acc, pacc, R, 
     """
     lw = np.zeros(MAXPASS, np.int64)
     tmp = np.zeros(2 * RUN.shape[1] + 2, np.int64)
+    # the MLA fluid lookup's scratch, only under it: groups of programs, at most one per query
+    # row (backends.mla_fluid.scratch_size of 16 query rows per request or padded slot)
+    fluid_rows = 16 * max(RUN.shape[1], padmap.shape[0]) if CF[CF_ATT + ATT_FNSAT] > 0.0 else 0
+    fs = np.zeros(2 * (fluid_rows + 2), np.float64)
     committed = np.zeros(MAXPASS, np.int64)
     cand = np.zeros((LPM_QUEUE_LIMIT + 1, 3), np.int64)
     maxrun = RUN.shape[1]
@@ -97,7 +101,7 @@ def advance(r, horizon, arrival, prompt, output, mnt, off, draft, acc, pacc, R, 
     while True:
         if E[r, E_PENDING] != 0:
             if E[r, E_TIMED] == 0:
-                _set_lookups(r, PI, PF, E, CF, tab)
+                _set_lookups(r, PI, PF, E, CF, tab, MB, fs)
                 if CI[C_FAST] == 1:
                     _time_passes(r, PI, PF, E, CF, tab)
                 else:
@@ -130,7 +134,7 @@ def advance(r, horizon, arrival, prompt, output, mnt, off, draft, acc, pacc, R, 
             width = CI[C_FIXED]
             if KC[K.K_KIND] != K.CT_STATIC:
                 width = _round_width(r, R, E, EF, RUN, MB, PI, PF, off, draft, acc, pacc, output,
-                                     CI, CF, padmap, capw, buckets, lw, tmp, KC, KS, tab)
+                                     CI, CF, padmap, capw, buckets, lw, tmp, KC, KS, tab, fs)
             _decide_decode(r, clock, width, R, E, EF, W, WT, RUN, MB, PI, PF, off, draft, prompt,
                            CI, padmap, capw, buckets, lw, tmp, KC, KS, rx)
             continue

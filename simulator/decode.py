@@ -103,7 +103,7 @@ def _update_running(r, clock, R, E, EF, W, WT, RUN, prompt, mnt, CI, CF, rx):
 
 @njit
 def _round_width(r, R, E, EF, RUN, MB, PI, PF, off, draft, acc, pacc, output, CI, CF, padmap,
-                 capw, buckets, lw, tmp, KC, KS, tab):
+                 capw, buckets, lw, tmp, KC, KS, tab, fs):
     """The verify width of replica r's next decode round as a controller other than static
     chooses it.  Reads what a scheduler sees (batch size and the controller's state from
     finished rounds); only the oracle reads the round's acceptance.  (The static controller,
@@ -113,14 +113,14 @@ def _round_width(r, R, E, EF, RUN, MB, PI, PF, off, draft, acc, pacc, output, CI
     if kind == K.CT_GOODPUT or kind == K.CT_ORACLE:
         return _choose_by_cost(r, kind == K.CT_ORACLE, R, E, EF, RUN, MB, PI, PF, off, draft,
                                acc, pacc, output, CI, CF, padmap, capw, buckets, lw, tmp, KC,
-                               KS, tab)
+                               KS, tab, fs)
     bspad = padmap[n] if n <= CI[C_MAXCAPBS] else n
     return K.choose_width(r, n, bspad, CI[C_FIXED], KC, KS)
 
 
 @njit
 def _choose_by_cost(r, oracle, R, E, EF, RUN, MB, PI, PF, off, draft, acc, pacc, output, CI, CF,
-                    padmap, capw, buckets, lw, tmp, KC, KS, tab):
+                    padmap, capw, buckets, lw, tmp, KC, KS, tab, fs):
     """goodput / oracle: the candidate width committing the most tokens per second of the round,
     each candidate's round built and timed from the latency table.  goodput expects
     ``(1 - a^(k+1)) / (1 - a)`` tokens per request from its acceptance estimate ``a``; the
@@ -135,7 +135,7 @@ def _choose_by_cost(r, oracle, R, E, EF, RUN, MB, PI, PF, off, draft, acc, pacc,
         n = _fill_members(r, R, E, RUN, MB, off, draft, CI)
         nl = apply_policy(POL_FIXED, MB[r], n, lw, tmp, buckets, w, CI[C_WIDEN], CI[C_MLA])
         _build_decode_passes(r, n, nl, E, MB, PI, PF, CI, padmap, capw, lw, tmp)
-        _set_lookups(r, PI, PF, E, CF, tab)
+        _set_lookups(r, PI, PF, E, CF, tab, MB, fs)
         _time_passes(r, PI, PF, E, CF, tab)
         last = KS[r, K.KS_LASTW]
         EF[r, EF_SWITCH] = KC[K.K_SWITCH_COST] if (last != 0 and last != w) else 0.0

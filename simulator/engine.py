@@ -182,8 +182,10 @@ class Simulation:
         self.CF[C.CF_RATIO_INIT] = ratio0
         self.CF[C.CF_RATIO_MIN] = ratio_min
         self.CF[C.CF_RATIO_DECAY] = decay
-        self.straggler_kv = (config.backend.kv_lookup == "straggler" and C.set_attention(
+        self.straggler_kv = (config.backend.kv_lookup in ("straggler", "fluid") and C.set_attention(
             self.CF, getattr(self.table, "attention", None), table_model(self.table)))
+        if config.backend.kv_lookup == "fluid" and self.table is not None:
+            self._set_fluid()  # (an executor without a table looks its passes up itself)
         self.tab = _table_tuple(self.table)
         self._check_feasible(kv_capacity_tokens)
         self._setup_radix(trace, e, kv_capacity_tokens // e.page_size)
@@ -311,6 +313,19 @@ class Simulation:
         out = np.minimum(out, bound)
         # a request generated its recorded output, so its bound was at least that
         return np.ascontiguousarray(np.maximum(out, np.asarray(trace.output_tokens, np.int64)))
+
+    def _set_fluid(self) -> None:
+        """``backend.kv_lookup = fluid``: the MLA fluid lookup's parameters in the attention
+        vector (``backends.mla_fluid``); refused on a table without the MLA decode's occupancy."""
+        from backends.attention_kv import ATT_FNSAT, ATT_FOVH, ATT_MLA
+        from backends.mla_fluid import FLUID_NSAT, FLUID_OVERHEAD
+
+        if not (self.straggler_kv and self.CF[C.CF_ATT + ATT_MLA] != 0.0):
+            raise SpecschedError("backend.kv_lookup = fluid: needs an MLA profile carrying the "
+                                 "decode kernel's occupancy (its attention metadata); this table "
+                                 "has none")
+        self.CF[C.CF_ATT + ATT_FNSAT] = FLUID_NSAT
+        self.CF[C.CF_ATT + ATT_FOVH] = FLUID_OVERHEAD
 
     def _check_feasible(self, capacity_tokens: int) -> None:
         e = self.config.engine

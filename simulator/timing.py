@@ -6,10 +6,12 @@ from __future__ import annotations
 import numpy as np
 
 from backends.jit import njit
-from backends.attention_kv import (ATT_DLAYERS, ATT_LAYERS, ATT_ON, attention_params,
+from backends.attention_kv import (ATT_DLAYERS, ATT_FNSAT, ATT_FOVH, ATT_LAYERS, ATT_ON,
+                                   attention_params,
                                    attention_rows, effective_kv, verify_kv)
 from backends.interp import interp_prefill
-from backends.mla_waves import interp2_waves, interp3_waves
+from backends.mla_fluid import fluid_kv
+from backends.mla_waves import interp2_waves, interp3_waves, kernel_rows
 from simulator.layout import *  # noqa: F401,F403  (the state layout's column names)
 
 
@@ -66,10 +68,51 @@ def pass_kv(r, p, PI, PF, CF, tab):
 
 
 @njit
-def _set_lookups(r, PI, PF, E, CF, tab):
-    """The lookup coordinate of every pending pass, once (both timing paths record it)."""
+def _fluid_lookups(r, PI, PF, E, CF, tab, MB, fs):
+    """``backend.kv_lookup = fluid`` on an MLA profile: each verify and draft-extend pass's KV
+    from its members' KV in launch order (:func:`backends.mla_fluid.fluid_kv`, ``fs`` its
+    scratch), where it applies; the rule's coordinate stays where it does not."""
+    (vg0, vg1, vg2, vgv, ve0, ve1, ve2, vev, dg0, dg1, dgv, de0, de1, dev, pf0, pf1, pfv,
+     xg0, xg1, xg2, xgv, xe0, xe1, xe2, xev) = tab
+    att = CF[CF_ATT:]
+    for p in range(E[r, E_NPASS]):
+        kind = PI[r, p, P_KIND]
+        if kind != KIND_VERIFY and kind != KIND_EXTEND:
+            continue
+        graph = PI[r, p, P_GRAPH] == 1
+        j0 = PI[r, p, P_MSTART]
+        n = PI[r, p, P_MCOUNT]
+        kv = MB[r, j0:j0 + n, M_KV]
+        bs = PI[r, p, P_BSPAD]
+        if kind == KIND_EXTEND:
+            w = float(PI[r, p, P_WIDTH])
+            if graph:
+                k = fluid_kv(kv, n, bs, w, kernel_rows(w), att, att[ATT_FNSAT], att[ATT_FOVH],
+                             xg0, xg1, xg2, xgv, fs)
+            else:
+                k = fluid_kv(kv, n, bs, w, kernel_rows(w), att, att[ATT_FNSAT], att[ATT_FOVH],
+                             xe0, xe1, xe2, xev, fs)
+        else:
+            w = verify_width(r, p, PI)
+            if graph:
+                k = fluid_kv(kv, n, bs, w, kernel_rows(w), att, att[ATT_FNSAT], att[ATT_FOVH],
+                             vg0, vg1, vg2, vgv, fs)
+            else:
+                k = fluid_kv(kv, n, bs, w, kernel_rows(w), att, att[ATT_FNSAT], att[ATT_FOVH],
+                             ve0, ve1, ve2, vev, fs)
+        if k >= 0.0:
+            PF[r, p, PF_LOOKUP] = k
+
+
+@njit
+def _set_lookups(r, PI, PF, E, CF, tab, MB, fs):
+    """The lookup coordinate of every pending pass, once (both timing paths record it); under
+    ``backend.kv_lookup = fluid`` (``CF[CF_ATT + ATT_FNSAT] > 0``, an MLA profile) verify and
+    draft-extend passes then take :func:`_fluid_lookups`'s."""
     for p in range(E[r, E_NPASS]):
         PF[r, p, PF_LOOKUP] = pass_kv(r, p, PI, PF, CF, tab)
+    if CF[CF_ATT + ATT_FNSAT] > 0.0:
+        _fluid_lookups(r, PI, PF, E, CF, tab, MB, fs)
 
 
 @njit

@@ -154,6 +154,13 @@ def build_report(reference_steps: pa.Table, reference_summary: dict, profile_sum
     spread = _spread(table)
     src = table.source if isinstance(table.source, dict) else {}
     nc = not_captured(table, full) + starved_notes(src, reference_summary)
+    if profile_summary.get("kv_lookup") == "fluid":
+        nc.insert(0, "per-step figures look the live steps up by the straggler rule: a recorded "
+                     "run's steps keep each pass's mean and longest KV only, while the simulated "
+                     "run (backend.kv_lookup = fluid, a what-if) looked its MLA verify and "
+                     "draft-extend launches up from every request's KV in launch order "
+                     "(backends/mla_fluid.py), so only the whole-run checks measure that lookup; "
+                     "the jitter floor's runs, timed per call, use the rule too")
     if spread is not None:
         nc.insert(1, f"median p10..p90 spread of the profile's measurements: {spread:.2f}%")
     report = {"steps": full, "heldout": heldout, "runs": runs, "checks": checks,

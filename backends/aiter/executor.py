@@ -8,7 +8,7 @@ from typing import Any, Sequence
 import numpy as np
 
 from backends.aiter import metadata as md
-from backends.aiter.graph_capture import capture_order
+from backends.aiter.graph_capture import CAPTURE_MODES, capture_order
 from backends.protocol import DraftBatch, DraftExtendBatch, PrefillBatch, VerifyBatch, VerifyTiming
 from traces.errors import SpecschedError
 
@@ -282,11 +282,6 @@ def gpu_info() -> dict[str, Any]:
             "multiprocessors": int(props.multi_processor_count),
             "capability": f"{props.major}.{props.minor}",
             "uuid": str(getattr(props, "uuid", "")), "host": socket.gethostname()}
-
-
-#: how a live executor captures its graphs: ``all`` at start-up in SGLang's order (the default
-#: of a live run), ``lazy`` on first use (benchmarks that replay a few graphs)
-CAPTURE_MODES = ("all", "lazy")
 
 
 def capture_all(runner: Any) -> None:

@@ -17,7 +17,12 @@ import numpy as np
 from backends.aiter.launch import Launch, _Static
 from backends.aiter.timing import wait_event
 
-__all__ = ["GraphCapture", "capture_order", "STARTUP_NUM_DRAFT_TOKENS"]
+__all__ = ["GraphCapture", "capture_order", "CAPTURE_MODES", "STARTUP_NUM_DRAFT_TOKENS"]
+
+#: how a live executor captures its graphs: ``all`` at start-up in SGLang's order (the default
+#: of a live run), ``lazy`` on first use (benchmarks that replay a few graphs); torch-free, so
+#: the configuration checks against it too
+CAPTURE_MODES = ("all", "lazy")
 
 #: the draft count a default live run starts at (``simulate``'s ``engine.num_draft_tokens``,
 #: SGLang's ``speculative_num_draft_tokens`` of its EAGLE examples): the width of the

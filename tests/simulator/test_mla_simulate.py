@@ -7,6 +7,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+import numpy as np
 import pyarrow.parquet as pq
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -82,3 +83,38 @@ def test_unsafe_derived_on_mla_launches_at_num_draft_tokens(tmp_path):
     proc = _simulate(tmp_path / "u5", "--policy", "unsafe-derived", "--set",
                      "engine.num_draft_tokens=5")
     assert proc.returncode == 2 and "not a width the AITER MLA decode kernels" in proc.stderr
+
+
+def test_fluid_lookup_what_if_moves_mixed_kv_launches_and_is_refused_without_mla(tmp_path):
+    """backend.kv_lookup = fluid (backends/mla_fluid.py) on the shipped V2-Lite profile: the
+    summary says so, a run is byte-identical when repeated, and mixed-KV verify launches are
+    looked up at other KVs than the straggler rule's while uniform ones (one request, no
+    padding) keep theirs; on a profile without the MLA decode's occupancy it is an error."""
+    runs = {}
+    for name, extra in (("rule", []), ("fluid", ["--set", "backend.kv_lookup=fluid"]),
+                        ("again", ["--set", "backend.kv_lookup=fluid"])):
+        proc = _simulate(tmp_path / name, "--policy", "fixed", *extra)
+        assert proc.returncode == 0, proc.stderr
+        runs[name] = tmp_path / name
+    summary = json.loads((runs["fluid"] / "summary.json").read_text())
+    assert summary["kv_lookup"] == "fluid"
+    assert ((runs["fluid"] / "steps.parquet").read_bytes()
+            == (runs["again"] / "steps.parquet").read_bytes())
+    a = pq.read_table(runs["rule"] / "steps.parquet").to_pandas()
+    b = pq.read_table(runs["fluid"] / "steps.parquet").to_pandas()
+    va, vb = a[a.kind.astype(str) == "verify"], b[b.kind.astype(str) == "verify"]
+    one = (va.bs == 1).to_numpy() & (va.bs_padded == 1).to_numpy()
+    n = min(len(va), len(vb))
+    assert n > 0
+    # steps diverge once one lookup differs; the first verify steps are the same batches
+    assert (va.lookup_kv.to_numpy()[:n] != vb.lookup_kv.to_numpy()[:n]).any()
+    first = np.flatnonzero(va.lookup_kv.to_numpy()[:n] != vb.lookup_kv.to_numpy()[:n])[0]
+    assert not one[first]
+
+    proc = subprocess.run([sys.executable, "-m", "specsched", "simulate", "--trace", str(SAMPLE),
+                           "--model", "llama-3.1-8b", "--limit", "20", "--no-report", "--out",
+                           str(tmp_path / "dense"), "--set", "backend.kv_lookup=fluid"],
+                          cwd=ROOT, capture_output=True, text=True, timeout=600)
+    assert proc.returncode == 2 and not (tmp_path / "dense").exists()
+    assert proc.stderr.strip().splitlines()[-1].startswith(
+        "error: backend.kv_lookup = fluid: needs an MLA profile")
