@@ -86,20 +86,12 @@ def _fluid_lookups(r, PI, PF, E, CF, tab, MB, fs):
         bs = PI[r, p, P_BSPAD]
         if kind == KIND_EXTEND:
             w = float(PI[r, p, P_WIDTH])
-            if graph:
-                k = fluid_kv(kv, n, bs, w, kernel_rows(w), att, att[ATT_FNSAT], att[ATT_FOVH],
-                             xg0, xg1, xg2, xgv, fs)
-            else:
-                k = fluid_kv(kv, n, bs, w, kernel_rows(w), att, att[ATT_FNSAT], att[ATT_FOVH],
-                             xe0, xe1, xe2, xev, fs)
+            g0, g1, g2, gv = (xg0, xg1, xg2, xgv) if graph else (xe0, xe1, xe2, xev)
         else:
             w = verify_width(r, p, PI)
-            if graph:
-                k = fluid_kv(kv, n, bs, w, kernel_rows(w), att, att[ATT_FNSAT], att[ATT_FOVH],
-                             vg0, vg1, vg2, vgv, fs)
-            else:
-                k = fluid_kv(kv, n, bs, w, kernel_rows(w), att, att[ATT_FNSAT], att[ATT_FOVH],
-                             ve0, ve1, ve2, vev, fs)
+            g0, g1, g2, gv = (vg0, vg1, vg2, vgv) if graph else (ve0, ve1, ve2, vev)
+        k = fluid_kv(kv, n, bs, w, kernel_rows(w), att, att[ATT_FNSAT], att[ATT_FOVH],
+                     g0, g1, g2, gv, fs)
         if k >= 0.0:
             PF[r, p, PF_LOOKUP] = k
 
