@@ -194,13 +194,26 @@ def program_work(kv: np.ndarray, padded: int, width: int, overhead: float) -> np
 
 def fluid_ratio(kv: np.ndarray, padded: int, width: int, nsat: float, overhead: float,
                 slots: int, fill_padding: bool = True) -> float:
-    """:func:`fluid_makespan` of the batch over that of the uniform batch at its mean KV: with
+    """The fluid makespan of the batch over that of the uniform batch at its mean KV, timed by
+    the engine's own form (``backends.mla_fluid.fluid_makespan``, ``backend.kv_lookup =
+    fluid``; the same as :func:`fluid_makespan` over :func:`program_work`): with
     ``fill_padding`` every padded row at the mean, as the profile's uniform batch of the padded
     size has it (a replayed run's lookups); without, the padding rows empty, as the straggler
     benchmark's uniform batches of the same launch have them."""
+    from backends.aiter.mla_kernels import decode_splits
+    from backends.mla_fluid import fluid_makespan as engine_makespan, scratch_size
+
+    kv = np.asarray(kv, dtype=np.float64)
+    rows = int(padded) * int(width)
+    splits = float(decode_splits(rows))
+    scratch = np.zeros(scratch_size(rows))
     mean = np.full(int(padded) if fill_padding else len(kv), float(np.mean(kv)))
-    return (fluid_makespan(program_work(kv, padded, width, overhead), slots, nsat)
-            / fluid_makespan(program_work(mean, padded, width, overhead), slots, nsat))
+
+    def time(x: np.ndarray) -> float:
+        return engine_makespan(x, len(x), int(padded), float(width), splits, float(overhead),
+                               float(slots), float(nsat), scratch)
+
+    return time(kv) / time(mean)
 
 
 def straggler_cases(path: Path) -> list[tuple]:

@@ -45,7 +45,8 @@ def test_order_and_waves_by_hand():
 @pytest.mark.parametrize("seed", range(6))
 def test_the_grouped_form_equals_the_per_program_replay(seed):
     """Random launches (1-40 requests, widths 1, 2 and 4, padding, H200's 264 slots): the ratio
-    of makespans equals ``mla_dispatch_replay.fluid_ratio``, which schedules every program."""
+    of makespans equals the one ``mla_dispatch_replay.fluid_makespan`` gives, which schedules
+    every program of ``program_work`` one by one."""
     import mla_dispatch_replay as rep
     from backends.aiter.mla_kernels import decode_splits
 
@@ -61,7 +62,9 @@ def test_the_grouped_form_equals_the_per_program_replay(seed):
         mix = fluid_makespan(kv, n, padded, float(width), splits, ovh, 264.0, nsat,
                              np.zeros(scratch_size(padded * width)))
         uni = uniform_makespan(float(padded * width), splits, kv.mean() / splits + ovh, 264.0, nsat)
-        want = rep.fluid_ratio(kv, padded, width, nsat, ovh, 264)
+        want = (rep.fluid_makespan(rep.program_work(kv, padded, width, ovh), 264, nsat)
+                / rep.fluid_makespan(rep.program_work(np.full(padded, kv.mean()), padded, width,
+                                                      ovh), 264, nsat))
         assert mix / uni == pytest.approx(want, rel=1e-9)
 
 
