@@ -122,6 +122,11 @@
 #   v3-tests     the DeepSeek-V3 shard's GPU tests (tests/aiter/test_aiter_v3_gpu.py: FP8 GEMM and
 #                FP8 EP fused MoE against PyTorch, the tp-8 / ep-8 shard built and a verify timed)
 #   v3-moe       only the V3 FP8 EP MoE / MLA decode check of v3-tests
+#   profile-v3-long  profile-v3's grid grown for the long-context sample (its contexts reach
+#                26,387 tokens): KV lines 8,192 and 28,672 (the journal's max_context, 32,768, stays),
+#                prefills of 8,192 tokens and prefixes 8,192, 16,384 and 24,576 (chunks of 8,192,
+#                SGLang's size on an H200), from h200-2026-12-03b's journal_profile-v3.jsonl
+#   live-longv3[:N]  live run of the long-context sample on the DeepSeek-V3 shard, fixed policy
 #   profile-v3   `specsched profile` for the DeepSeek-V3 tp-8 / ep-8 shard (FP8, 61 layers + MTP):
 #                bs 1-64 with SGLang's ladder sizes 10-48 (the live conversation run's worst band,
 #                bs 9-32, was interpolated between 8, 16 and 32; half the 400-request run's
@@ -419,6 +424,13 @@ PY
         --bs "$BS_V3" --kv-lens 512,4096,16384 --eager-bs 1,8,16 \
         --eager-kv-lens 1024 --prefill-tokens "$PT_V3" --prefill-prefix 0,4096 --heldout 0 \
         --max-context 32768 -o "$out/deepseek-v3__H200.parquet" ;;
+    profile-v3-long) job profile-v3-long 560 python3 -m specsched profile --journal "$(pjournal profile-v3)" \
+        --model deepseek-v3 --progress --bs "$BS_V3" --kv-lens 512,4096,8192,16384,28672 \
+        --eager-bs 1,8,16 --eager-kv-lens 1024 --prefill-tokens "$PT_V3,8192" \
+        --prefill-prefix 0,4096,8192,16384,24576 --heldout 0 --max-context 32768 \
+        -o "$out/deepseek-v3__H200.parquet" ;;
+    live-longv3|live-longv3:*) n=${j#live-longv3}; n=${n#:}
+        MODEL=deepseek-v3 live "longv3$n" "$LONG" "$n" --policy fixed ;;
     heldout-v3) base=backends/profiles/deepseek-v3__H200.parquet; hout="$out/deepseek-v3__H200.parquet"
         # after profile-v3 in the same call: that profile, written beside it
         [ -f "$hout" ] && { base=$hout; hout="$out/deepseek-v3__H200.heldout.parquet"; }

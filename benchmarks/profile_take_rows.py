@@ -10,6 +10,10 @@ hold every grid point of that kind the base has.
     python3 benchmarks/profile_take_rows.py BASE.parquet DONOR.parquet --kind prefill \\
         --note "why" -o OUT.parquet
 
+With ``--add-heldout`` instead of ``--kind`` it keeps every base row and adds the donor's
+held-out rows (a grid grown and given new held-out shapes keeps the shapes measured before it
+grew), leaving out any that the base holds or whose shape is now a point of the base's grid.
+
 Refuses to write over ``base``, ``donor`` or an existing file.
 """
 
@@ -65,23 +69,53 @@ def take_rows(base: str, donor: str, kind: str, note: str) -> tuple[pa.Table, di
     return rows, meta
 
 
+def add_heldout(base: str, donor: str, note: str) -> tuple[pa.Table, dict]:
+    """``base``'s rows and metadata plus ``donor``'s held-out rows that ``base`` lacks (by shape,
+    grid and held-out rows alike)."""
+    bt, bm = read_profile(base)
+    dt, dm = read_profile(donor)
+    if bm["model"] != dm["model"]:
+        raise SpecschedError(f"{donor}: another model than {base}'s", path=donor)
+    if SPLIT_FIELD not in dt.column_names or SPLIT_FIELD not in bt.column_names:
+        raise SpecschedError(f"{donor if SPLIT_FIELD not in dt.column_names else base}: no "
+                             f"{SPLIT_FIELD} column, so no held-out rows to keep apart")
+    have = {tuple(r[k] for k in KEY) for r in bt.select(list(KEY)).to_pylist()}
+    held = dt.filter(pc.equal(dt[SPLIT_FIELD], "heldout"))
+    keep = [tuple(r[k] for k in KEY) not in have for r in held.select(list(KEY)).to_pylist()]
+    added = held.filter(pa.array(keep, pa.bool_())).select(bt.column_names).cast(bt.schema)
+    meta = {k: v for k, v in bm.items() if k != "profile_version"}
+    meta["notes"] = list(bm.get("notes") or []) + [
+        {"heldout_added": {"rows": len(added), "left_out": len(held) - len(added),
+                           "from_gpu": dm.get("gpu"), "from_command": dm.get("command"),
+                           "why": note}}]
+    return pa.concat_tables([bt, added]), meta
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("base")
     ap.add_argument("donor")
-    ap.add_argument("--kind", required=True)
+    what = ap.add_mutually_exclusive_group(required=True)
+    what.add_argument("--kind", help="the kind whose grid rows the donor gives")
+    what.add_argument("--add-heldout", action="store_true",
+                      help="keep every base row and add the donor's held-out rows")
     ap.add_argument("--note", required=True, help="why the rows are taken (kept in the notes)")
     ap.add_argument("-o", "--out", required=True)
     a = ap.parse_args(argv)
     try:
         if Path(a.out).exists():
             raise SpecschedError(f"{a.out} exists; choose a new file", path=a.out)
-        rows, meta = take_rows(a.base, a.donor, a.kind, a.note)
+        if a.add_heldout:
+            rows, meta = add_heldout(a.base, a.donor, a.note)
+            what = f"{meta['notes'][-1]['heldout_added']['rows']} held-out rows"
+        else:
+            rows, meta = take_rows(a.base, a.donor, a.kind, a.note)
+            what = f"the {a.kind} grid rows"
         write_profile(rows, a.out, meta, inputs=(a.base, a.donor))
     except SpecschedError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
-    print(f"{a.out}: {len(rows)} rows, the {a.kind} grid rows from {a.donor}")
+    print(f"{a.out}: {len(rows)} rows, {what} from {a.donor}")
     return 0
 
 

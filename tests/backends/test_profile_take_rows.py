@@ -69,3 +69,27 @@ def test_refuses_a_donor_missing_points_or_an_existing_output(tmp_path, capsys):
     assert m.main([str(base), str(base), "--kind", "prefill", "--note", "x", "-o", str(out)]) == 2
     assert out.read_text() == "keep"
     assert capsys.readouterr().err.count("error:") == 2
+
+
+def test_add_heldout_keeps_the_base_and_adds_the_donors_new_shapes(tmp_path):
+    """Base with one held-out prefill row (7 tokens past the longest), donor with two (7 and 11
+    past, x2): the output is the base's rows plus the donor's 11-past row only (the 7-past shape
+    the base already holds), and a note counts the one left out."""
+    import profile_take_rows as m
+
+    base, donor, out = tmp_path / "b.parquet", tmp_path / "d.parquet", tmp_path / "o.parquet"
+    rows = _write(base, 1.0, "base-gpu", heldout=True)
+    drows = _write(donor, 2.0, "donor-gpu", heldout=True)
+    extra = dict(drows[-1], tokens=drows[-1]["tokens"] + 4)
+    m_, _ = roofline_profile_rows()
+    write_profile(drows + [extra], donor, profile_metadata(m_, {"name": "H200", "uuid": "donor-gpu"}))
+    assert m.main([str(base), str(donor), "--add-heldout", "--note", "why", "-o", str(out)]) == 0
+    got = pq.read_table(out).to_pylist()
+    assert len(got) == len(rows) + 1
+    new = [r for r in got if r["tokens"] == extra["tokens"] and r["kind"] == "prefill"]
+    assert len(new) == 1 and new[0]["split"] == "heldout" and new[0]["latency_s"] == extra["latency_s"]
+    same = [r for r in got if r["split"] == "heldout" and r["tokens"] == rows[-1]["tokens"]]
+    assert len(same) == 1 and same[0]["latency_s"] == rows[-1]["latency_s"]
+    note = read_profile(out)[1]["notes"][-1]["heldout_added"]
+    assert (note["rows"], note["left_out"], note["why"]) == (1, 1, "why")
+    assert note["from_gpu"]["uuid"] == "donor-gpu"
