@@ -51,7 +51,8 @@ def run(trace, config: SimConfig, executor: Executor, *, kv_capacity_tokens: int
         raise SpecschedError("engine.kv_capacity_tokens is 0: give the KV budget, or a model "
                              "and GPU to derive it from")
     sink = StepSink(None if stream_dir is None else Path(stream_dir),
-                    request_steps=config.engine.record_request_steps)
+                    request_steps=config.engine.record_request_steps,
+                    member_kv=config.engine.record_member_kv)
     sim = Simulation(trace, config, executor, kv_capacity_tokens=int(capacity), progress=progress,
                      sink=sink, context_len=context_len)
     compile_s = sim.compile()  # the engine's speed is the run's, not numba's

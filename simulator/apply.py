@@ -152,11 +152,21 @@ def _apply_decode(r, t, R, RF, E, RUN, MB, prompt, output, off, draft, acc, pacc
 
 
 @njit
-def _record_steps(r, t0, PI, PF, E, SI, SF, G, committed):
+def _record_steps(r, t0, PI, PF, E, SI, SF, G, committed, MB, MK, record_mk):
     t = t0
     for p in range(E[r, E_NPASS]):
         k = G[G_SFILL]
         G[G_SFILL] = k + 1
+        if record_mk == 1:  # the members' KV as the pass was timed, in launch order
+            j0 = PI[r, p, P_MSTART]
+            n = PI[r, p, P_MCOUNT]
+            m = G[G_MFILL]
+            for j in range(n):
+                MK[m + j] = MB[r, j0 + j, M_KV]
+            G[G_MFILL] = m + n
+            SI[S_NMEM, k] = n
+        else:
+            SI[S_NMEM, k] = 0
         SI[S_REPLICA, k] = r
         SI[S_ITER, k] = E[r, E_ITER]
         SI[S_KIND, k] = PI[r, p, P_KIND]
@@ -207,7 +217,7 @@ def _record_steps(r, t0, PI, PF, E, SI, SF, G, committed):
 
 @njit
 def _apply_pending(r, R, RF, E, EF, RUN, MB, PI, PF, prompt, output, off, draft, acc, pacc,
-                   SI, SF, RSI, RSF, G, CI, CF, committed, KC, KS):
+                   SI, SF, RSI, RSF, G, CI, CF, committed, KC, KS, MK):
     t_end = EF[r, EF_PEND_END]
     t0 = EF[r, EF_CLOCK] + (0.0 if CI[C_OVERLAP] == 1 else CF[CF_OVERHEAD])
     for L in range(committed.shape[0]):
@@ -221,7 +231,7 @@ def _apply_pending(r, R, RF, E, EF, RUN, MB, PI, PF, prompt, output, off, draft,
         # the controller learns the round's acceptance only now, after the round has ended
         K.observe(r, E[r, E_NMEM], acc_sum, rejected, KC, KS)
     EF[r, EF_SWITCH] = 0.0
-    _record_steps(r, t0, PI, PF, E, SI, SF, G, committed)
+    _record_steps(r, t0, PI, PF, E, SI, SF, G, committed, MB, MK, CI[C_RECORD_MK])
     EF[r, EF_BUSY] += t_end - t0
     EF[r, EF_CLOCK] = t_end
     E[r, E_ITER] += 1

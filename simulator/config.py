@@ -123,6 +123,8 @@ class EngineConfig:
                             "('draft') or padding ('pad'); 'auto' = draft for fixed, pad otherwise")
     mla: bool = _f(False, "the model uses MLA attention (set from the model; restricts fixed widths)")
     record_request_steps: bool = _f(True, "write request_steps.parquet (one row per request step)")
+    record_member_kv: bool = _f(True, "write each pass's members' KV before the pass, in launch "
+                                      "order (steps.parquet member_kv)")
     radix_cache: str = _f("auto", "SGLang's radix prefix cache: auto (on when the trace has "
                                   "prefix_hashes, as SGLang's cache is on by default), on, or "
                                   "off (a what-if when the trace has prefix information)")

@@ -78,7 +78,7 @@ from simulator.apply import (_apply_decode, _apply_pending, _apply_prefill,  # n
 @njit(_nrt=True)
 def advance(r, horizon, arrival, prompt, output, mnt, off, draft, acc, pacc, R, RF, E, EF, Q, W,
             WT, RUN, MB, PI, PF, SI, SF, RSI, RSF, G, CI, CF, padmap, capw, buckets, tab, KC, KS,
-            poff, pids, rx):
+            poff, pids, rx, MK):
     """Run replica r's iterations until something outside it must happen.
 
     Iterations are decided at the replica's clock, strictly before ``horizon`` (the next
@@ -86,7 +86,8 @@ def advance(r, horizon, arrival, prompt, output, mnt, off, draft, acc, pacc, R, 
     horizon is applied at once, one that ends later is left pending (``ADV_PENDING``: the caller
     waits until its end).  Returns one of the ``ADV_*`` codes.  ``poff``/``pids`` are the
     trace's prefix block ids (``TraceArrays.prefix_offsets``/``prefix_ids``) and ``rx`` the
-    replicas' radix caches (``simulator.cache_ops``).
+    replicas' radix caches (``simulator.cache_ops``); ``MK`` the member buffer (each recorded
+    step's members' KV, ``CI[C_RECORD_MK]``).
     """
     lw = np.zeros(MAXPASS, np.int64)
     tmp = np.zeros(2 * RUN.shape[1] + 2, np.int64)
@@ -109,13 +110,14 @@ def advance(r, horizon, arrival, prompt, output, mnt, off, draft, acc, pacc, R, 
                 EF[r, EF_PEND_END] = EF[r, EF_CLOCK] + iteration_time(r, E, EF, PF, CI, CF)
             if EF[r, EF_PEND_END] > horizon:
                 return ADV_PENDING
-            if G[G_SFILL] + MAXPASS > SI.shape[1] or G[G_RSFILL] + maxrun > RSI.shape[1]:
-                return ADV_FULL
+            if (G[G_SFILL] + MAXPASS > SI.shape[1] or G[G_RSFILL] + maxrun > RSI.shape[1]
+                    or G[G_MFILL] + 3 * (maxrun + 1) > MK.shape[0]):
+                return ADV_FULL  # (an iteration records at most three passes' members each)
             radix_on = CI[C_RADIX] == 1
             if radix_on and E[r, E_PENDING] == 1:
                 _cache_prefilled(r, EF[r, EF_PEND_END], R, E, MB, prompt, CI, poff, pids, rx)
             _apply_pending(r, R, RF, E, EF, RUN, MB, PI, PF, prompt, output, off, draft, acc,
-                           pacc, SI, SF, RSI, RSF, G, CI, CF, committed, KC, KS)
+                           pacc, SI, SF, RSI, RSF, G, CI, CF, committed, KC, KS, MK)
             if radix_on:
                 _release_finished(r, R, E, MB, rx)
             applied += 1

@@ -73,20 +73,22 @@ def _table_tuple(table: LatencyTable | None) -> tuple:
 class StepBuffers:
     """Fixed-size buffers the core appends step rows to; handed to a sink when full."""
 
-    def __init__(self, sink, rows: int = 1 << 16, request_rows: int = 1 << 17):
+    def __init__(self, sink, rows: int = 1 << 16, request_rows: int = 1 << 17,
+                 member_rows: int = 1 << 20):
         self.sink = sink
         # column-major, so each column of a flushed chunk is contiguous
         self.SI = np.zeros((C.NSI, rows), np.int32)
         self.SF = np.zeros((C.NSF, rows), np.float64)
         self.RSI = np.zeros((2, request_rows), np.int64)
         self.RSF = np.zeros(request_rows, np.float64)
+        self.MK = np.zeros(member_rows, np.int32)
         self.G = np.zeros(C.NG, np.int64)
 
     def flush(self) -> None:
-        k, q = int(self.G[C.G_SFILL]), int(self.G[C.G_RSFILL])
+        k, q, m = int(self.G[C.G_SFILL]), int(self.G[C.G_RSFILL]), int(self.G[C.G_MFILL])
         if k or q:  # copies: the buffers are reused while the sink may keep what it got
             self.sink.add(self.SI[:, :k].copy(), self.SF[:, :k].copy(),
-                          self.RSI[:, :q].copy(), self.RSF[:q].copy())
+                          self.RSI[:, :q].copy(), self.RSF[:q].copy(), self.MK[:m].copy())
         self.G[:] = 0
 
 
@@ -162,6 +164,7 @@ class Simulation:
         self.CI[C.C_FAST] = 1 if self.table is not None else 0
         self.CI[C.C_MAXPREFILL] = e.max_prefill_tokens
         self.CI[C.C_RECORD_RS] = 1 if e.record_request_steps else 0
+        self.CI[C.C_RECORD_MK] = 1 if e.record_member_kv else 0
         spec = e.speculative and trace.acceptance.get("speculation", True) is not False
         self.CI[C.C_SPEC] = 1 if spec else 0
         self.CI[C.C_CLIP] = sglang.CLIP_MAX_NEW_TOKENS
@@ -212,7 +215,8 @@ class Simulation:
         self.PI = np.zeros((R, C.MAXPASS, C.NPI), np.int64)
         self.PF = np.zeros((R, C.MAXPASS, C.NPF), np.float64)
         self.sink = sink if sink is not None else StepSink(
-            request_steps=config.engine.record_request_steps)
+            request_steps=config.engine.record_request_steps,
+            member_kv=config.engine.record_member_kv)
         self.buf = StepBuffers(self.sink)
         # ---- events
         self.env = simpy.Environment()
@@ -377,7 +381,7 @@ class Simulation:
                              self.RUN, self.MB,
                              self.PI, self.PF, b.SI, b.SF, b.RSI, b.RSF, b.G, self.CI, self.CF,
                              self.padmap, self.capw, self.buckets, self.tab, self.KC, self.KS,
-                             self.poff, self.pids, self.rx))
+                             self.poff, self.pids, self.rx, b.MK))
 
     def _route(self, i: int) -> int:
         if self.router == "cache-aware":

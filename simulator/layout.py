@@ -149,7 +149,8 @@ C_BLOCK = 19      # tokens per prefix block (the trace's prefix_block_tokens; 1 
 C_PPB = 20        # KV pages per block
 C_LPM = 21        # 1: schedule policy lpm (longest prefix match first), else fcfs
 C_MLA = 22        # 1: AITER's MLA kernels: a fixed width of 3 launches padded to 4 (2 drafts)
-NCI = 23
+C_RECORD_MK = 23  # 1: record each pass's members' KV (steps.parquet member_kv)
+NCI = 24
 CF_OVERHEAD = 0   # scheduler overhead per iteration, seconds
 CF_RATIO_INIT = 1  # SGLang init_new_token_ratio
 CF_RATIO_MIN = 2   # SGLang min_new_token_ratio
@@ -191,7 +192,8 @@ S_OOG = 19
 S_MODE = 20
 S_KVUSED = 21
 S_KVCACHED = 22
-NSI = 23
+S_NMEM = 23        # members whose KV the member buffer holds for this step (0: not recorded)
+NSI = 24
 SF_START = 0
 SF_LAT = 1
 SF_KVMEAN = 2
@@ -200,10 +202,13 @@ SF_LOOKUP = 4     # the KV coordinate of the latency lookup (prefill: attention-
 NSF = 5
 
 # request-step buffer RSI[2, c] (request, tokens), RSF[c] (delivery time)
+# member buffer MK[c]: each recorded step's members' KV before the pass, in launch order
+# (CI[C_RECORD_MK]; S_NMEM of them per step row)
 # global fill counters G[NG]
 G_SFILL = 0
 G_RSFILL = 1
-NG = 2
+G_MFILL = 2
+NG = 3
 
 # advance() results
 ADV_DONE = 0        # the queue is empty and nothing runs: wait for a new request

@@ -65,10 +65,23 @@ def _non_null(batch: pa.RecordBatch, nullable: tuple[str, ...] = ()) -> pa.Recor
     return pa.RecordBatch.from_arrays(batch.columns, schema=pa.schema(fields))
 
 
-def steps_batch(si: np.ndarray, sf: np.ndarray) -> pa.RecordBatch:
-    """Step rows as an Arrow batch, from one column-major chunk of the core's buffers."""
+def member_kv_array(nmem: np.ndarray, mk: np.ndarray) -> pa.ListArray:
+    """Each step's members' KV (``list<int32>``, launch order) from the chunk's counts per step
+    and its member buffer."""
+    offsets = np.zeros(len(nmem) + 1, np.int32)
+    np.cumsum(nmem, out=offsets[1:])
+    if offsets[-1] != len(mk):
+        raise ValueError(f"{len(mk)} member KVs for {int(offsets[-1])} members")
+    return pa.ListArray.from_arrays(pa.array(offsets, pa.int32()),
+                                    pa.array(mk.astype(np.int32, copy=False), pa.int32()))
+
+
+def steps_batch(si: np.ndarray, sf: np.ndarray, mk: np.ndarray | None = None) -> pa.RecordBatch:
+    """Step rows as an Arrow batch, from one column-major chunk of the core's buffers; with
+    ``mk`` (that chunk's member buffer) a ``member_kv`` column too."""
     kind = si[C.S_KIND]
     verify = kind == C.KIND_VERIFY
+    extra = {} if mk is None else {"member_kv": member_kv_array(si[C.S_NMEM], mk)}
     return _non_null(pa.RecordBatch.from_pydict({
         "replica": si[C.S_REPLICA].astype(np.int16),
         "iteration": si[C.S_ITER].astype(np.int64),
@@ -99,6 +112,7 @@ def steps_batch(si: np.ndarray, sf: np.ndarray) -> pa.RecordBatch:
         "violations": si[C.S_VIOL],
         "out_of_grid": si[C.S_OOG].astype(bool),
         "max_abs_error": sf[C.SF_ERR],
+        **extra,
     }), nullable=("mode",))
 
 
@@ -119,9 +133,11 @@ class StepSink:
     (and within a request, for request steps).
     """
 
-    def __init__(self, stream_dir: Path | None = None, *, request_steps: bool = True):
+    def __init__(self, stream_dir: Path | None = None, *, request_steps: bool = True,
+                 member_kv: bool = False):
         self.stream_dir = None if stream_dir is None else Path(stream_dir)
         self.keep_request_steps = request_steps
+        self.member_kv = member_kv
         self._steps: list[pa.RecordBatch] = []
         self._rsteps: list[pa.RecordBatch] = []
         self._writers: dict[str, pq.ParquetWriter] = {}
@@ -138,10 +154,11 @@ class StepSink:
             self._writers[name] = w
         w.write_batch(batch)
 
-    def add(self, si: np.ndarray, sf: np.ndarray, rsi: np.ndarray, rsf: np.ndarray) -> None:
+    def add(self, si: np.ndarray, sf: np.ndarray, rsi: np.ndarray, rsf: np.ndarray,
+            mk: np.ndarray | None = None) -> None:
         if si.shape[1]:
             self.totals += _step_totals(si, sf)
-            self._emit("steps", steps_batch(si, sf), self._steps)
+            self._emit("steps", steps_batch(si, sf, mk if self.member_kv else None), self._steps)
         if rsi.shape[1] and self.keep_request_steps:
             self._emit("request_steps", request_steps_batch(rsi, rsf), self._rsteps)
 
@@ -151,18 +168,19 @@ class StepSink:
         if self.stream_dir is not None:
             for name in names:
                 if name not in self._writers:  # nothing was recorded: still write the file
-                    self._emit(name, _empty_batch(name), [])
+                    self._emit(name, _empty_batch(name, self.member_kv), [])
                 self._writers.pop(name).close()
             return None, None
         kept = {"steps": self._steps, "request_steps": self._rsteps}
-        tables = {name: pa.Table.from_batches(kept[name] or [_empty_batch(name)])
+        tables = {name: pa.Table.from_batches(kept[name] or [_empty_batch(name, self.member_kv)])
                   for name in names}
         return tables["steps"], tables.get("request_steps")
 
 
-def _empty_batch(name: str) -> pa.RecordBatch:
+def _empty_batch(name: str, member_kv: bool = False) -> pa.RecordBatch:
     if name == "steps":
-        return steps_batch(np.zeros((C.NSI, 0), np.int32), np.zeros((C.NSF, 0)))
+        return steps_batch(np.zeros((C.NSI, 0), np.int32), np.zeros((C.NSF, 0)),
+                           np.zeros(0, np.int32) if member_kv else None)
     return request_steps_batch(np.zeros((2, 0), np.int64), np.zeros(0))
 
 

@@ -15,8 +15,8 @@ from typing import Callable
 import numpy as np
 import pyarrow as pa
 
-from backends.attention_kv import (ATT_DLAYERS, ATT_LAYERS, ATT_ON, attention_rows, effective_kv,
-                                   table_attention, verify_kv)
+from backends.attention_kv import (ATT_DLAYERS, ATT_LAYERS, ATT_MLA, ATT_ON, attention_rows,
+                                   effective_kv, table_attention, verify_kv)
 
 __all__ = ["col", "kinds_present", "lookup_points", "predict", "predict_steps",
            "measured_points", "grid_position", "AXES", "GRIDS", "KIND_ORDER"]
@@ -73,7 +73,8 @@ def kinds_present(kind: np.ndarray) -> list[str]:
     return [k for k in KIND_ORDER if k in have] + sorted(have - set(KIND_ORDER))
 
 
-def lookup_points(steps: pa.Table, table=None) -> dict[str, np.ndarray]:
+def lookup_points(steps: pa.Table, table=None, kv_lookup: str = "straggler"
+                  ) -> dict[str, np.ndarray]:
     """The table coordinates of every step: the engine's lookup rule (latency_table module).
 
     When ``table`` carries the attention metadata, the KV coordinate of draft, verify and
@@ -81,7 +82,11 @@ def lookup_points(steps: pa.Table, table=None) -> dict[str, np.ndarray]:
     (``backends.attention_kv.effective_kv``, and ``verify_kv`` on the grid a verify or
     draft-extend step is looked up on), so a live run (recorded without a table, at mean KV) is
     predicted at the coordinate a profile run uses.  ``mixed``: the batch's requests differ in KV, or a graph pads it (prefill: several
-    requests in the pass); a run without ``kv_max`` counts every batch of several as mixed."""
+    requests in the pass); a run without ``kv_max`` counts every batch of several as mixed.
+
+    ``kv_lookup = "fluid"`` (``backend.kv_lookup``): on an MLA profile, verify and draft-extend
+    steps of a run that recorded each pass's members (``member_kv``) are then looked up as the
+    engine's fluid lookup does (:func:`fluid_points`); ``fluid`` in the result says which."""
     kind = col(steps, "kind")
     graph = col(steps, "graph").astype(bool)
     bs = col(steps, "bs").astype(np.float64)
@@ -117,9 +122,43 @@ def lookup_points(steps: pa.Table, table=None) -> dict[str, np.ndarray]:
             layers = att[ATT_LAYERS] if k == "verify" else att[ATT_DLAYERS]
             kv_ax[i] = verify_kv(kv_mean[i] * bs[i], kv_max[i], bs_ax[i], bs[i], rows, layers, att,
                                  *grid.axes, grid.values, bs_ax[i], w_ax[i])
+    fluid = (fluid_points(steps, table, att, kind, graph, bs_ax, w_ax, kv_ax)
+             if kv_lookup == "fluid" else np.zeros(len(kind), dtype=bool))
     return {"kind": kind, "graph": graph, "bs": bs_ax, "width": w_ax, "kv": kv_ax,
             "tokens": tokens, "passes": col(steps, "passes").astype(np.float64),
-            "kv_at_mean": at_mean, "kv_mean": kv_mean, "mixed": mixed}
+            "kv_at_mean": at_mean, "kv_mean": kv_mean, "mixed": mixed, "fluid": fluid}
+
+
+def fluid_points(steps: pa.Table, table, att: np.ndarray, kind: np.ndarray, graph: np.ndarray,
+                 bs_ax: np.ndarray, w_ax: np.ndarray, kv_ax: np.ndarray) -> np.ndarray:
+    """Set ``kv_ax`` of each MLA verify and draft-extend step to the fluid lookup's coordinate.
+
+    The engine's ``backend.kv_lookup = fluid`` (``simulator.timing._fluid_lookups``) takes every
+    member's KV in launch order; a recorded run holds them in ``member_kv`` (runs written since
+    2026-12-03). Returns which steps were set: none without that column or on a non-MLA profile
+    (their coordinate stays the straggler rule's), none where the fluid form does not apply."""
+    from backends.mla_fluid import FLUID_NSAT, FLUID_OVERHEAD, fluid_kv
+    from backends.mla_waves import kernel_rows
+
+    done = np.zeros(len(kind), dtype=bool)
+    if att[ATT_MLA] == 0.0 or "member_kv" not in steps.column_names or not len(kind):
+        return done
+    members = steps.column("member_kv").combine_chunks()
+    offs = np.asarray(members.offsets)
+    vals = np.asarray(members.values, dtype=np.int64)
+    widest = int(max(np.max(bs_ax), np.max(np.diff(offs)), 1))
+    scratch = np.zeros(2 * (16 * widest + 2), np.float64)  # as the engine sizes it
+    for i in np.flatnonzero((kind == "verify") | (kind == "draft_extend")):
+        g = GRIDS[str(kind[i])]
+        grid = getattr(table, g[0] if graph[i] else g[1])
+        kv = vals[offs[i]:offs[i + 1]]
+        w = float(w_ax[i])
+        k = fluid_kv(kv, len(kv), float(bs_ax[i]), w, kernel_rows(w), att, FLUID_NSAT,
+                     FLUID_OVERHEAD, *grid.axes, grid.values, scratch)
+        if k >= 0.0:
+            kv_ax[i] = k
+            done[i] = True
+    return done
 
 
 def predict(p: dict[str, np.ndarray], table) -> tuple[np.ndarray, np.ndarray]:
@@ -135,9 +174,10 @@ def predict(p: dict[str, np.ndarray], table) -> tuple[np.ndarray, np.ndarray]:
     return pred, oog
 
 
-def predict_steps(steps: pa.Table, table) -> tuple[np.ndarray, np.ndarray]:
+def predict_steps(steps: pa.Table, table, kv_lookup: str = "straggler"
+                  ) -> tuple[np.ndarray, np.ndarray]:
     """Latency the table predicts for every step of a run, and whether it was outside the grid."""
-    return predict(lookup_points(steps, table), table)
+    return predict(lookup_points(steps, table, kv_lookup), table)
 
 
 def measured_points(table) -> dict[str, set]:

@@ -146,7 +146,8 @@ def build_report(reference_steps: pa.Table, reference_summary: dict, profile_sum
     largest difference a repeat shows there (whole runs: the metric's difference; per-step
     figures: the mean, over the figure's steps, of how far the repeat moves the median pass of
     each step's shape)."""
-    full = step_errors(reference_steps, table, worst=worst, _full=True)
+    lookup = str(profile_summary.get("kv_lookup") or "straggler")
+    full = step_errors(reference_steps, table, worst=worst, _full=True, kv_lookup=lookup)
     arrays = full.pop("_arrays")
     runs = compare_runs(reference_summary, profile_summary)
     heldout = heldout_errors(table)
@@ -154,9 +155,16 @@ def build_report(reference_steps: pa.Table, reference_summary: dict, profile_sum
     spread = _spread(table)
     src = table.source if isinstance(table.source, dict) else {}
     nc = not_captured(table, full) + starved_notes(src, reference_summary)
-    if profile_summary.get("kv_lookup") == "fluid":
-        nc.insert(0, "per-step figures look the live steps up by the straggler rule: a recorded "
-                     "run's steps keep each pass's mean and longest KV only, while the simulated "
+    if lookup == "fluid" and full.get("fluid_steps"):
+        nc.insert(0, f"per-step figures look {full['fluid_steps']} MLA verify and draft-extend "
+                     f"steps up as the simulated run did (backend.kv_lookup = fluid, a what-if): "
+                     f"from every request's KV in launch order, which the reference run recorded "
+                     f"(steps.parquet member_kv; backends/mla_fluid.py); the jitter floor's runs, "
+                     f"timed per call, use the straggler rule")
+    elif lookup == "fluid":
+        nc.insert(0, "per-step figures look the live steps up by the straggler rule: this "
+                     "reference run's steps keep each pass's mean and longest KV only (runs "
+                     "recorded before 2026-12-03 have no member_kv), while the simulated "
                      "run (backend.kv_lookup = fluid, a what-if) looked its MLA verify and "
                      "draft-extend launches up from every request's KV in launch order "
                      "(backends/mla_fluid.py), so only the whole-run checks measure that lookup; "

@@ -36,7 +36,10 @@ REMOVED_KEYS: dict[str, Any] = {
 }
 #: keys added since: dotted key -> the value that reproduces a run recorded before the key
 #: existed. A key missing from a recording and from this table takes today's default.
-ADDED_KEYS: dict[str, Any] = {}
+ADDED_KEYS: dict[str, Any] = {
+    # runs before 2026-12-03 did not write steps.parquet's member_kv (it changes no result)
+    "engine.record_member_kv": False,
+}
 #: the parts of a recorded configuration a comparison re-simulates under (the backend section
 #: belongs to the reference backend, not to the profile side)
 RECORDED_SECTIONS = ("seed", "rate_scale", "engine", "cluster", "model", "controller")

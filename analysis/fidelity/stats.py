@@ -65,17 +65,20 @@ def _shape_band(p: dict, i: int) -> tuple:
     return (k, g, jb, w, jk, f"{k} {g} bs {lb}{ws} kv {lk}")
 
 
-def step_errors(steps: pa.Table, table, *, worst: int = 20, _full: bool = False) -> dict[str, Any]:
+def step_errors(steps: pa.Table, table, *, worst: int = 20, _full: bool = False,
+                kv_lookup: str = "straggler") -> dict[str, Any]:
     """Per-step error of ``table`` against the measured latencies in ``steps``, paired by shape.
 
     ``on_grid`` steps sit on a measured profile point (the prediction replays a measurement);
     the others are off the grid in at least one way (:data:`~analysis.fidelity.lookup.AXES`),
     scored overall (``mape_off_grid_pct``), per way (``off_grid_axes``), per kind and per shape
     band (both over the off-grid steps).  Steps of a kind the table cannot look up are counted
-    in ``not_predicted``.  ``_full``: also return the per-step arrays (for noise floors)."""
+    in ``not_predicted``.  ``_full``: also return the per-step arrays (for noise floors).
+    ``kv_lookup``: the profile side's ``backend.kv_lookup`` (``fluid`` looks MLA verify and
+    draft-extend steps up from their recorded members; ``fluid_steps`` counts them)."""
     if steps.num_rows == 0:
         raise SpecschedError("the reference run has no steps to compare")
-    p = lookup_points(steps, table)
+    p = lookup_points(steps, table, kv_lookup)
     measured = col(steps, "latency_s").astype(np.float64)
     pred, oog = predict(p, table)
     pos = grid_position(p, table, measured_points(table))
@@ -116,6 +119,8 @@ def step_errors(steps: pa.Table, table, *, worst: int = 20, _full: bool = False)
         "mape_all_pct": _mape(err[ok]),
         "off_grid_axes": axes, "by_kind": by_kind, "by_shape": by_shape, "worst": worst_rows,
     }
+    if kv_lookup == "fluid":
+        out["fluid_steps"] = int((ok & p["fluid"]).sum())
     out["stragglers"], strag = _straggler_errors(steps, table, p, err, ok, measured)
     if unknown.any():
         out["not_predicted"] = {k: int(np.sum(unknown & (p["kind"] == k)))

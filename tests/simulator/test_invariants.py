@@ -143,6 +143,22 @@ def test_requests_and_tokens_are_conserved(sc):
     verify = kind == "verify"
     assert steps["bs"].to_numpy()[verify].sum() == req["steps"].to_numpy().sum()
     assert steps["padded_slots"].to_numpy()[verify].sum() == req["padded_slots"].to_numpy().sum()
+    # each pass's members (member_kv): one per request in it, their longest and mean the step's,
+    # and within a decode iteration the draft pass, the verify launches together and the
+    # draft-extend pass hold the same requests (as KV before the pass)
+    members = steps["member_kv"].to_pylist()
+    bs, it = steps["bs"].to_numpy(), steps["iteration"].to_numpy()
+    kv_max, kv_mean = steps["kv_max"].to_numpy(), steps["kv_mean"].to_numpy()
+    rounds: dict[tuple, dict[str, list]] = {}
+    for i, m in enumerate(members):
+        assert len(m) == bs[i]
+        if kind[i] != "prefill":
+            assert max(m) == kv_max[i] and np.isclose(np.mean(m), kv_mean[i])
+            rounds.setdefault((steps["replica"][i].as_py(), it[i]), {}).setdefault(
+                kind[i], []).extend(m)
+    for r in rounds.values():
+        got = [sorted(v) for v in r.values()]
+        assert all(g == got[0] for g in got)
 
 
 @SETTINGS

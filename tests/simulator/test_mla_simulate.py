@@ -118,3 +118,54 @@ def test_fluid_lookup_what_if_moves_mixed_kv_launches_and_is_refused_without_mla
     assert proc.returncode == 2 and not (tmp_path / "dense").exists()
     assert proc.stderr.strip().splitlines()[-1].startswith(
         "error: backend.kv_lookup = fluid: needs an MLA profile")
+
+
+def test_member_kv_is_each_pass_in_launch_order_and_scores_fluid_as_the_engine_looked_up(tmp_path):
+    """steps.parquet member_kv: each decode pass's members' KV (as many as its requests, their
+    mean and longest the step's kv_mean and kv_max); within an iteration the draft pass, the
+    verify launches together and the draft-extend pass hold the same requests. Looked up from
+    those members, the fidelity side's fluid coordinate (analysis.fidelity.lookup.fluid_points,
+    plain Python) is the one the compiled engine recorded (lookup_kv) on every verify and
+    draft-extend step; with engine.record_member_kv off there is no column."""
+    from analysis.fidelity.lookup import lookup_points
+    from backends import make_executor
+
+    proc = _simulate(tmp_path / "f", "--policy", "fixed", "--set", "backend.kv_lookup=fluid")
+    assert proc.returncode == 0, proc.stderr
+    steps = pq.read_table(tmp_path / "f" / "steps.parquet")
+    d = steps.to_pydict()
+    kinds = [str(k) for k in d["kind"]]
+    by_iter: dict[int, dict[str, list]] = {}
+    for i, k in enumerate(kinds):
+        m = d["member_kv"][i]
+        if k == "prefill":
+            assert len(m) == d["bs"][i]
+            continue
+        assert len(m) == d["bs"][i] and max(m) == d["kv_max"][i]
+        assert abs(sum(m) / len(m) - d["kv_mean"][i]) <= 1e-9 * max(1.0, d["kv_mean"][i])
+        by_iter.setdefault(d["iteration"][i], {}).setdefault(k, []).extend(m)
+    full = [v for v in by_iter.values() if {"draft", "verify", "draft_extend"} <= set(v)]
+    assert len(full) > 50
+    for v in full:
+        assert sorted(v["draft"]) == sorted(v["verify"]) == sorted(v["draft_extend"])
+    table = make_executor("profile", model="deepseek-v2-lite").latency_table()
+    p = lookup_points(steps, table, "fluid")
+    dec = np.isin(np.array(kinds), ("verify", "draft_extend"))
+    engine = np.asarray(d["lookup_kv"], float)
+    assert p["fluid"][dec].mean() > 0.9  # the form applies to (nearly) every launch
+    np.testing.assert_allclose(p["kv"][p["fluid"]], engine[p["fluid"]], rtol=1e-9, atol=1e-6)
+    mixed = p["fluid"] & (np.asarray(d["kv_max"]) > np.asarray(d["kv_mean"]) + 1)
+    assert mixed.sum() > 20  # and mixed launches are among them
+    # so the report scores the run's own verify and draft-extend steps exactly under fluid, and
+    # not under the straggler rule
+    from analysis.fidelity.stats import step_errors
+
+    fl = step_errors(steps, table, kv_lookup="fluid")
+    assert fl["fluid_steps"] == int(p["fluid"].sum())
+    for k in ("verify", "draft_extend"):
+        assert fl["by_kind"][k]["mape_pct"] < 1e-6
+    assert step_errors(steps, table)["by_kind"]["verify"]["mape_pct"] > 0.05
+
+    proc = _simulate(tmp_path / "off", "--policy", "fixed", "--set", "engine.record_member_kv=false")
+    assert proc.returncode == 0, proc.stderr
+    assert "member_kv" not in pq.read_schema(tmp_path / "off" / "steps.parquet").names
