@@ -20,8 +20,11 @@ The two parameters, :data:`FLUID_NSAT` and :data:`FLUID_OVERHEAD`, were chosen o
 benchmark straggler cases of ``bench_aiter_straggler.py`` alone (MAPE 2.61% against the rule's
 4.45%; ``python benchmarks/mla_dispatch_replay.py --straggler ...``); replayed on the two live
 DeepSeek-V2-Lite runs of 2026-12-03, which chose nothing, the form errs 1.75% and 0.80% over
-their verify launches against the rule's 1.98% and 1.47% (docs/aiter_mla.md). A what-if lookup
-(``backend.kv_lookup = fluid``), not the default.
+their verify launches against the rule's 1.98% and 1.47% (docs/aiter_mla.md), and scored per
+step from their passes' recorded members (``steps.parquet`` ``member_kv``) its verify steps err
+0.75-1.85% against the rule's 1.45-2.49% on three runs; on DeepSeek-V3's 520 journalled verify
+launches it errs 1.32% against the rule's 0.67%. A what-if lookup (``backend.kv_lookup =
+fluid``), not the default.
 """
 
 from __future__ import annotations

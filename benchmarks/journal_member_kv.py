@@ -71,9 +71,12 @@ class _PerCall:
         return getattr(self._j, name)
 
 
-def replay_steps(journal: Path, run: Path, trace: Path, model: str) -> pa.Table:
-    """The steps the engine records when it replays ``journal`` under ``run``'s configuration,
-    with ``member_kv``; :class:`JournalEnd` when the journal stops before the run's end."""
+def replay(journal: Path, run: Path, trace: Path, model: str, executor_for, *,
+           member_kv: bool = False):
+    """Replay ``journal`` through the engine under ``run``'s recorded configuration, each pass
+    going to ``executor_for(journal_executor)``; returns ``(result, prep)``: the run's results
+    (``None`` when the journal ended first: :class:`JournalEnd`) and the prepared profile side
+    (its executor never called). ``member_kv``: record each pass's members."""
     from analysis.fidelity.runs import config_for_recorded, load_recorded
     from backends.journal import JournalExecutor
     from specsched.setup import load_trace, prepare, simulate_to
@@ -81,7 +84,7 @@ def replay_steps(journal: Path, run: Path, trace: Path, model: str) -> pa.Table:
     summary, _ = load_recorded(run)
     cfg, _ = config_for_recorded(summary, run, None, {"model.name": model})
     cfg = cfg.replace({"backend.name": "profile", "backend.profile": "",
-                       "engine.record_member_kv": True})
+                       "engine.record_member_kv": member_kv})
     prep = prepare(cfg)
     with open(journal) as fh:
         head = json.loads(fh.readline())
@@ -91,11 +94,13 @@ def replay_steps(journal: Path, run: Path, trace: Path, model: str) -> pa.Table:
         j = JournalExecutor(_NoLiveCalls(prep.executor), copy,
                             {k: v for k, v in head.items() if k != "specsched_journal"})
         try:
-            result = simulate_to(load_trace(trace, seed=cfg.seed, limit=head.get("requests")),
-                                 cfg, None, executor=_PerCall(j))
+            # the run's first N requests (a live run of ``--limit N``; its journal says N)
+            return simulate_to(load_trace(trace, seed=cfg.seed, limit=head.get("requests")),
+                               cfg, None, executor=executor_for(j)), prep
+        except JournalEnd:
+            return None, prep
         finally:
             j.close()
-    return result.steps
 
 
 def with_member_kv(recorded: pa.Table, replayed: pa.Table, where: str) -> pa.Table:
@@ -136,12 +141,11 @@ def main(argv: list[str] | None = None) -> int:
             raise SpecschedError(f"{a.out} exists; choose a new folder", path=a.out)
         steps_file = a.reference_run / "steps.parquet"
         recorded = pq.read_table(steps_file)
-        try:
-            replayed = replay_steps(a.journal, a.reference_run, a.trace, a.model)
-        except JournalEnd:
+        result, _ = replay(a.journal, a.reference_run, a.trace, a.model, _PerCall, member_kv=True)
+        if result is None:
             raise SpecschedError(f"{a.journal}: ends before the run does (a run cut off: finish "
-                                 f"it first)", path=a.journal) from None
-        steps = with_member_kv(recorded, replayed, str(steps_file))
+                                 f"it first)", path=a.journal)
+        steps = with_member_kv(recorded, result.steps, str(steps_file))
         tmp = a.out.with_name(a.out.name + ".partial")
         if tmp.exists():
             shutil.rmtree(tmp)

@@ -38,9 +38,7 @@ from __future__ import annotations
 
 import argparse
 import json
-import shutil
 import sys
-import tempfile
 from pathlib import Path
 
 import numpy as np
@@ -49,24 +47,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from backends.jit import njit  # noqa: E402
 
-
-class _JournalEnd(Exception):
-    """The replay reached the end of the journal."""
-
-
-class _NoLiveCalls:
-    """An inner executor for the journal that ends the replay instead of measuring."""
-
-    def __init__(self, inner):
-        self._inner, self.name = inner, inner.name
-
-    def describe(self):
-        return self._inner.describe()
-
-    def _end(self, batch):
-        raise _JournalEnd()
-
-    prefill = draft = draft_extend = verify = _end
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from journal_member_kv import replay as journal_replay  # noqa: E402
 
 
 class _Tap:
@@ -100,33 +82,16 @@ class _Tap:
 
 
 def replay(journal: Path, run: Path, trace: Path, model: str) -> tuple[list, object]:
-    """The run's graph and eager verify calls as (VerifyBatch, live seconds), and the profile
-    executor of ``model`` under the run's configuration."""
-    from analysis.fidelity.runs import config_for_recorded, load_recorded
-    from backends.journal import JournalExecutor
-    from specsched.setup import load_trace, prepare, simulate_to
+    """The run's graph and eager verify calls as (VerifyBatch, live seconds), as far as the
+    journal goes, and the profile executor of ``model`` under the run's configuration."""
+    taps = []
 
-    summary, _ = load_recorded(run)
-    cfg, _ = config_for_recorded(summary, run, None, {"model.name": model})
-    cfg = cfg.replace({"backend.name": "profile", "backend.profile": ""})
-    prep = prepare(cfg)
-    with open(journal) as fh:
-        head = json.loads(fh.readline())
-    with tempfile.TemporaryDirectory() as tmp:  # the journal is opened for appending: a copy
-        copy = Path(tmp) / "journal.jsonl"
-        shutil.copy(journal, copy)
-        j = JournalExecutor(_NoLiveCalls(prep.executor), copy,
-                            {k: v for k, v in head.items() if k != "specsched_journal"})
-        tap = _Tap(j)
-        try:
-            # the run's first N requests (a live run of ``--limit N``; its journal says N)
-            simulate_to(load_trace(trace, seed=cfg.seed, limit=head.get("requests")), cfg, None,
-                        executor=tap)
-        except _JournalEnd:
-            pass
-        finally:
-            j.close()
-    return tap.verifies, prep.executor
+    def tap(j):
+        taps.append(_Tap(j))
+        return taps[0]
+
+    _, prep = journal_replay(journal, run, trace, model, tap)
+    return taps[0].verifies, prep.executor
 
 
 #: the H200's resident MLA decode programs (2 an SM), when a profile does not say
