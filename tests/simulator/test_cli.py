@@ -28,7 +28,7 @@ STEP_COLUMNS = ["replica", "iteration", "launch", "kind", "start_s", "latency_s"
                 "iter_distinct_widths", "mode", "tokens", "padded_slots", "graph_pad_slots",
                 "graph", "passes", "kv_mean", "kv_max", "lookup_kv", "kv_pages_used", "kv_pages_cached",
                 "committed_tokens",
-                "violations", "out_of_grid", "max_abs_error"]
+                "violations", "out_of_grid", "max_abs_error", "member_kv"]
 SUMMARY_KEYS = ["requests", "duration_s", "throughput_tok_s", "ttft_s", "tpot_s", "e2e_s",
                 "accept_len_mean", "padding_waste", "width_pad_frac", "graph_pad_frac",
                 "verify_slots", "verify_launches_per_iter", "violations",
