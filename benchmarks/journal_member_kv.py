@@ -35,6 +35,7 @@ import pyarrow.parquet as pq
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
+from simulator.results import PARQUET_OPTIONS  # noqa: E402
 from traces.errors import SpecschedError  # noqa: E402
 
 
@@ -74,9 +75,10 @@ class _PerCall:
 def replay(journal: Path, run: Path, trace: Path, model: str, executor_for, *,
            member_kv: bool = False):
     """Replay ``journal`` through the engine under ``run``'s recorded configuration, each pass
-    going to ``executor_for(journal_executor)``; returns ``(result, prep)``: the run's results
-    (``None`` when the journal ended first: :class:`JournalEnd`) and the prepared profile side
-    (its executor never called). ``member_kv``: record each pass's members."""
+    going to ``executor = executor_for(journal_executor)``; returns ``(result, prep, executor)``:
+    the run's results (``None`` when the journal ended first: :class:`JournalEnd`), the prepared
+    profile side (its executor never called) and that executor. ``member_kv``: record each
+    pass's members."""
     from analysis.fidelity.runs import config_for_recorded, load_recorded
     from backends.journal import JournalExecutor
     from specsched.setup import load_trace, prepare, simulate_to
@@ -93,12 +95,13 @@ def replay(journal: Path, run: Path, trace: Path, model: str, executor_for, *,
         shutil.copy(journal, copy)
         j = JournalExecutor(_NoLiveCalls(prep.executor), copy,
                             {k: v for k, v in head.items() if k != "specsched_journal"})
+        ex = executor_for(j)
         try:
             # the run's first N requests (a live run of ``--limit N``; its journal says N)
             return simulate_to(load_trace(trace, seed=cfg.seed, limit=head.get("requests")),
-                               cfg, None, executor=executor_for(j)), prep
+                               cfg, None, executor=ex), prep, ex
         except JournalEnd:
-            return None, prep
+            return None, prep, ex
         finally:
             j.close()
 
@@ -106,12 +109,12 @@ def replay(journal: Path, run: Path, trace: Path, model: str, executor_for, *,
 def with_member_kv(recorded: pa.Table, replayed: pa.Table, where: str) -> pa.Table:
     """``recorded`` with ``replayed``'s ``member_kv`` added, once every recorded column is
     identical in both; refuses otherwise, naming the column and the first step."""
+    if "member_kv" in recorded.column_names:
+        raise SpecschedError(f"{where}: already has member_kv", path=where)
     if recorded.num_rows != replayed.num_rows:
         raise SpecschedError(f"{where}: the replay made {replayed.num_rows} steps, the run "
                              f"{recorded.num_rows}", path=where)
     for name in recorded.column_names:
-        if name == "member_kv":
-            raise SpecschedError(f"{where}: already has member_kv", path=where)
         if name not in replayed.column_names:
             raise SpecschedError(f"{where}: the replay has no column {name}", path=where)
         a = recorded.column(name).combine_chunks()
@@ -141,24 +144,25 @@ def main(argv: list[str] | None = None) -> int:
             raise SpecschedError(f"{a.out} exists; choose a new folder", path=a.out)
         steps_file = a.reference_run / "steps.parquet"
         recorded = pq.read_table(steps_file)
-        result, _ = replay(a.journal, a.reference_run, a.trace, a.model, _PerCall, member_kv=True)
+        result, _, _ = replay(a.journal, a.reference_run, a.trace, a.model, _PerCall,
+                              member_kv=True)
         if result is None:
             raise SpecschedError(f"{a.journal}: ends before the run does (a run cut off: finish "
                                  f"it first)", path=a.journal)
         steps = with_member_kv(recorded, result.steps, str(steps_file))
-        tmp = a.out.with_name(a.out.name + ".partial")
-        if tmp.exists():
-            shutil.rmtree(tmp)
-        shutil.copytree(a.reference_run, tmp)
-        meta = pq.read_metadata(steps_file)
-        pq.write_table(steps, tmp / "steps.parquet",
-                       compression=meta.row_group(0).column(0).compression.lower()
-                       if meta.num_row_groups else "zstd")
-        tmp.rename(a.out)
+        # built in a folder of its own beside --out, renamed into place when whole
+        tmp = Path(tempfile.mkdtemp(prefix=f".{a.out.name}.", dir=a.out.parent))
+        try:
+            shutil.copytree(a.reference_run, tmp, dirs_exist_ok=True)
+            pq.write_table(steps, tmp / "steps.parquet", **PARQUET_OPTIONS)
+            tmp.rename(a.out)
+        except BaseException:
+            shutil.rmtree(tmp, ignore_errors=True)
+            raise
     except SpecschedError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
-    n = sum(len(x) for x in steps.column("member_kv").to_pylist())
+    n = len(steps.column("member_kv").combine_chunks().values)
     print(f"{a.out}: {steps.num_rows} steps, every recorded column identical to the replay's; "
           f"member_kv added ({n} members)")
     return 0

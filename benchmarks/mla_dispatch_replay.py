@@ -84,14 +84,8 @@ class _Tap:
 def replay(journal: Path, run: Path, trace: Path, model: str) -> tuple[list, object]:
     """The run's graph and eager verify calls as (VerifyBatch, live seconds), as far as the
     journal goes, and the profile executor of ``model`` under the run's configuration."""
-    taps = []
-
-    def tap(j):
-        taps.append(_Tap(j))
-        return taps[0]
-
-    _, prep = journal_replay(journal, run, trace, model, tap)
-    return taps[0].verifies, prep.executor
+    _, prep, tap = journal_replay(journal, run, trace, model, _Tap)
+    return tap.verifies, prep.executor
 
 
 #: the H200's resident MLA decode programs (2 an SM), when a profile does not say

@@ -41,19 +41,38 @@ def _grid(table: pa.Table) -> pa.Table:
     return table.filter(pc.equal(table[SPLIT_FIELD], "grid"))
 
 
-def take_rows(base: str, donor: str, kind: str, note: str) -> tuple[pa.Table, dict]:
-    """``base``'s rows and metadata with its ``kind`` grid rows taken from ``donor``."""
+def _read_pair(base: str, donor: str) -> tuple[pa.Table, dict, pa.Table, dict]:
+    """Both profiles' rows and metadata; refused when they are of different models."""
     bt, bm = read_profile(base)
     dt, dm = read_profile(donor)
     if bm["model"] != dm["model"]:
         raise SpecschedError(f"{donor}: another model than {base}'s", path=donor)
+    return bt, bm, dt, dm
+
+
+def _shapes(table: pa.Table) -> list[tuple]:
+    """Each row's shape (:data:`KEY`), in row order."""
+    return [tuple(r[k] for k in KEY) for r in table.select(list(KEY)).to_pylist()]
+
+
+def _noted(bm: dict, dm: dict, what: str, note: dict) -> dict:
+    """``bm`` (less its version) with a note ``{what: note}`` naming the donor's GPU and command."""
+    meta = {k: v for k, v in bm.items() if k != "profile_version"}
+    meta["notes"] = list(bm.get("notes") or []) + [
+        {what: {**note, "from_gpu": dm.get("gpu"), "from_command": dm.get("command")}}]
+    return meta
+
+
+def take_rows(base: str, donor: str, kind: str, note: str) -> tuple[pa.Table, dict]:
+    """``base``'s rows and metadata with its ``kind`` grid rows taken from ``donor``."""
+    bt, bm, dt, dm = _read_pair(base, donor)
     is_kind = pc.equal(bt["kind"], kind)
     if SPLIT_FIELD in bt.column_names:
         is_kind = pc.and_(is_kind, pc.equal(bt[SPLIT_FIELD], "grid"))
     gone = bt.filter(is_kind)
     dk = _grid(dt).filter(pc.equal(_grid(dt)["kind"], kind))
-    have = {tuple(r[k] for k in KEY) for r in dk.select(list(KEY)).to_pylist()}
-    missing = [r for r in gone.select(list(KEY)).to_pylist() if tuple(r[k] for k in KEY) not in have]
+    have = set(_shapes(dk))
+    missing = [r for r in _shapes(gone) if r not in have]
     if missing:
         raise SpecschedError(f"{donor}: lacks {len(missing)} of {base}'s {kind} grid points, "
                              f"e.g. {missing[0]}", path=donor)
@@ -62,33 +81,23 @@ def take_rows(base: str, donor: str, kind: str, note: str) -> tuple[pa.Table, di
     if SPLIT_FIELD in kept.column_names:
         taken = taken.append_column(SPLIT_FIELD, pa.array(["grid"] * len(taken)))
     rows = pa.concat_tables([kept, taken.cast(kept.schema)])
-    meta = {k: v for k, v in bm.items() if k != "profile_version"}
-    meta["notes"] = list(bm.get("notes") or []) + [
-        {"rows_taken": {"kind": kind, "rows": len(taken), "from_gpu": dm.get("gpu"),
-                        "from_command": dm.get("command"), "why": note}}]
-    return rows, meta
+    return rows, _noted(bm, dm, "rows_taken", {"kind": kind, "rows": len(taken), "why": note})
 
 
 def add_heldout(base: str, donor: str, note: str) -> tuple[pa.Table, dict]:
     """``base``'s rows and metadata plus ``donor``'s held-out rows that ``base`` lacks (by shape,
     grid and held-out rows alike)."""
-    bt, bm = read_profile(base)
-    dt, dm = read_profile(donor)
-    if bm["model"] != dm["model"]:
-        raise SpecschedError(f"{donor}: another model than {base}'s", path=donor)
+    bt, bm, dt, dm = _read_pair(base, donor)
     if SPLIT_FIELD not in dt.column_names or SPLIT_FIELD not in bt.column_names:
         raise SpecschedError(f"{donor if SPLIT_FIELD not in dt.column_names else base}: no "
                              f"{SPLIT_FIELD} column, so no held-out rows to keep apart")
-    have = {tuple(r[k] for k in KEY) for r in bt.select(list(KEY)).to_pylist()}
+    have = set(_shapes(bt))
     held = dt.filter(pc.equal(dt[SPLIT_FIELD], "heldout"))
-    keep = [tuple(r[k] for k in KEY) not in have for r in held.select(list(KEY)).to_pylist()]
+    keep = [s not in have for s in _shapes(held)]
     added = held.filter(pa.array(keep, pa.bool_())).select(bt.column_names).cast(bt.schema)
-    meta = {k: v for k, v in bm.items() if k != "profile_version"}
-    meta["notes"] = list(bm.get("notes") or []) + [
-        {"heldout_added": {"rows": len(added), "left_out": len(held) - len(added),
-                           "from_gpu": dm.get("gpu"), "from_command": dm.get("command"),
-                           "why": note}}]
-    return pa.concat_tables([bt, added]), meta
+    return pa.concat_tables([bt, added]), _noted(
+        bm, dm, "heldout_added", {"rows": len(added), "left_out": len(held) - len(added),
+                                  "why": note})
 
 
 def main(argv: list[str] | None = None) -> int:
