@@ -54,7 +54,9 @@ compiled fast path, which calls the same functions):
   with the same tokens and the same attention work.  Below the grid's first prefix (a negative
   equivalent prefix: less attention than one causal request of T tokens), latency follows the
   first segment's slope down to the no-attention cost at ``-T / 2`` (prefill attention is linear
-  in the keys attended); this is a rule, not an extrapolation, and is not flagged.
+  in the keys attended); this is a rule, not an extrapolation, and is not flagged.  On a MoE
+  model (``LatencyTable.moe``) the lookup between two grid tokens follows the fused-MoE
+  kernel's block count rather than a line (:mod:`backends.moe_prefill`).
 """
 
 from __future__ import annotations
@@ -67,6 +69,7 @@ import numpy as np
 from backends.attention_kv import (ATT_DLAYERS, ATT_LAYERS, ATT_ON, attention_rows, effective_kv,
                                    table_attention, verify_kv)
 from backends.interp import interp_prefill
+from backends.moe_prefill import block_costs, moe_params, prefill_block_term
 from backends.mla_waves import interp2_waves, interp3_waves
 from backends.protocol import DraftBatch, DraftExtendBatch, PrefillBatch, VerifyBatch, VerifyTiming
 
@@ -218,6 +221,9 @@ class LatencyTable:
     #: draft-decode grids (see the module docstring) and ``extend_measured`` is false
     extend_graph: Grid | None = None
     extend_eager: Grid | None = None
+    #: the routed experts of a MoE model (``backends.moe_prefill.moe_spec``): prefill lookups
+    #: then follow the fused-MoE kernel's block count between grid tokens; ``None``: bilinear
+    moe: dict[str, Any] | None = None
 
     def __post_init__(self) -> None:
         if (self.extend_graph is None) != (self.extend_eager is None):
@@ -234,6 +240,25 @@ class LatencyTable:
                 raise ValueError(f"LatencyTable.{name} needs {ndim} axes, got {len(g.axes)}")
         # the attention vector the batch-size lookups read (backends.mla_waves), derived once
         object.__setattr__(self, "_att_vec", table_attention(self))
+        # the MoE block term of prefill lookups (backends.moe_prefill), fitted from this grid
+        prm = moe_params(self.moe)
+        fit: dict = {}
+        cost = block_costs(self.prefill.axes, self.prefill.values, prm, fit)
+        object.__setattr__(self, "_pf_moe", prm)
+        object.__setattr__(self, "_pf_cost", np.ascontiguousarray(cost))
+        if self.moe:
+            us = {f"{tile} ({m}-row blocks)": [round(float(c) * 1e6, 2) for c in cost[i]]
+                  for i, (tile, m) in enumerate(zip(("small_M", "medium_M", "large_M"),
+                                                     self.moe["block_m"]))}
+            object.__setattr__(self, "source", {**self.source, "prefill_moe_blocks": {
+                "rule": "bilinear + per-block cost x (expected fused-MoE blocks - their chord "
+                        "between grid tokens) (backends/moe_prefill.py)",
+                "us_per_block_by_prefix_line": us,
+                "prefix_lines": [float(x) for x in self.prefill.axes[1]],
+                "leave_one_out": {("small_M", "medium_M", "large_M")[k]: {
+                    "mape_line": round(float(v["loo_mape_line"]), 5),
+                    "mape_term": round(float(v["loo_mape_term"]), 5),
+                    "within_pass_time": bool(v["within_pass_time"])} for k, v in fit.items()}}})
 
     def verify_s(self, bs: float, width: float, kv: float, graph: bool) -> tuple[float, bool]:
         g = self.verify_graph if graph else self.verify_eager
@@ -262,6 +287,8 @@ class LatencyTable:
     def prefill_s(self, tokens: float, prefix: float) -> tuple[float, bool]:
         g = self.prefill
         value, outside = interp_prefill(g.axes[0], g.axes[1], g.values, tokens, prefix)
+        value += prefill_block_term(g.axes[0], g.axes[1], self._pf_cost, self._pf_moe,
+                                    float(tokens), float(prefix))
         return float(value), bool(outside)
 
 

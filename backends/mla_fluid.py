@@ -23,8 +23,10 @@ DeepSeek-V2-Lite runs of 2026-12-03, which chose nothing, the form errs 1.75% an
 their verify launches against the rule's 1.98% and 1.47% (docs/aiter_mla.md), and scored per
 step from their passes' recorded members (``steps.parquet`` ``member_kv``) its verify steps err
 0.75-1.85% against the rule's 1.45-2.49% on three runs; on DeepSeek-V3's 520 journalled verify
-launches it errs 1.32% against the rule's 0.67%. A what-if lookup (``backend.kv_lookup =
-fluid``), not the default.
+launches it errs 1.32% against the rule's 0.67%. On runs that recorded their members
+(2026-12-03, ``benchmarks/results/h200-2026-12-03f``) it errs 0.72% against 1.37% over a
+DeepSeek-V2-Lite run's verify steps and 0.54% against 0.32% over a DeepSeek-V3 run's: a
+what-if lookup (``backend.kv_lookup = fluid``), not the default.
 """
 
 from __future__ import annotations

@@ -60,6 +60,7 @@ import pyarrow.parquet as pq
 
 from backends.interp import interp2, interp3
 from backends.latency_table import EXTEND_FALLBACK_CAVEAT, Grid, LatencyTable, TableExecutor
+from backends.moe_prefill import moe_spec
 from backends.shipped import (PROFILES_DIR, default_profile, profile_status, shipped_profiles,
                               status_warning)
 from traces.atomic import atomic_output_file
@@ -513,7 +514,8 @@ def load_profile(path: "str | Path") -> LatencyTable:
               **stats}
     if meta.get("calibration") is not None:
         source["calibration"] = meta["calibration"]  # specsched calibrate: anchors and fit
-    return LatencyTable(source=source, attention=meta.get("attention"), **grids)
+    return LatencyTable(source=source, attention=meta.get("attention"),
+                        moe=moe_spec(meta.get("model") or {}), **grids)
 
 
 def _grid_from_points_mask(points: dict, axes) -> np.ndarray:

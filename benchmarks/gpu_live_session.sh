@@ -115,6 +115,10 @@
 #   prefill-protocols  DeepSeek-V2-Lite prefills of 8,192 tokens (prefix 0 and 8,192) and 3,240
 #                timed as a profile does and as a live run does, on one GPU (52 s on 2026-12-03:
 #                the same within 0.1%, h200-2026-12-03b)          -> prefill_protocols.json
+#   moe-prefill-sweep  DeepSeek-V2-Lite prefills at 2,048-8,192 tokens between the profile's grid
+#                tokens, prefixes 0 and 16,384, timed as a profile does: the fused-MoE block
+#                staircase the prefill lookup follows (backends/moe_prefill.py)
+#                                                             -> moe_prefill_sweep.json
 #   live-longv2lite[:N]  live run of the long-context sample on DeepSeek-V2-Lite, fixed policy
 #                (119 requests in 341 s, the last 81 in 171 s from its journal; done:
 #                h200-2026-12-02f/live_longv2lite)
@@ -285,8 +289,11 @@ live() {  # live NAME TRACE [LIMIT [SIMULATE OPTIONS...]]
   # returns at most 8 files)
   # (KEEP_JOURNAL=1 keeps it: a journal holds each call's batch digest and wall time, for
   # benchmarks/mla_dispatch_replay.py and for lining the run up with the GPU's telemetry)
-  [ -d "/tmp/live_$name" ] && tar -czf "$out/live_$name.tar.gz" -C /tmp "live_$name" \
-    && [ -z "${KEEP_JOURNAL:-}" ] && rm -f "$jn"
+  # (an if, not `&&`: with KEEP_JOURNAL set a chain's last test failed and the call ended rc 1)
+  if [ -d "/tmp/live_$name" ] && tar -czf "$out/live_$name.tar.gz" -C /tmp "live_$name" \
+      && [ -z "${KEEP_JOURNAL:-}" ]; then
+    rm -f "$jn"
+  fi
 }
 fid() {  # fid NAME TRACE [LIMIT]
   local name=$1 trace=$2 lim=${3:-}
@@ -339,6 +346,8 @@ PY
         --json "$out/straggler_mla.json" --cases "$CASESMLA" ;;
     straggler-mla-order) job straggler-mla-order 300 python3 benchmarks/bench_aiter_straggler.py \
         --model deepseek-v2-lite --json "$out/straggler_mla_order.json" --cases "$CASESMLA_ORDER" ;;
+    moe-prefill-sweep) job moe-prefill-sweep 240 python3 benchmarks/bench_moe_prefill_sweep.py \
+        --measure --json "$out/moe_prefill_sweep.json" ;;
     prefill-protocols) job prefill-protocols 150 python3 benchmarks/bench_prefill_protocols.py \
         --model deepseek-v2-lite --shapes 8192@0,8192@8192,3240@0 --json "$out/prefill_protocols.json" ;;
     rates) job rates 120 python3 benchmarks/bench_aiter_rates.py --json "$out/rates.json" ;;

@@ -15,6 +15,10 @@ can be brought up to date; ``tests/backends/test_shipped.py`` fails until they a
     python benchmarks/regenerate_reports.py            # every report of a current profile
     python benchmarks/regenerate_reports.py --dry-run  # list them, change nothing
     python benchmarks/regenerate_reports.py --profile deepseek-v3__H200.parquet  # one profile's
+    python benchmarks/regenerate_reports.py --report benchmarks/results/X/fidelity_Y.md  # and this
+
+A report run with a backend setting other than today's default (``--set
+backend.kv_lookup=fluid``) is re-run with it (:func:`backend_overrides`).
 """
 
 from __future__ import annotations
@@ -48,6 +52,18 @@ def met(checks: dict) -> tuple[str, list[str]]:
     return f"{len(checks) - len(missed)} of {len(checks)}", missed
 
 
+def backend_overrides(report: dict) -> dict:
+    """The profile side's backend settings the report ran under that differ from today's
+    defaults (``--set backend.kv_lookup=fluid``, a what-if): the engine's settings come from the
+    recorded run, the backend's only from the command line, so they are passed again."""
+    from simulator.config import SimConfig
+
+    default = SimConfig.load(None, {}).to_dict()["backend"]
+    got = (report.get("config") or {}).get("backend") or {}
+    return {k: v for k, v in sorted(got.items())
+            if k not in ("name", "profile", "gpu") and k in default and v != default[k]}
+
+
 def rerun(report: dict, model: str, dest: Path) -> dict:
     """Run ``specsched fidelity`` with a report's recorded arguments; write its .md and .json
     at ``dest`` (the report's .md path); return the new report."""
@@ -59,6 +75,7 @@ def rerun(report: dict, model: str, dest: Path) -> dict:
             "--reference-run", report["reference"]["recorded_run"]]
     for rep in report.get("reference_repeats") or []:
         args += ["--repeat-run", rep["run"]]
+    args += [f"--set=backend.{k}={v}" for k, v in backend_overrides(report).items()]
     with tempfile.TemporaryDirectory() as tmp:
         out = Path(tmp) / "fid"
         res = CliRunner().invoke(fidelity, args + ["--out", str(out)], catch_exceptions=False)
@@ -75,6 +92,9 @@ def main() -> None:
     ap.add_argument("--dry-run", action="store_true", help="list the reports, change nothing")
     ap.add_argument("--profile", action="append", default=[], metavar="FILE",
                     help="only the reports of this shipped profile (file name; repeatable)")
+    ap.add_argument("--report", action="append", default=[], metavar="MD",
+                    help="also this report outside the record (its .md path; repeatable), e.g. "
+                         "a what-if's")
     args = ap.parse_args()
     record = reports()
     names = {n for n, _ in record}
@@ -83,6 +103,12 @@ def main() -> None:
             raise SystemExit(f"error: --profile {n}: not in the validation record "
                              f"({', '.join(sorted(names))})")
     os.chdir(ROOT)  # reports record paths relative to the repository
+    for extra in args.report:
+        md = Path(extra).resolve()
+        if not md.with_suffix(".json").is_file():
+            raise SystemExit(f"error: --report {extra}: no {md.with_suffix('.json').name} beside it")
+        name = Path(json.loads(md.with_suffix(".json").read_text())["profile"]["file"]).name
+        record.append((name, md))
     for name, md in record:
         if args.profile and name not in args.profile:
             continue

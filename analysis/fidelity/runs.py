@@ -20,7 +20,8 @@ import pyarrow as pa
 
 from traces.errors import SpecschedError
 
-__all__ = ["RENAMED_KEYS", "REMOVED_KEYS", "ADDED_KEYS", "RECORDED_SECTIONS", "load_recorded",
+__all__ = ["RENAMED_KEYS", "REMOVED_KEYS", "ADDED_KEYS", "RECORDING_ONLY", "RECORDED_SECTIONS",
+           "load_recorded",
            "recorded_config", "config_for_recorded", "read_reference_run"]
 
 #: configuration keys renamed since runs were recorded: old dotted key -> today's key (the
@@ -40,6 +41,9 @@ ADDED_KEYS: dict[str, Any] = {
     # runs before 2026-12-03 did not write steps.parquet's member_kv (it changes no result)
     "engine.record_member_kv": False,
 }
+#: keys that change what a run writes, not what it simulates: a reference and its repeats may
+#: differ in them (a run recorded before ``member_kv`` repeats one recorded with it)
+RECORDING_ONLY = frozenset({"engine.record_member_kv"})
 #: the parts of a recorded configuration a comparison re-simulates under (the backend section
 #: belongs to the reference backend, not to the profile side)
 RECORDED_SECTIONS = ("seed", "rate_scale", "engine", "cluster", "model", "controller")
@@ -154,7 +158,7 @@ def read_reference_run(folder: str | Path, trace_path: str | Path, requests: int
     if got.get("model.name") != want.get("model.name"):
         problems.append(f"model {got.get('model.name')!r}, expected {want.get('model.name')!r}")
     diff = [f"{k}: {got.get(k)!r} != {v!r}" for k, v in sorted(want.items())
-            if k != "model.name" and _norm(got.get(k)) != _norm(v)]
+            if k != "model.name" and k not in RECORDING_ONLY and _norm(got.get(k)) != _norm(v)]
     if diff:
         problems.append("config differs: " + ", ".join(diff))
     if problems:

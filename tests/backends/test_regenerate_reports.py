@@ -35,3 +35,17 @@ def test_dry_run_lists_every_report_and_keeps_those_of_earlier_profiles():
     assert "kept" in lines["benchmarks/results/h200-2026-12-02b/fidelity_v360.md"]
     assert "would re-run" in lines["benchmarks/results/h200-2026-12-01b/fidelity_adaptive250.md"]
     assert all((ROOT / rep).read_bytes() == data for rep, data in before.items())
+
+
+def test_a_what_if_report_is_rerun_with_its_backend_setting():
+    """A report run with ``--set backend.kv_lookup=fluid`` is re-run with it; one under today's
+    defaults gets no --set (the engine's settings come from the recorded run)."""
+    sys.path.insert(0, str(ROOT / "benchmarks"))
+    from regenerate_reports import backend_overrides
+
+    fluid = json.loads((ROOT / "benchmarks/results/h200-2026-12-03f/fidelity_v2lite400_fluid.json")
+                       .read_text())
+    plain = json.loads((ROOT / "benchmarks/results/h200-2026-12-03f/fidelity_v2lite400.json")
+                       .read_text())
+    assert backend_overrides(fluid) == {"kv_lookup": "fluid"}
+    assert backend_overrides(plain) == {}
