@@ -53,6 +53,7 @@ from typing import Any
 
 import numpy as np
 
+from backends.interp import _locate
 from backends.jit import njit
 
 __all__ = ["MOE_ON", "moe_spec", "moe_params", "expected_blocks", "block_costs",
@@ -217,20 +218,12 @@ def prefill_block_term(a0, a1, cost, prm, tokens, prefix):
     n = a0.shape[0]
     if prm[MOE_ON] == 0.0 or n < 2 or tokens <= a0[0] or tokens >= a0[n - 1]:
         return 0.0
-    lo = 0
-    hi = n - 1
-    while hi - lo > 1:
-        mid = (lo + hi) // 2
-        if a0[mid] <= tokens:
-            lo = mid
-        else:
-            hi = mid
+    lo, w, _ = _locate(a0, tokens)
     t0 = a0[lo]
     t1 = a0[lo + 1]
     tile = _tile(tokens, prm)
     if _tile(t0, prm) != tile or _tile(t1, prm) != tile:
         return 0.0
-    w = (tokens - t0) / (t1 - t0)
     b0 = expected_blocks(t0, prm)
     b1 = expected_blocks(t1, prm)
     delta = expected_blocks(tokens, prm) - (b0 + w * (b1 - b0))
