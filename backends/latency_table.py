@@ -69,7 +69,7 @@ import numpy as np
 from backends.attention_kv import (ATT_DLAYERS, ATT_LAYERS, ATT_ON, attention_rows, effective_kv,
                                    table_attention, verify_kv)
 from backends.interp import interp_prefill
-from backends.moe_prefill import block_costs, moe_params, prefill_block_term
+from backends.moe_prefill import block_costs, describe, moe_params, prefill_block_term
 from backends.mla_waves import interp2_waves, interp3_waves
 from backends.protocol import DraftBatch, DraftExtendBatch, PrefillBatch, VerifyBatch, VerifyTiming
 
@@ -243,22 +243,12 @@ class LatencyTable:
         # the MoE block term of prefill lookups (backends.moe_prefill), fitted from this grid
         prm = moe_params(self.moe)
         fit: dict = {}
-        cost = block_costs(self.prefill.axes, self.prefill.values, prm, fit)
+        cost = block_costs(self.prefill.axes[0], self.prefill.values, prm, fit)
         object.__setattr__(self, "_pf_moe", prm)
-        object.__setattr__(self, "_pf_cost", np.ascontiguousarray(cost))
+        object.__setattr__(self, "_pf_cost", cost)
         if self.moe:
-            us = {f"{tile} ({m}-row blocks)": [round(float(c) * 1e6, 2) for c in cost[i]]
-                  for i, (tile, m) in enumerate(zip(("small_M", "medium_M", "large_M"),
-                                                     self.moe["block_m"]))}
-            object.__setattr__(self, "source", {**self.source, "prefill_moe_blocks": {
-                "rule": "bilinear + per-block cost x (expected fused-MoE blocks - their chord "
-                        "between grid tokens) (backends/moe_prefill.py)",
-                "us_per_block_by_prefix_line": us,
-                "prefix_lines": [float(x) for x in self.prefill.axes[1]],
-                "leave_one_out": {("small_M", "medium_M", "large_M")[k]: {
-                    "mape_line": round(float(v["loo_mape_line"]), 5),
-                    "mape_term": round(float(v["loo_mape_term"]), 5),
-                    "within_pass_time": bool(v["within_pass_time"])} for k, v in fit.items()}}})
+            object.__setattr__(self, "source", {**self.source,
+                                                "prefill_moe_blocks": describe(self.moe, cost, fit)})
 
     def verify_s(self, bs: float, width: float, kv: float, graph: bool) -> tuple[float, bool]:
         g = self.verify_graph if graph else self.verify_eager
@@ -287,8 +277,7 @@ class LatencyTable:
     def prefill_s(self, tokens: float, prefix: float) -> tuple[float, bool]:
         g = self.prefill
         value, outside = interp_prefill(g.axes[0], g.axes[1], g.values, tokens, prefix)
-        value += prefill_block_term(g.axes[0], g.axes[1], self._pf_cost, self._pf_moe,
-                                    float(tokens), float(prefix))
+        value += prefill_block_term(g.axes[0], self._pf_cost, self._pf_moe, float(tokens))
         return float(value), bool(outside)
 
 

@@ -56,7 +56,7 @@ import numpy as np
 from backends.interp import _locate
 from backends.jit import njit
 
-__all__ = ["MOE_ON", "moe_spec", "moe_params", "expected_blocks", "block_costs",
+__all__ = ["MOE_ON", "moe_spec", "moe_params", "expected_blocks", "block_costs", "describe",
            "prefill_block_term", "NPRM"]
 
 # the parameter vector the compiled lookups read (zeros: no MoE, no term)
@@ -71,7 +71,7 @@ def moe_spec(model: Any) -> dict[str, Any] | None:
     experts = int(get("experts", 0) or 0)
     if experts <= 0:
         return None
-    from backends.aiter.moe import TILE_THRESHOLDS, moe_config
+    from backends.aiter.moe import MOE_TILES, TILE_THRESHOLDS, moe_config
 
     tp = int(get("tp", 1) or 1)
     ep = tp if experts % tp == 0 else 1          # the MLA runner's shard: ep = tp
@@ -79,7 +79,8 @@ def moe_spec(model: Any) -> dict[str, Any] | None:
     layers = int(get("layers", 0)) - int(get("dense_layers", 0) or 0)
     return {"experts": experts, "top_k": int(get("experts_per_token")), "ep": ep,
             "experts_local": experts // ep, "moe_layers": layers, "fp8": fp8,
-            "routing": "uniform", "tile_thresholds": [int(t) for t in TILE_THRESHOLDS],
+            "routing": "uniform", "tiles": list(MOE_TILES),
+            "tile_thresholds": [int(t) for t in TILE_THRESHOLDS],
             "block_m": [moe_config(t, fp8)["BLOCK_SIZE_M"]
                         for t in (0, TILE_THRESHOLDS[0], TILE_THRESHOLDS[1])]}
 
@@ -176,16 +177,16 @@ def _loo_gain(t: np.ndarray, y: np.ndarray, b: np.ndarray) -> tuple[float, float
     return line, term, n
 
 
-def block_costs(axes: tuple[np.ndarray, ...], values: np.ndarray, prm: np.ndarray,
+def block_costs(tokens: np.ndarray, values: np.ndarray, prm: np.ndarray,
                 report: dict | None = None) -> np.ndarray:
-    """Seconds per block ``[tile, prefix line]`` fitted from a prefill grid (module docstring):
-    a tile keeps its costs only where the blocks at that cost take less than the whole pass at
-    every grid point, and where, left out one at a time, the grid's own interior points are
-    predicted better with the term than by the line between their neighbours (``report``, when
-    given, receives each tile's two leave-one-out errors and the first test)."""
-    a0 = np.asarray(axes[0], dtype=np.float64)
-    lines = len(axes[1])
-    out = np.zeros((3, lines))
+    """Seconds per block for each tile, fitted from a prefill grid (its tokens axis and values
+    ``[token, prefix line]``; module docstring): a tile keeps its cost only where the blocks at
+    that cost take less than the whole pass at every grid point, and where, left out one at a
+    time, the grid's own interior points are predicted better with the term than by the line
+    between their neighbours (``report``, when given, receives each tile's two leave-one-out
+    errors and the first test)."""
+    a0 = np.asarray(tokens, dtype=np.float64)
+    out = np.zeros(3)
     if prm[MOE_ON] == 0.0:
         return out
     tiles = np.array([_tile(float(t), prm) for t in a0])
@@ -194,27 +195,39 @@ def block_costs(axes: tuple[np.ndarray, ...], values: np.ndarray, prm: np.ndarra
         idx = np.flatnonzero(tiles == tile)
         if len(idx) < 3:
             continue
-        t, b = a0[idx], blocks[idx]
-        y = values[idx, :]
-        costs = np.full(lines, _tile_cost(t, y, b))
+        t, b, y = a0[idx], blocks[idx], values[idx, :]
+        cost = _tile_cost(t, y, b)
         line, term, points = _loo_gain(t, y, b)
-        if report is not None:
-            report[tile] = {"loo_mape_line": line / points, "loo_mape_term": term / points}
         # the blocks cannot take longer than the whole pass: a larger cost fits noise on a
         # nearly flat count (DeepSeek-V3's 128-row tile: 18 ms a block)
-        physical = bool(np.all(costs[None, :] * b[:, None] <= values[idx, :]))
+        physical = bool(np.all(cost * b[:, None] <= y))
         if report is not None:
-            report[tile]["within_pass_time"] = physical
+            report[tile] = {"loo_mape_line": line / points, "loo_mape_term": term / points,
+                            "within_pass_time": physical}
         if physical and term < line:
-            out[tile] = costs
+            out[tile] = cost
     return out
 
 
+def describe(spec: dict[str, Any], cost: np.ndarray, fit: dict) -> dict[str, Any]:
+    """What a table's ``source["prefill_moe_blocks"]`` says: the rule, each tile's cost and
+    the two tests :func:`block_costs` put in ``fit``."""
+    names = spec["tiles"]
+    return {"rule": "bilinear + per-block cost x (expected fused-MoE blocks - their chord "
+                    "between grid tokens) (backends/moe_prefill.py)",
+            "us_per_block": {f"{n} ({m}-row blocks)": round(float(c) * 1e6, 2)
+                             for n, m, c in zip(names, spec["block_m"], cost)},
+            "leave_one_out": {names[k]: {"mape_line": round(float(v["loo_mape_line"]), 5),
+                                         "mape_term": round(float(v["loo_mape_term"]), 5),
+                                         "within_pass_time": bool(v["within_pass_time"])}
+                              for k, v in fit.items()}}
+
+
 @njit
-def prefill_block_term(a0, a1, cost, prm, tokens, prefix):
-    """Seconds to add to the bilinear prefill lookup at (tokens, prefix): ``c(P) x (B(T) - chord
-    B(T))`` (module docstring); 0 without MoE, on or outside the tokens axis, and in a segment
-    whose ends take different tiles."""
+def prefill_block_term(a0, cost, prm, tokens):
+    """Seconds to add to the bilinear prefill lookup at ``tokens`` on the tokens axis ``a0``:
+    ``c x (B(T) - chord B(T))`` (module docstring); 0 without MoE, on or outside the axis, and
+    in a segment whose ends take different tiles."""
     n = a0.shape[0]
     if prm[MOE_ON] == 0.0 or n < 2 or tokens <= a0[0] or tokens >= a0[n - 1]:
         return 0.0
@@ -226,17 +239,4 @@ def prefill_block_term(a0, a1, cost, prm, tokens, prefix):
         return 0.0
     b0 = expected_blocks(t0, prm)
     b1 = expected_blocks(t1, prm)
-    delta = expected_blocks(tokens, prm) - (b0 + w * (b1 - b0))
-    # the block cost at this prefix: linear between lines, held beyond the first and last
-    m = a1.shape[0]
-    if m == 1 or prefix <= a1[0]:
-        c = cost[tile, 0]
-    elif prefix >= a1[m - 1]:
-        c = cost[tile, m - 1]
-    else:
-        k = 0
-        while a1[k + 1] < prefix:
-            k += 1
-        u = (prefix - a1[k]) / (a1[k + 1] - a1[k])
-        c = cost[tile, k] + u * (cost[tile, k + 1] - cost[tile, k])
-    return c * delta
+    return cost[tile] * (expected_blocks(tokens, prm) - (b0 + w * (b1 - b0)))

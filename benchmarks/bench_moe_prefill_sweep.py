@@ -68,7 +68,7 @@ def compare(a) -> None:
         if tok in a0:
             continue
         line = interp_prefill(a0, a1, g.values, float(tok), float(pre))[0]
-        term = prefill_block_term(a0, a1, table._pf_cost, table._pf_moe, float(tok), float(pre))
+        term = prefill_block_term(a0, table._pf_cost, table._pf_moe, float(tok))
         i = int(np.searchsorted(a0, tok)) - 1
         t0, t1 = int(a0[i]), int(a0[i + 1])
         own = None

@@ -58,13 +58,13 @@ ITER_SLOTS = 200
 
 def _table_tuple(table: LatencyTable | None) -> tuple:
     """The 27 arrays the compiled core evaluates (dummies when there is no table): the grids'
-    axes and values, then the prefill lookup's MoE block costs and parameters
+    axes and values, then the prefill lookup's MoE block cost per tile and parameters
     (``backends.moe_prefill``)."""
     if table is None:
         one = np.ones(1)
         g3 = (one, one, one, np.ones((1, 1, 1)))
         g2 = (one, one, np.ones((1, 1)))
-        return g3 + g3 + g2 + g2 + g2 + g3 + g3 + (np.zeros((3, 1)), np.zeros(NPRM))
+        return g3 + g3 + g2 + g2 + g2 + g3 + g3 + (np.zeros(3), np.zeros(NPRM))
     out = []
     for g in (table.verify_graph, table.verify_eager, table.draft_graph, table.draft_eager,
               table.prefill):

@@ -121,7 +121,7 @@ def _time_passes(r, PI, PF, E, CF, tab):
         if kind == KIND_PREFILL:
             tok = float(PI[r, p, P_TOKENS])
             lat, oog = interp_prefill(pf0, pf1, pfv, tok, PF[r, p, PF_LOOKUP])
-            lat += prefill_block_term(pf0, pf1, pfc, pfm, tok, PF[r, p, PF_LOOKUP])
+            lat += prefill_block_term(pf0, pfc, pfm, tok)
         elif kind == KIND_DRAFT:
             bs = float(PI[r, p, P_BSPAD])
             kv = PF[r, p, PF_LOOKUP]

@@ -54,7 +54,7 @@ import numpy as np
 
 from backends.aiter.mla import decode_splits, mla_geometry, mla_kernel_width
 from backends.aiter.mla_kernels import decode_programs
-from backends.aiter.moe import TILE_THRESHOLDS, moe_config
+from backends.aiter.moe import MOE_TILES, TILE_THRESHOLDS, moe_config
 from backends.aiter.rate_curves import (DECODE_CURVE, FLASH_CURVE, GEMM_CURVE, MOE_CURVE,
                                         check_curves, decode_bandwidth, flash_rate,
                                         gemm_bandwidth, moe_bandwidth, point_curves)
@@ -70,7 +70,6 @@ WITHIN = 0.15
 #: scalar rates a rates file must hold (``moe_flops`` is an object by tile)
 RATE_KEYS = ("gemm_flops", "gemm_bw", "moe_bw", "mla_decode_bw", "mla_decode_flops",
              "elementwise_bw", "flash_flops", "launch_floor_graph_s", "launch_floor_eager_s")
-MOE_TILES = ("small_M", "medium_M", "large_M")
 
 BF16 = 2  # bytes per activation, weight and latent value
 

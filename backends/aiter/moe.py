@@ -49,8 +49,8 @@ import numpy as np
 
 from traces.errors import SpecschedError
 
-__all__ = ["ROUTINGS", "TILE_THRESHOLDS", "align_blocks", "routing_plan", "moe_config", "MoE", "ep_layout",
-           "ep_comm_time_s"]
+__all__ = ["ROUTINGS", "MOE_TILES", "TILE_THRESHOLDS", "align_blocks", "routing_plan", "moe_config",
+           "MoE", "ep_layout", "ep_comm_time_s"]
 
 ROUTINGS = ("uniform", "skewed")
 
@@ -81,15 +81,16 @@ _MOE_CONFIGS_FP8 = {
 }
 
 
-#: the row counts from which the next larger tile is used (AITER's table)
+#: AITER's tiles by row count, and the row counts from which the next larger one is used
+MOE_TILES = ("small_M", "medium_M", "large_M")
 TILE_THRESHOLDS = (256, 1024)
 
 
 def moe_config(tokens: int, fp8: bool = False) -> dict:
     """The fused-MoE tile for ``tokens`` rows (AITER's thresholds: < 256, < 1024, else), from
     AITER's FP8 table when the weights are FP8, as AITER picks it."""
-    key = ("small_M" if tokens < TILE_THRESHOLDS[0] else
-           ("medium_M" if tokens < TILE_THRESHOLDS[1] else "large_M"))
+    key = MOE_TILES[0 if tokens < TILE_THRESHOLDS[0] else
+                    (1 if tokens < TILE_THRESHOLDS[1] else 2)]
     return dict((_MOE_CONFIGS_FP8 if fp8 else _MOE_CONFIGS)[key])
 
 

@@ -101,7 +101,7 @@ def test_a_staircase_grid_is_recovered_between_its_points():
     exactly between grid points, where the plain bilinear lookup misses by over 10%."""
     table, truth = _staircase_table()
     g = table.prefill
-    np.testing.assert_allclose(table._pf_cost[2], [50e-6, 50e-6], rtol=1e-6)
+    assert table._pf_cost[2] == pytest.approx(50e-6, rel=1e-6)
     assert not table._pf_cost[:2].any()          # no grid tokens in the smaller tiles
     for T in (2300.0, 2522.0, 2700.0, 2903.0, 5000.0, 5600.0, 7000.0):
         for P in (0.0, 4096.0, 8192.0):
@@ -110,8 +110,7 @@ def test_a_staircase_grid_is_recovered_between_its_points():
     assert plain / truth(2522.0, 0.0) - 1.0 > 0.10
     # on grid tokens, and beyond the axis, the term adds nothing
     for T in (1024.0, 3072.0, 8192.0, 9000.0, 500.0):
-        assert prefill_block_term(g.axes[0], g.axes[1], table._pf_cost, table._pf_moe, T,
-                                  0.0) == 0.0
+        assert prefill_block_term(g.axes[0], table._pf_cost, table._pf_moe, T) == 0.0
 
 
 def test_a_step_one_prefix_line_has_alone_does_not_raise_the_block_cost():
@@ -119,7 +118,7 @@ def test_a_step_one_prefix_line_has_alone_does_not_raise_the_block_cost():
     wave, as DeepSeek-V2-Lite has at prefix 16,384 past 2,048 tokens) would fit that line a
     larger cost; the tile keeps the cost of the line without it."""
     table, _ = _staircase_table(step=30e-3)
-    np.testing.assert_allclose(table._pf_cost[2], [50e-6, 50e-6], rtol=1e-6)
+    assert table._pf_cost[2] == pytest.approx(50e-6, rel=1e-6)
 
 
 def test_a_line_or_a_cost_beyond_the_pass_is_not_fitted():
@@ -129,12 +128,12 @@ def test_a_line_or_a_cost_beyond_the_pass_is_not_fitted():
     prm = moe_params(V2LITE)
     tok = np.array([1024.0, 2048.0, 3072.0, 4096.0, 8192.0])
     line = (5e-3 + 4e-5 * tok)[:, None]
-    assert not block_costs((tok, np.array([0.0])), line, prm).any()
+    assert not block_costs(tok, line, prm).any()
     p3 = moe_params(V3)
     tok3 = np.array([256.0, 384.0, 896.0, 1023.0])
     concave = (0.10 + 0.04 * np.sqrt(tok3 / 1023.0))[:, None]
     report: dict = {}
-    assert not block_costs((tok3, np.array([0.0])), concave, p3, report).any()
+    assert not block_costs(tok3, concave, p3, report).any()
     assert report[1]["within_pass_time"] is False
 
 
@@ -150,7 +149,7 @@ def test_the_shipped_moe_profiles_are_exact_on_their_grid_and_dense_ones_unchang
     for i, T in enumerate(g.axes[0]):
         for j, P in enumerate(g.axes[1]):
             assert t.prefill_s(float(T), float(P))[0] == pytest.approx(g.values[i, j], rel=1e-12)
-    assert (t._pf_cost[2] > 0).all()
+    assert t._pf_cost[2] > 0
     line = interp_prefill(g.axes[0], g.axes[1], g.values, 2522.0, 0.0)[0]
     assert t.prefill_s(2522.0, 0.0)[0] < 0.9 * line
     assert "prefill_moe_blocks" in t.source
