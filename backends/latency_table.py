@@ -70,6 +70,7 @@ from backends.attention_kv import (ATT_DLAYERS, ATT_LAYERS, ATT_ON, attention_ro
                                    table_attention, verify_kv)
 from backends.interp import interp_prefill
 from backends.moe_prefill import block_costs, describe, moe_params, prefill_block_term
+from backends import prefill_waves as pw
 from backends.mla_waves import interp2_waves, interp3_waves
 from backends.protocol import DraftBatch, DraftExtendBatch, PrefillBatch, VerifyBatch, VerifyTiming
 
@@ -224,6 +225,9 @@ class LatencyTable:
     #: the routed experts of a MoE model (``backends.moe_prefill.moe_spec``): prefill lookups
     #: then follow the fused-MoE kernel's block count between grid tokens; ``None``: bilinear
     moe: dict[str, Any] | None = None
+    #: the prefill attention launch (``backends.prefill_waves.wave_spec``): prefill lookups at a
+    #: prefix then follow its waves between grid tokens; ``None``: no wave term
+    prefill_waves: dict[str, Any] | None = None
 
     def __post_init__(self) -> None:
         if (self.extend_graph is None) != (self.extend_eager is None):
@@ -240,15 +244,27 @@ class LatencyTable:
                 raise ValueError(f"LatencyTable.{name} needs {ndim} axes, got {len(g.axes)}")
         # the attention vector the batch-size lookups read (backends.mla_waves), derived once
         object.__setattr__(self, "_att_vec", table_attention(self))
-        # the MoE block term of prefill lookups (backends.moe_prefill), fitted from this grid
+        # the prefill lookup's terms between grid tokens, fitted from this grid: the attention's
+        # waves at a prefix (backends.prefill_waves), then the MoE block staircase
+        # (backends.moe_prefill) on the values without the waves' share
+        a0, a1 = self.prefill.axes
+        wprm = pw.wave_params(self.prefill_waves)
+        wfit: dict = {}
+        wcost = pw.wave_costs(a0, a1, self.prefill.values, wprm, wfit)
         prm = moe_params(self.moe)
         fit: dict = {}
-        cost = block_costs(self.prefill.axes[0], self.prefill.values, prm, fit)
+        cost = block_costs(a0, self.prefill.values - pw.wave_staircase(a0, wcost, wprm), prm, fit)
         object.__setattr__(self, "_pf_moe", prm)
         object.__setattr__(self, "_pf_cost", cost)
+        object.__setattr__(self, "_pf_wprm", wprm)
+        object.__setattr__(self, "_pf_wave", wcost)
+        extra = {}
         if self.moe:
-            object.__setattr__(self, "source", {**self.source,
-                                                "prefill_moe_blocks": describe(self.moe, cost, fit)})
+            extra["prefill_moe_blocks"] = describe(self.moe, cost, fit)
+        if self.prefill_waves:
+            extra["prefill_attention_waves"] = pw.describe(self.prefill_waves, a1, wcost, wfit)
+        if extra:
+            object.__setattr__(self, "source", {**self.source, **extra})
 
     def verify_s(self, bs: float, width: float, kv: float, graph: bool) -> tuple[float, bool]:
         g = self.verify_graph if graph else self.verify_eager
@@ -278,6 +294,8 @@ class LatencyTable:
         g = self.prefill
         value, outside = interp_prefill(g.axes[0], g.axes[1], g.values, tokens, prefix)
         value += prefill_block_term(g.axes[0], self._pf_cost, self._pf_moe, float(tokens))
+        value += pw.prefill_wave_term(g.axes[0], g.axes[1], self._pf_wave, self._pf_wprm,
+                                      float(tokens), float(prefix))
         return float(value), bool(outside)
 
 

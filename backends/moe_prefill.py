@@ -32,18 +32,19 @@ pairs on this GPU (``T x top_k x E_local / E``) with it.
 that leaves the line's latency minus ``c x B`` straightest (least squares of the second divided
 differences of the latency on those of ``B`` over the line's grid tokens in the tile, at least
 three), clipped at 0; the tile takes the smallest of its lines' values, since the kernel does not
-read the prefix while a long prefix brings the attention's own steps into the same segments.  A
+read the prefix while a long prefix brings the attention's own steps into the same segments (the
+table fits it on the grid with :mod:`backends.prefill_waves`'s share taken out).  A
 tile keeps its cost only if the blocks at that cost take less than the whole pass at every grid
 point, and if, left out one at a time, the grid's interior tokens are predicted better with the
 term than by their neighbours' line.  On the shipped DeepSeek-V2-Lite profile the 256-row tile
 costs 51.6 us a block (leave-one-out 5.0% against the line's 23.7%) and the 64-row tile 3.3 us;
 DeepSeek-V3's FP8 shard, whose prefill is nearly a line in ``T``, keeps no cost in any tile.
 
-Measured (``benchmarks/bench_moe_prefill_sweep.py``, GPU ``25e51672``, 2026-12-03): 38
+Measured (``benchmarks/bench_prefill_sweep.py``, GPU ``25e51672``, 2026-12-03): 38
 DeepSeek-V2-Lite prefills between grid tokens err 0.98% at prefix 0 with the term against 9.8%
-by the line (worst 2.4% against 24.6%); at prefix 16,384 both err 4.9%, where the prefill
+by the line (worst 2.4% against 24.6%); at prefix 16,384 both erred 4.9%, where the prefill
 attention's programs cross a wave of the GPU's slots between 2,048 and 2,240 tokens (a 28 ms
-step the grid does not see; not modelled).
+step), which :mod:`backends.prefill_waves` now adds.
 """
 
 from __future__ import annotations

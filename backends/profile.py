@@ -54,6 +54,7 @@ import numpy as np
 from backends.interp import interp2, interp3
 from backends.latency_table import EXTEND_FALLBACK_CAVEAT, Grid, LatencyTable, TableExecutor
 from backends.moe_prefill import moe_spec
+from backends.prefill_waves import wave_spec
 from backends.profile_file import (PROFILE_SCHEMA, PROFILE_VERSION, SPLIT_FIELD, SPLITS, _columns,
                                    grid_rows, heldout_rows, profile_metadata, read_profile,
                                    write_profile)
@@ -266,7 +267,8 @@ def load_profile(path: "str | Path") -> LatencyTable:
     if meta.get("calibration") is not None:
         source["calibration"] = meta["calibration"]  # specsched calibrate: anchors and fit
     return LatencyTable(source=source, attention=meta.get("attention"),
-                        moe=moe_spec(meta.get("model") or {}), **grids)
+                        moe=moe_spec(meta.get("model") or {}),
+                        prefill_waves=wave_spec(meta.get("model"), meta.get("attention")), **grids)
 
 
 def _grid_from_points_mask(points: dict, axes) -> np.ndarray:

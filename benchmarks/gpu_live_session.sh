@@ -115,9 +115,19 @@
 #   prefill-protocols  DeepSeek-V2-Lite prefills of 8,192 tokens (prefix 0 and 8,192) and 3,240
 #                timed as a profile does and as a live run does, on one GPU (52 s on 2026-12-03:
 #                the same within 0.1%, h200-2026-12-03b)          -> prefill_protocols.json
-#   moe-prefill-sweep  DeepSeek-V2-Lite prefills at 2,048-8,192 tokens between the profile's grid
-#                tokens, prefixes 0 and 16,384, timed as a profile does: the fused-MoE block
-#                staircase the prefill lookup follows (backends/moe_prefill.py)
+#   prefill-sweep:MODEL  prefills of deepseek-v2-lite, llama-3.1-8b or llama-3.1-70b (the tp-8
+#                shard) between the profile's grid tokens, at its prefix lines and one between,
+#                timed as a profile does, with the prefill attention kernel's measured occupancy:
+#                the fused-MoE block staircase and the attention's waves the prefill lookup
+#                follows (backends/moe_prefill.py, backends/prefill_waves.py;
+#                benchmarks/bench_prefill_sweep.py)            -> prefill_sweep_MODEL.json
+#   prefill-wave-fill  what a partly filled last wave of the prefill attention costs against a
+#                full one: two-layer models with each shipped model's head layout, prefix share
+#                at 16,384 over three waves (benchmarks/bench_prefill_wave_fill.py)
+#                                                             -> prefill_wave_fill.json
+#   prefill-occupancy  the two GPU tests that the prefill attention kernels (dense 2D unified
+#                attention, MLA flash forward) hold backends/prefill_waves.py's slots per SM
+#   moe-prefill-sweep  the 2026-12-03 sweep: DeepSeek-V2-Lite at prefixes 0 and 16,384
 #                                                             -> moe_prefill_sweep.json
 #   live-longv2lite[:N]  live run of the long-context sample on DeepSeek-V2-Lite, fixed policy
 #                (119 requests in 341 s, the last 81 in 171 s from its journal; done:
@@ -320,6 +330,12 @@ print("smoke ok in", round(time.time() - t, 1), "s")
 PY
       ;;
     tests) job tests 200 python3 -m pytest tests/aiter/test_aiter_gpu.py -q -rs -p no:cacheprovider ;;
+    prefill-wave-fill) job prefill-wave-fill 240 python3 benchmarks/bench_prefill_wave_fill.py \
+        --measure --json "$out/prefill_wave_fill.json" ;;
+    prefill-occupancy) job prefill-occupancy 150 python3 -m pytest -v -rfEs -p no:cacheprovider \
+        --junitxml "$out/prefill_occupancy_tests.xml" \
+        tests/aiter/test_aiter_gpu.py::test_prefill_attention_holds_the_slots_the_wave_term_counts \
+        tests/aiter/test_aiter_mla_gpu.py::test_mla_prefill_attention_holds_the_slots_the_wave_term_counts ;;
     mla-tests) job mla-tests 240 python3 -m pytest tests/aiter/test_aiter_mla_gpu.py \
         tests/aiter/test_aiter_mla_unsafe_gpu.py -v -s -rfEs \
         -p no:cacheprovider --junitxml "$out/mla_tests.xml"
@@ -346,8 +362,12 @@ PY
         --json "$out/straggler_mla.json" --cases "$CASESMLA" ;;
     straggler-mla-order) job straggler-mla-order 300 python3 benchmarks/bench_aiter_straggler.py \
         --model deepseek-v2-lite --json "$out/straggler_mla_order.json" --cases "$CASESMLA_ORDER" ;;
-    moe-prefill-sweep) job moe-prefill-sweep 240 python3 benchmarks/bench_moe_prefill_sweep.py \
-        --measure --json "$out/moe_prefill_sweep.json" ;;
+    moe-prefill-sweep) job moe-prefill-sweep 240 python3 benchmarks/bench_prefill_sweep.py \
+        --measure --shapes "$(python3 -c 'print(",".join(f"{t}@{p}" for p in (0, 16384) for t in sorted((2048, 3072, 4096, 8192, 2240, 2368, 2432, 2496, 2560, 2624, 2688, 2752, 2816, 2880, 2944, 4608, 5120, 5376, 5632, 6144, 6656, 7168, 7680))))')" \
+        --json "$out/moe_prefill_sweep.json" ;;
+    prefill-sweep:*) m=${j#prefill-sweep:}
+        job "prefill-sweep-$m" 300 python3 benchmarks/bench_prefill_sweep.py --model "$m" \
+        $([ "$m" = llama-3.1-70b ] && echo --tp 8) --measure --json "$out/prefill_sweep_$m.json" ;;
     prefill-protocols) job prefill-protocols 150 python3 benchmarks/bench_prefill_protocols.py \
         --model deepseek-v2-lite --shapes 8192@0,8192@8192,3240@0 --json "$out/prefill_protocols.json" ;;
     rates) job rates 120 python3 benchmarks/bench_aiter_rates.py --json "$out/rates.json" ;;

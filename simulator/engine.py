@@ -30,6 +30,7 @@ import simpy
 from backends.attention_kv import table_model
 from backends.latency_table import LatencyTable, extend_arrays
 from backends.moe_prefill import NPRM
+from backends.prefill_waves import NWPRM
 from backends.protocol import (VERIFY_MODES, DraftBatch, DraftExtendBatch, Executor, PrefillBatch,
                                VerifyBatch)
 from simulator import cache_ops
@@ -57,20 +58,23 @@ ITER_SLOTS = 200
 
 
 def _table_tuple(table: LatencyTable | None) -> tuple:
-    """The 27 arrays the compiled core evaluates (dummies when there is no table): the grids'
+    """The 29 arrays the compiled core evaluates (dummies when there is no table): the grids'
     axes and values, then the prefill lookup's MoE block cost per tile and parameters
-    (``backends.moe_prefill``)."""
+    (``backends.moe_prefill``) and its attention wave cost per prefix line and parameters
+    (``backends.prefill_waves``)."""
     if table is None:
         one = np.ones(1)
         g3 = (one, one, one, np.ones((1, 1, 1)))
         g2 = (one, one, np.ones((1, 1)))
-        return g3 + g3 + g2 + g2 + g2 + g3 + g3 + (np.zeros(3), np.zeros(NPRM))
+        return g3 + g3 + g2 + g2 + g2 + g3 + g3 + (np.zeros(3), np.zeros(NPRM), np.zeros(1),
+                                                    np.zeros(NWPRM))
     out = []
     for g in (table.verify_graph, table.verify_eager, table.draft_graph, table.draft_eager,
               table.prefill):
         out.extend(g.axes)
         out.append(g.values)
-    return tuple(out) + tuple(extend_arrays(table)) + (table._pf_cost, table._pf_moe)
+    return tuple(out) + tuple(extend_arrays(table)) + (table._pf_cost, table._pf_moe,
+                                                        table._pf_wave, table._pf_wprm)
 
 
 class StepBuffers:

@@ -12,6 +12,7 @@ from backends.attention_kv import (ATT_DLAYERS, ATT_FNSAT, ATT_FOVH, ATT_LAYERS,
 from backends.interp import interp_prefill
 from backends.mla_fluid import fluid_kv
 from backends.moe_prefill import prefill_block_term
+from backends.prefill_waves import prefill_wave_term
 from backends.mla_waves import interp2_waves, interp3_waves, kernel_rows
 from simulator.layout import *  # noqa: F401,F403  (the state layout's column names)
 
@@ -53,7 +54,7 @@ def pass_kv(r, p, PI, PF, CF, tab):
     if draft:
         return effective_kv(kvsum, kvmax, nseq, nreal, rows, True, att)
     (vg0, vg1, vg2, vgv, ve0, ve1, ve2, vev, dg0, dg1, dgv, de0, de1, dev, pf0, pf1, pfv,
-     xg0, xg1, xg2, xgv, xe0, xe1, xe2, xev, pfc, pfm) = tab
+     xg0, xg1, xg2, xgv, xe0, xe1, xe2, xev, pfc, pfm, pfw, pfwp) = tab
     if kind == KIND_EXTEND:
         w = float(PI[r, p, P_WIDTH])
         layers = att[ATT_DLAYERS]
@@ -74,7 +75,7 @@ def _fluid_lookups(r, PI, PF, E, CF, tab, MB, fs):
     from its members' KV in launch order (:func:`backends.mla_fluid.fluid_kv`, ``fs`` its
     scratch), where it applies; the rule's coordinate stays where it does not."""
     (vg0, vg1, vg2, vgv, ve0, ve1, ve2, vev, dg0, dg1, dgv, de0, de1, dev, pf0, pf1, pfv,
-     xg0, xg1, xg2, xgv, xe0, xe1, xe2, xev, pfc, pfm) = tab
+     xg0, xg1, xg2, xgv, xe0, xe1, xe2, xev, pfc, pfm, pfw, pfwp) = tab
     att = CF[CF_ATT:]
     for p in range(E[r, E_NPASS]):
         kind = PI[r, p, P_KIND]
@@ -113,7 +114,7 @@ def _time_passes(r, PI, PF, E, CF, tab):
     """Latency of every pending pass from the latency table (the fast path); on an MLA profile a
     batch size between grid points is interpolated in decode waves (``backends.mla_waves``)."""
     (vg0, vg1, vg2, vgv, ve0, ve1, ve2, vev, dg0, dg1, dgv, de0, de1, dev, pf0, pf1, pfv,
-     xg0, xg1, xg2, xgv, xe0, xe1, xe2, xev, pfc, pfm) = tab
+     xg0, xg1, xg2, xgv, xe0, xe1, xe2, xev, pfc, pfm, pfw, pfwp) = tab
     att = CF[CF_ATT:]
     for p in range(E[r, E_NPASS]):
         kind = PI[r, p, P_KIND]
@@ -122,6 +123,7 @@ def _time_passes(r, PI, PF, E, CF, tab):
             tok = float(PI[r, p, P_TOKENS])
             lat, oog = interp_prefill(pf0, pf1, pfv, tok, PF[r, p, PF_LOOKUP])
             lat += prefill_block_term(pf0, pfc, pfm, tok)
+            lat += prefill_wave_term(pf0, pf1, pfw, pfwp, tok, PF[r, p, PF_LOOKUP])
         elif kind == KIND_DRAFT:
             bs = float(PI[r, p, P_BSPAD])
             kv = PF[r, p, PF_LOOKUP]

@@ -22,7 +22,7 @@ from typing import Any
 
 import numpy as np
 
-__all__ = ["attention_grid", "attention_occupancy", "mla_occupancy"]
+__all__ = ["attention_grid", "attention_occupancy", "mla_occupancy", "prefill_occupancy"]
 
 #: AITER's unified_attention: at most this many programs per SM before it stops splitting KV
 TARGET_PROGRAMS_PER_SM = 4
@@ -159,3 +159,33 @@ def mla_occupancy(runner: Any) -> dict[str, Any]:
             "kernels": {"mla_decode": info},
             "source": "cuOccupancyMaxActiveBlocksPerMultiprocessor on AITER's compiled MLA "
                       "decode kernel (stage 1)"}
+
+
+def prefill_occupancy(runner: Any, tokens: int = 2048) -> dict[str, Any]:
+    """Resident programs per SM of the prefill's attention kernel on the runner's GPU.
+
+    A prefill of ``tokens`` tokens (enough query rows that the dense path runs AITER's 2D kernel
+    with its 128-row tile: at most 1,056 on the shipped models, ``backends.prefill_waves``) is
+    run once; the attention kernel it launched -- the varlen flash
+    forward ``_attn_fwd`` on the MLA path, ``kernel_unified_attention_2d`` otherwise -- is asked
+    how many of its blocks an SM holds (what ``backends.prefill_waves`` counts waves on)."""
+    import torch
+
+    if not runner.on_gpu or torch.version.hip:
+        raise RuntimeError("prefill occupancy is measured on a CUDA GPU")
+    mla = bool(getattr(runner, "mla", False))
+    want = "_attn_fwd" if mla else "kernel_unified_attention_2d"
+    with _record_launches() as seen:
+        runner.prefill(np.array([int(tokens)]), np.array([0]), reps=1, warmup=0)
+    torch.cuda.synchronize(runner.device)
+    hits = [(kw, k) for (fn, kw, k) in seen if fn == want]
+    if not hits:
+        raise RuntimeError(f"prefill: {want} was not launched "
+                           f"(launched: {sorted({fn for fn, _, _ in seen})})")
+    kw, kern = hits[-1]
+    slots, info = _blocks_per_sm(kern)
+    sms = int(torch.cuda.get_device_properties(runner.device).multi_processor_count)
+    return {"kernel": want, "sms": sms, "slots_per_sm": slots, "kernel_info": info,
+            "block_m": int(kw.get("BLOCK_M", -1)), "tokens": int(tokens),
+            "source": "cuOccupancyMaxActiveBlocksPerMultiprocessor on the compiled prefill "
+                      "attention kernel"}

@@ -202,6 +202,23 @@ def test_attention_occupancy_is_read_from_the_compiled_kernels():
     assert C.set_attention(cf, att)
 
 
+def test_prefill_attention_holds_the_slots_the_wave_term_counts():
+    """A dense prefill of 512 tokens runs AITER's 2D unified attention with its 128-row tile,
+    and the driver puts as many of its programs on an SM as ``backends.prefill_waves`` counts
+    waves with (the 8B head layout: 32 query heads over 8 KV heads, head dim 128)."""
+    from backends.aiter import make_executor
+    from backends.aiter.occupancy import prefill_occupancy
+    from backends.models import ModelShape
+    from backends.prefill_waves import PREFILL_SLOTS_PER_SM
+
+    m = ModelShape(name="gpu-test-8b-heads", layers=2, hidden=4096, heads=32, kv_heads=8,
+                   head_dim=128, intermediate=4096, vocab=4096)
+    ex = make_executor(m, capture_bs=[1], max_context=8192, kv_pool_gib=1)
+    occ = prefill_occupancy(ex.runner)
+    assert occ["kernel"] == "kernel_unified_attention_2d" and occ["block_m"] == 128
+    assert occ["slots_per_sm"] == PREFILL_SLOTS_PER_SM, occ
+
+
 def test_memset_nodes_become_kernel_nodes_that_do_the_same():
     import ctypes
 

@@ -209,6 +209,22 @@ def test_mla_decode_occupancy_is_read_from_the_compiled_kernel():
     assert attention_params(att)[ATT_MLA] == 1.0
 
 
+def test_mla_prefill_attention_holds_the_slots_the_wave_term_counts():
+    """An MLA prefill runs AITER's varlen flash forward with the 128-row tile
+    (``FLASH_CONFIG``), and the driver puts as many of its programs on an SM as
+    ``backends.prefill_waves`` counts waves with."""
+    from backends.aiter import make_executor
+    from backends.aiter.occupancy import prefill_occupancy
+    from backends.models import ModelShape
+    from backends.prefill_waves import PREFILL_SLOTS_PER_SM
+
+    ex = make_executor(ModelShape(**V2_LITE_LAYERS, attention="mla"), capture_bs=[1],
+                       max_context=8192, kv_pool_gib=1)
+    occ = prefill_occupancy(ex.runner)
+    assert occ["kernel"] == "_attn_fwd" and occ["block_m"] == 128
+    assert occ["slots_per_sm"] == PREFILL_SLOTS_PER_SM, occ
+
+
 def test_profile_sweep_of_an_mla_model(tmp_path):
     """A small ``specsched profile`` sweep: width 3 is measured through the width-4 graph, for
     verify and for draft-extend; a width the MLA kernels lack is refused before measuring."""
