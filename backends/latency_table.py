@@ -56,7 +56,9 @@ compiled fast path, which calls the same functions):
   first segment's slope down to the no-attention cost at ``-T / 2`` (prefill attention is linear
   in the keys attended); this is a rule, not an extrapolation, and is not flagged.  On a MoE
   model (``LatencyTable.moe``) the lookup between two grid tokens follows the fused-MoE
-  kernel's block count rather than a line (:mod:`backends.moe_prefill`).
+  kernel's block count rather than a line (:mod:`backends.moe_prefill`); on any model with the
+  attention metadata, at a prefix, it follows the attention launch's waves
+  (``LatencyTable.prefill_waves``, :mod:`backends.prefill_waves`).
 """
 
 from __future__ import annotations

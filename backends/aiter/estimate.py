@@ -54,7 +54,7 @@ import numpy as np
 
 from backends.aiter.mla import decode_splits, mla_geometry, mla_kernel_width
 from backends.aiter.mla_kernels import decode_programs
-from backends.aiter.moe import MOE_TILES, TILE_THRESHOLDS, moe_config
+from backends.aiter.moe import MOE_TILES, moe_config, moe_tile
 from backends.aiter.rate_curves import (DECODE_CURVE, FLASH_CURVE, GEMM_CURVE, MOE_CURVE,
                                         check_curves, decode_bandwidth, flash_rate,
                                         gemm_bandwidth, moe_bandwidth, point_curves)
@@ -143,13 +143,6 @@ def expected_experts(tokens: float, experts: int, top_k: int) -> float:
     if tokens <= 0:
         return 0.0
     return experts * (1.0 - (1.0 - top_k / experts) ** tokens)
-
-
-def moe_tile(tokens: int) -> str:
-    """The fused-MoE tile AITER's table picks for ``tokens`` rows (:func:`backends.aiter.moe.
-    moe_config`): ``small_M`` below 256, ``medium_M`` below 1024, ``large_M`` from there."""
-    lo, hi = TILE_THRESHOLDS
-    return MOE_TILES[0] if tokens < lo else (MOE_TILES[1] if tokens < hi else MOE_TILES[2])
 
 
 def _gemm(name: str, m: int, k: int, n: int, count: int = 1) -> Kernel:

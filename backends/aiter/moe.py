@@ -49,8 +49,8 @@ import numpy as np
 
 from traces.errors import SpecschedError
 
-__all__ = ["ROUTINGS", "MOE_TILES", "TILE_THRESHOLDS", "align_blocks", "routing_plan", "moe_config",
-           "MoE", "ep_layout", "ep_comm_time_s"]
+__all__ = ["ROUTINGS", "MOE_TILES", "TILE_THRESHOLDS", "align_blocks", "routing_plan", "moe_tile",
+           "moe_config", "MoE", "ep_layout", "ep_comm_time_s"]
 
 ROUTINGS = ("uniform", "skewed")
 
@@ -86,12 +86,17 @@ MOE_TILES = ("small_M", "medium_M", "large_M")
 TILE_THRESHOLDS = (256, 1024)
 
 
+def moe_tile(tokens: int) -> str:
+    """The fused-MoE tile AITER's table picks for ``tokens`` rows: ``small_M`` below 256,
+    ``medium_M`` below 1024, ``large_M`` from there."""
+    lo, hi = TILE_THRESHOLDS
+    return MOE_TILES[0] if tokens < lo else (MOE_TILES[1] if tokens < hi else MOE_TILES[2])
+
+
 def moe_config(tokens: int, fp8: bool = False) -> dict:
-    """The fused-MoE tile for ``tokens`` rows (AITER's thresholds: < 256, < 1024, else), from
+    """The fused-MoE tile's launch configuration for ``tokens`` rows (:func:`moe_tile`), from
     AITER's FP8 table when the weights are FP8, as AITER picks it."""
-    key = MOE_TILES[0 if tokens < TILE_THRESHOLDS[0] else
-                    (1 if tokens < TILE_THRESHOLDS[1] else 2)]
-    return dict((_MOE_CONFIGS_FP8 if fp8 else _MOE_CONFIGS)[key])
+    return dict((_MOE_CONFIGS_FP8 if fp8 else _MOE_CONFIGS)[moe_tile(tokens)])
 
 
 def align_blocks(moe_align, ids, experts: int, block_m: int):
