@@ -65,8 +65,7 @@ from backends.interp import _lerp, _locate
 from backends.jit import njit
 
 __all__ = ["PREFILL_SLOTS_PER_SM", "LONE_WAVE", "NWPRM", "wave_spec", "wave_params", "waves",
-           "wave_units",
-           "wave_costs", "wave_staircase", "describe", "prefill_wave_term"]
+           "wave_units", "wave_costs", "wave_staircase", "describe", "prefill_wave_term"]
 
 #: programs of the prefill attention kernel an SM holds at once (both kernels' 128-row tile:
 #: cuOccupancyMaxActiveBlocksPerMultiprocessor on an H200, bench_prefill_sweep.py records it)
@@ -159,7 +158,7 @@ def wave_units(tokens, prm):
     return w - 1.0 + (prm[W_LONE] if last <= prm[W_SMS] else 1.0)
 
 
-def _line_cost(t: np.ndarray, d: np.ndarray, w: np.ndarray) -> float:
+def _line_cost(d: np.ndarray, w: np.ndarray) -> float:
     """The slope of ``d`` on ``w`` by least squares with an intercept, clipped at 0; 0 with
     fewer than two distinct ``w``."""
     if len(np.unique(w)) < 2:
@@ -177,7 +176,7 @@ def _fit(a0: np.ndarray, values: np.ndarray, prm: np.ndarray, skip: int = -1) ->
         return v
     w = np.array([wave_units(float(t), prm) for t in a0[use]])
     for j in range(1, values.shape[1]):
-        v[j] = _line_cost(a0[use], values[use, j] - values[use, 0], w)
+        v[j] = _line_cost(values[use, j] - values[use, 0], w)
     return v
 
 
