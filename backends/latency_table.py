@@ -71,13 +71,15 @@ import numpy as np
 from backends.attention_kv import (ATT_DLAYERS, ATT_LAYERS, ATT_ON, attention_rows, effective_kv,
                                    table_attention, verify_kv)
 from backends.interp import interp_prefill
+from backends.jit import njit
 from backends.moe_prefill import block_costs, describe, moe_params, prefill_block_term
 from backends import prefill_waves as pw
+from backends.prefill_waves import prefill_wave_term
 from backends.mla_waves import interp2_waves, interp3_waves
 from backends.protocol import DraftBatch, DraftExtendBatch, PrefillBatch, VerifyBatch, VerifyTiming
 
 __all__ = ["Grid", "LatencyTable", "TableExecutor", "verify_axes", "draft_axes", "extend_axes",
-           "prefill_axes", "extend_arrays", "isotonic", "EXTEND_FALLBACK_CAVEAT",
+           "prefill_axes", "prefill_lookup", "extend_arrays", "isotonic", "EXTEND_FALLBACK_CAVEAT",
            "EXTEND_FALLBACK_WIDTHS"]
 
 #: What a table without measured draft-extend latencies says about the pass (``source`` and caveats).
@@ -207,6 +209,20 @@ def prefill_axes(batch: PrefillBatch) -> tuple[float, float]:
     return tokens, pairs / tokens - tokens / 2.0
 
 
+@njit
+def prefill_lookup(a0, a1, v, moe_cost, moe_prm, wave_cost, wave_prm, tokens, prefix):
+    """Seconds of a prefill pass at (``tokens``, attention-equivalent ``prefix``) on a prefill
+    grid (axes ``a0``, ``a1``, values ``v``): the bilinear value (:func:`backends.interp.
+    interp_prefill`) plus the MoE block term and the attention wave term between grid tokens
+    (:mod:`backends.moe_prefill`, :mod:`backends.prefill_waves`; each 0 where it does not
+    apply), and whether the lookup left the grid.  The table and the compiled engine both call
+    it."""
+    value, outside = interp_prefill(a0, a1, v, tokens, prefix)
+    value += prefill_block_term(a0, moe_cost, moe_prm, tokens)
+    value += prefill_wave_term(a0, a1, wave_cost, wave_prm, tokens, prefix)
+    return value, outside
+
+
 @dataclass(frozen=True)
 class LatencyTable:
     """Every kind of forward pass's latency on grids (see the module docstring)."""
@@ -294,10 +310,9 @@ class LatencyTable:
 
     def prefill_s(self, tokens: float, prefix: float) -> tuple[float, bool]:
         g = self.prefill
-        value, outside = interp_prefill(g.axes[0], g.axes[1], g.values, tokens, prefix)
-        value += prefill_block_term(g.axes[0], self._pf_cost, self._pf_moe, float(tokens))
-        value += pw.prefill_wave_term(g.axes[0], g.axes[1], self._pf_wave, self._pf_wprm,
-                                      float(tokens), float(prefix))
+        value, outside = prefill_lookup(g.axes[0], g.axes[1], g.values, self._pf_cost,
+                                        self._pf_moe, self._pf_wave, self._pf_wprm,
+                                        float(tokens), float(prefix))
         return float(value), bool(outside)
 
 

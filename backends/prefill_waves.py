@@ -106,13 +106,15 @@ def wave_spec(model: Any, attention: dict | None) -> dict[str, Any] | None:
                 "block_q": TILE_ROWS, "add": TILE_ROWS - 1, "extra": 0, "slots": slots,
                 "sms": sms, "lone_wave": LONE_WAVE.get(("mla", groups, TILE_ROWS), 1.0),
                 "min_tokens": 1}
-    qpk = max(1, heads // kv_heads)
+    from backends.aiter.occupancy import attention_grid
+
     groups = max(1, kv_heads // tp)
-    # unified_attention runs its 2D kernel when the 16-row tile's grid exceeds 4 programs per
-    # SM (or the keys are at most 512): the smallest T with groups x (T // bq16 + 1) > 4 SMs
-    bq16 = max(1, (16 if qpk <= 16 else 1 << (qpk - 1).bit_length()) // qpk)
-    two_d = bq16 * (4 * sms // groups)
-    bq = max(1, TILE_ROWS // qpk)
+    # unified_attention runs its 2D kernel when its decode tile's grid (block_q tokens a
+    # program) exceeds target_programs (or the keys are at most 512): the smallest T with
+    # groups x (T // block_q + 1) > target_programs
+    grid = attention_grid(max(1, heads // tp), groups, 16, sms)
+    two_d = grid["block_q"] * (grid["target_programs"] // groups)
+    bq = max(1, TILE_ROWS // max(1, heads // kv_heads))
     return {"kernel": "unified_attention 2D (AITER, 128-row tile from 256 query rows)",
             "programs": "KV heads per GPU x ceil(T / block_q) (the grid's one more block per "
                         "sequence holds no rows and exits at once)",

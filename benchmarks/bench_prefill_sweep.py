@@ -46,6 +46,12 @@ DEFAULTS = {
     "llama-3.1-70b": _shapes((2048, 3072, 4096, 6144, 8192, 2560, 3584, 4352, 4608, 5120,
                               5632, 6656, 7168, 7680), (0, 8192, 12288, 16384)),
 }
+#: named sets ``--shapes`` also takes: the 2026-12-03 DeepSeek-V2-Lite sweep (GPU 25e51672)
+SHAPE_SETS = {
+    "moe-2026-12-03": _shapes((2048, 3072, 4096, 8192, 2240, 2368, 2432, 2496, 2560, 2624, 2688,
+                               2752, 2816, 2880, 2944, 4608, 5120, 5376, 5632, 6144, 6656, 7168,
+                               7680), (0, 16384)),
+}
 
 
 def measure(a) -> None:
@@ -60,7 +66,8 @@ def measure(a) -> None:
            "prefill_occupancy": prefill_occupancy(runner), "points": []}
     print(f"prefill attention: {out['prefill_occupancy']['slots_per_sm']} blocks per SM "
           f"({out['prefill_occupancy']['kernel']})", flush=True)
-    for spec in (a.shapes or DEFAULTS[a.model]).split(","):
+    shapes = SHAPE_SETS.get(a.shapes, a.shapes) or DEFAULTS[a.model]
+    for spec in shapes.split(","):
         tok, pre = (int(x) for x in spec.split("@"))
         times = [t.latency_s for t in runner.prefill(np.array([tok]), np.array([pre]),
                                                      reps=a.reps, warmup=1)]
@@ -86,6 +93,7 @@ def _rules(table, tok: float, pre: float) -> dict[str, float]:
 
 
 def compare(a) -> None:
+    from backends.prefill_waves import waves
     from backends.profile import load_profile
     from backends.shipped import default_profile
 
@@ -108,11 +116,10 @@ def compare(a) -> None:
         t0, t1 = float(a0[i]), float(a0[i + 1])
         row["own"] = None
         if (t0, pre) in pts and (t1, pre) in pts:
+            # the sweep's own chord plus both terms (the table's line is its chord too)
             w = (tok - t0) / (t1 - t0)
             chord = pts[(t0, pre)] + w * (pts[(t1, pre)] - pts[(t0, pre)])
-            terms = row["both"] - _rules(table, t0, pre)["line"] \
-                - w * (_rules(table, t1, pre)["line"] - _rules(table, t0, pre)["line"])
-            row["own"] = chord + terms
+            row["own"] = chord + row["both"] - row["line"]
         cells = []
         for k in names:
             v = row[k]
@@ -123,7 +130,6 @@ def compare(a) -> None:
             errs.setdefault((k, pre), []).append(e)
             errs.setdefault((k, "all"), []).append(e)
             cells.append(f"{e:+7.2f}")
-        from backends.prefill_waves import waves
         print(f"{tok:6d} {pre:6d} {y * 1e3:9.2f} | {' '.join(cells[:4])} | {cells[4]:>14s}"
               f"  {waves(float(tok), table._pf_wprm):5.0f}")
     for pre in sorted({p for _, p in errs if p != "all"}) + ["all"]:
@@ -132,16 +138,15 @@ def compare(a) -> None:
             for k in names if (k, pre) in errs) + f"  [{len(errs[('line', pre)])} points]")
 
 
-def main() -> None:
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--model", default="deepseek-v2-lite", choices=sorted(DEFAULTS))
-    ap.add_argument("--tp", type=int, default=None, help="tensor parallelism (70B: 8)")
-    ap.add_argument("--shapes", default=None, help="TOKENS@PREFIX,... (default: per model)")
-    ap.add_argument("--reps", type=int, default=3)
+def gpu_cpu_main(doc: str, measure, compare, json_default: str, add_args=None) -> None:
+    """The command line the prefill benchmarks share: ``--measure`` (GPU) writes ``--json``,
+    ``--compare JSON`` (CPU) reads one; ``add_args(parser)`` adds a script's own options."""
+    ap = argparse.ArgumentParser(description=doc.splitlines()[0])
+    if add_args is not None:
+        add_args(ap)
     ap.add_argument("--measure", action="store_true")
-    ap.add_argument("--json", default="prefill_sweep.json")
+    ap.add_argument("--json", default=json_default)
     ap.add_argument("--compare", default=None, help="a --measure JSON to compare")
-    ap.add_argument("--profile", default=None, help="profile (default: the shipped one)")
     a = ap.parse_args()
     if a.measure:
         measure(a)
@@ -149,6 +154,19 @@ def main() -> None:
         compare(a)
     if not (a.measure or a.compare):
         ap.error("give --measure (GPU) or --compare JSON (CPU)")
+
+
+def _args(ap) -> None:
+    ap.add_argument("--model", default="deepseek-v2-lite", choices=sorted(DEFAULTS))
+    ap.add_argument("--tp", type=int, default=None, help="tensor parallelism (70B: 8)")
+    ap.add_argument("--shapes", default=None, help="TOKENS@PREFIX,... or a named set "
+                    f"({', '.join(SHAPE_SETS)}; default: per model)")
+    ap.add_argument("--reps", type=int, default=3)
+    ap.add_argument("--profile", default=None, help="profile (default: the shipped one)")
+
+
+def main() -> None:
+    gpu_cpu_main(__doc__, measure, compare, "prefill_sweep.json", _args)
 
 
 if __name__ == "__main__":

@@ -20,7 +20,6 @@ it holds more.
 
 from __future__ import annotations
 
-import argparse
 import dataclasses
 import json
 import sys
@@ -86,7 +85,10 @@ def compare(a) -> None:
     sms = int(data["gpu"]["multiprocessors"])
     print(f"GPU {data['gpu'].get('uuid', '?')[:8]}, prefix {data['prefix']}, {sms} SMs")
     for name, lay in data["layouts"].items():
-        prm = wave_params(lay["spec"])
+        # working programs, as the lookup counts them: a JSON measured before the dense count
+        # changed (2026-12-04) recorded AITER's grid, whose one more block per sequence is empty
+        spec = {**lay["spec"], "add": lay["spec"]["block_q"] - 1, "extra": 0}
+        prm = wave_params(spec)
         slots = lay["spec"]["slots"]
         pts = []
         for p in lay["points"]:
@@ -113,19 +115,13 @@ def compare(a) -> None:
 
 
 def main() -> None:
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--prefix", type=int, default=16384)
-    ap.add_argument("--reps", type=int, default=5)
-    ap.add_argument("--measure", action="store_true")
-    ap.add_argument("--json", default="prefill_wave_fill.json")
-    ap.add_argument("--compare", default=None, help="a --measure JSON to compare")
-    a = ap.parse_args()
-    if a.measure:
-        measure(a)
-    if a.compare:
-        compare(a)
-    if not (a.measure or a.compare):
-        ap.error("give --measure (GPU) or --compare JSON (CPU)")
+    from bench_prefill_sweep import gpu_cpu_main
+
+    def args(ap) -> None:
+        ap.add_argument("--prefix", type=int, default=16384)
+        ap.add_argument("--reps", type=int, default=5)
+
+    gpu_cpu_main(__doc__, measure, compare, "prefill_wave_fill.json", args)
 
 
 if __name__ == "__main__":

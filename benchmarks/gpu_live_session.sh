@@ -363,8 +363,7 @@ PY
     straggler-mla-order) job straggler-mla-order 300 python3 benchmarks/bench_aiter_straggler.py \
         --model deepseek-v2-lite --json "$out/straggler_mla_order.json" --cases "$CASESMLA_ORDER" ;;
     moe-prefill-sweep) job moe-prefill-sweep 240 python3 benchmarks/bench_prefill_sweep.py \
-        --measure --shapes "$(python3 -c 'print(",".join(f"{t}@{p}" for p in (0, 16384) for t in sorted((2048, 3072, 4096, 8192, 2240, 2368, 2432, 2496, 2560, 2624, 2688, 2752, 2816, 2880, 2944, 4608, 5120, 5376, 5632, 6144, 6656, 7168, 7680))))')" \
-        --json "$out/moe_prefill_sweep.json" ;;
+        --measure --shapes moe-2026-12-03 --json "$out/moe_prefill_sweep.json" ;;
     prefill-sweep:*) m=${j#prefill-sweep:}
         job "prefill-sweep-$m" 300 python3 benchmarks/bench_prefill_sweep.py --model "$m" \
         $([ "$m" = llama-3.1-70b ] && echo --tp 8) --measure --json "$out/prefill_sweep_$m.json" ;;

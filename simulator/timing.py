@@ -9,10 +9,8 @@ from backends.jit import njit
 from backends.attention_kv import (ATT_DLAYERS, ATT_FNSAT, ATT_FOVH, ATT_LAYERS, ATT_ON,
                                    attention_params,
                                    attention_rows, effective_kv, verify_kv)
-from backends.interp import interp_prefill
+from backends.latency_table import prefill_lookup
 from backends.mla_fluid import fluid_kv
-from backends.moe_prefill import prefill_block_term
-from backends.prefill_waves import prefill_wave_term
 from backends.mla_waves import interp2_waves, interp3_waves, kernel_rows
 from simulator.layout import *  # noqa: F401,F403  (the state layout's column names)
 
@@ -121,9 +119,8 @@ def _time_passes(r, PI, PF, E, CF, tab):
         oog = False
         if kind == KIND_PREFILL:
             tok = float(PI[r, p, P_TOKENS])
-            lat, oog = interp_prefill(pf0, pf1, pfv, tok, PF[r, p, PF_LOOKUP])
-            lat += prefill_block_term(pf0, pfc, pfm, tok)
-            lat += prefill_wave_term(pf0, pf1, pfw, pfwp, tok, PF[r, p, PF_LOOKUP])
+            lat, oog = prefill_lookup(pf0, pf1, pfv, pfc, pfm, pfw, pfwp, tok,
+                                      PF[r, p, PF_LOOKUP])
         elif kind == KIND_DRAFT:
             bs = float(PI[r, p, P_BSPAD])
             kv = PF[r, p, PF_LOOKUP]

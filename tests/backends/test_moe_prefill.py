@@ -13,7 +13,7 @@ from backends.moe_prefill import (block_costs, expected_blocks, moe_params, moe_
                                   prefill_block_term)
 from backends.models import load_model
 from backends.interp import interp_prefill
-from tests.simulator.helpers import linear_table
+from tests.simulator.helpers import engine_prefills, linear_table
 
 V2LITE = moe_spec(load_model("deepseek-v2-lite"))
 V3 = moe_spec(load_model("deepseek-v3"))
@@ -160,22 +160,11 @@ def test_the_shipped_moe_profiles_are_exact_on_their_grid_and_dense_ones_unchang
 def test_the_engine_times_prefills_with_the_term():
     """The compiled engine's prefill latencies equal the table's lookup, term included, on a
     run of the shipped DeepSeek-V2-Lite profile that has prefills on the staircase's riser."""
-    from backends.profile import ProfileExecutor
-    from backends.shipped import default_profile
-    from simulator import SimConfig, run
-    from traces.io import read_trace_arrays
-
-    ex = ProfileExecutor(default_profile("deepseek-v2-lite", "H200"))
-    table = ex.latency_table()
-    trace = read_trace_arrays("traces/samples/azure_conv_eagle_2k.parquet").head(160)
-    res = run(trace, SimConfig.load(None, {}), ex, kv_capacity_tokens=2_000_000)
-    s = res.steps.to_pandas()
-    pf = s[s.kind == "prefill"]
-    assert len(pf) > 50
-    want = np.array([table.prefill_s(float(t), float(k))[0]
-                     for t, k in zip(pf.tokens, pf.lookup_kv)])
-    np.testing.assert_allclose(pf.latency_s.to_numpy(), want, rtol=1e-12)
+    table, tok, pre, got, want = engine_prefills(
+        "deepseek-v2-lite", "traces/samples/azure_conv_eagle_2k.parquet", 160)
+    assert len(tok) > 50
+    np.testing.assert_allclose(got, want, rtol=1e-12)
     g = table.prefill
-    plain = np.array([interp_prefill(g.axes[0], g.axes[1], g.values, float(t), float(k))[0]
-                      for t, k in zip(pf.tokens, pf.lookup_kv)])
+    plain = np.array([interp_prefill(g.axes[0], g.axes[1], g.values, t, k)[0]
+                      for t, k in zip(tok, pre)])
     assert np.max(np.abs(want / plain - 1.0)) > 0.05   # some prefill sits on a riser

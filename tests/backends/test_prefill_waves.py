@@ -12,7 +12,7 @@ from backends.latency_table import Grid
 from backends.models import load_model
 from backends.prefill_waves import (PREFILL_SLOTS_PER_SM, prefill_wave_term, wave_costs,
                                     wave_params, wave_spec, wave_units, waves)
-from tests.simulator.helpers import linear_table
+from tests.simulator.helpers import engine_prefills, linear_table
 
 H200 = {"sms": 132}
 
@@ -149,21 +149,10 @@ def test_the_shipped_profiles_keep_the_term_and_stay_exact_on_their_grid(model):
 def test_the_engine_times_prefix_prefills_with_the_term():
     """The compiled engine's prefill latencies equal the table's lookup on the long-context
     sample, whose chunked prompts prefill after long prefixes between grid tokens."""
-    from backends.profile import ProfileExecutor
-    from backends.shipped import default_profile
-    from simulator import SimConfig, run
-    from traces.io import read_trace_arrays
-
-    ex = ProfileExecutor(default_profile("llama-3.1-8b", "H200"))
-    table = ex.latency_table()
-    trace = read_trace_arrays("traces/samples/synth_longctx_200.parquet").head(40)
-    res = run(trace, SimConfig.load(None, {}), ex, kv_capacity_tokens=2_000_000)
-    s = res.steps.to_pandas()
-    pf = s[s.kind == "prefill"]
-    want = np.array([table.prefill_s(float(t), float(k))[0]
-                     for t, k in zip(pf.tokens, pf.lookup_kv)])
-    np.testing.assert_allclose(pf.latency_s.to_numpy(), want, rtol=1e-12)
+    table, tok, pre, got, want = engine_prefills(
+        "llama-3.1-8b", "traces/samples/synth_longctx_200.parquet", 40)
+    np.testing.assert_allclose(got, want, rtol=1e-12)
     a0, a1 = table.prefill.axes
-    term = np.array([prefill_wave_term(a0, a1, table._pf_wave, table._pf_wprm, float(t),
-                                       float(k)) for t, k in zip(pf.tokens, pf.lookup_kv)])
+    term = np.array([prefill_wave_term(a0, a1, table._pf_wave, table._pf_wprm, t, k)
+                     for t, k in zip(tok, pre)])
     assert np.count_nonzero(term) >= 3 and np.max(np.abs(term / want)) > 0.02

@@ -125,3 +125,22 @@ class LiveLike:
 
     def describe(self):
         return {"backend": self.name}
+
+
+def engine_prefills(model: str, trace_path: str, requests: int):
+    """The prefill steps of an engine run of a shipped profile over the first ``requests`` of a
+    sample trace, with the table's own lookup of each: (table, tokens, lookup prefix, the
+    engine's latencies, the table's)."""
+    from backends.profile import ProfileExecutor
+    from backends.shipped import default_profile
+    from simulator import SimConfig, run
+    from traces.io import read_trace_arrays
+
+    ex = ProfileExecutor(default_profile(model, "H200"))
+    table = ex.latency_table()
+    trace = read_trace_arrays(trace_path).head(requests)
+    s = run(trace, SimConfig.load(None, {}), ex, kv_capacity_tokens=2_000_000).steps.to_pandas()
+    pf = s[s.kind == "prefill"]
+    tok, pre = pf.tokens.to_numpy(np.float64), pf.lookup_kv.to_numpy(np.float64)
+    want = np.array([table.prefill_s(t, k)[0] for t, k in zip(tok, pre)])
+    return table, tok, pre, pf.latency_s.to_numpy(), want
