@@ -63,6 +63,8 @@
 #   live-long70b:POLICY  the same on the Llama-3.1-70B tp-8 shard. Under pad, 72 requests took 343 s
 #                on 2026-12-02 (holds 256 s, GPU 38 s), 73 more 261 s and the last 55 336 s, each
 #                call carrying the last one's journal (done: h200-2026-12-02e/live_long70b_pad)
+#                Under bucket, 74 requests in 243 s on 2026-12-04 (journal:
+#                h200-2026-12-04b/journal_long70b_bucket.jsonl.gz, to be continued)
 #   live-70b:N   live run of the first N conversation requests on the Llama-3.1-70B tp-8 shard
 #   calibrate8b  `specsched calibrate` of the shipped Llama-3.1-8B profile on this GPU: 24 of its
 #                grid points re-measured, one factor per pass group, within --budget-s 120

@@ -47,3 +47,40 @@ def test_capture_intervals_cut_at_each_graphs_first_use_and_restart_in_a_new_pro
         (0, ["verify 2 4"], {"verify": (0.0, 20)}),
         (20, ["verify 24 4"], {"verify": (3.0, 16)}),
         (37, ["(new process)", "verify 2 4"], {"verify": (-1.0, 16)})]
+
+
+def test_machine_state_takes_small_graph_replays_and_every_prefill():
+    """benchmarks/machine_state.py, worked by hand: 20 verify graphs at bs 4 (residual +2), 16
+    draft graphs at bs 8 (0..15, median 7.5), 10 draft-extend graphs (under MIN_STEPS: none), an
+    eager verify and a verify graph at bs 16 (both +50, not small graph replays: left out), 15
+    prefills (-1, eager, counted). Over steps 20:36 only the draft graphs remain."""
+    import machine_state as m
+
+    kind = (["verify"] * 20 + ["draft"] * 16 + ["draft_extend"] * 10 + ["verify", "verify"]
+            + ["prefill"] * 15)
+    n = len(kind)
+    bs = [4] * 20 + [8] * 16 + [2] * 10 + [4, 16] + [1] * 15
+    graph = [True] * 46 + [False, True] + [False] * 15
+    resid = [2.0] * 20 + list(range(16)) + [0.0] * 10 + [50.0, 50.0] + [-1.0] * 15
+    s = {"kind": np.array(kind), "bs_padded": np.array(bs, float), "graph": np.array(graph),
+         "resid": np.array(resid, float)}
+    assert m.state(s, 0, n) == {"verify": (2.0, 20), "draft": (7.5, 16), "draft_extend": None,
+                                "prefill": (-1.0, 15)}
+    assert m.state(s, 20, 36) == {"verify": None, "draft": (7.5, 16), "draft_extend": None,
+                                  "prefill": None}
+
+
+def test_machine_state_cuts_a_run_into_its_sittings(tmp_path):
+    """Two journal segments on two GPUs whose calls add up to the steps: two sittings, each with
+    its GPU; calls that do not add up: one sitting, on the summary's GPU."""
+    import json
+
+    import machine_state as m
+
+    segs = [{"first_call": 0, "gpu": {"uuid": "aaaaaaaa-1"}},
+            {"first_call": 30, "gpu": {"uuid": "bbbbbbbb-2"}}]
+    detail = {"gpu": {"uuid": "bbbbbbbb-2"},
+              "journal": {"replayed_calls": 30, "live_calls": 20, "segments": segs}}
+    (tmp_path / "summary.json").write_text(json.dumps({"backend_detail": detail}))
+    assert m.sittings(tmp_path, 50) == [(0, 30, "aaaaaaaa"), (30, 50, "bbbbbbbb")]
+    assert m.sittings(tmp_path, 51) == [(0, 51, "bbbbbbbb")]
