@@ -33,16 +33,19 @@ from traces.errors import SpecschedError  # noqa: E402
 
 
 def sittings(run: Path, n: int) -> list[tuple[int, int, str]]:
-    """(first step, end step, GPU uuid's first 8 characters) of each sitting of a run."""
-    s = json.loads((run / "summary.json").read_text())
-    d = s.get("backend_detail") or {}
+    """(first step, end step, GPU uuid's first 8 characters) of each sitting of a run. A run
+    whose journal cannot be lined up with its steps is one sitting, on the summary's GPU, or
+    ``several`` when its journal names more than one."""
+    d = json.loads((run / "summary.json").read_text()).get("backend_detail") or {}
     segs = (d.get("journal") or {}).get("segments") or []
     starts = (0,) + sitting_starts(run, n)
-    gpus = [(g.get("gpu") or {}).get("uuid", "") for g in segs] if len(segs) == len(starts) \
-        else [(d.get("gpu") or {}).get("uuid", "")] * len(starts)
-    if len(starts) == 1:
-        gpus = [(d.get("gpu") or {}).get("uuid", "") or (gpus[0] if gpus else "")]
     ends = starts[1:] + (n,)
+    if len(starts) > 1:
+        gpus = [(g.get("gpu") or {}).get("uuid", "") for g in segs]
+    elif len({(g.get("gpu") or {}).get("uuid", "") for g in segs}) > 1:
+        gpus = ["several"]
+    else:
+        gpus = [(d.get("gpu") or {}).get("uuid", "")]
     return [(a, b, (g or "?")[:8]) for a, b, g in zip(starts, ends, gpus)]
 
 

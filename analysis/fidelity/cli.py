@@ -48,9 +48,14 @@ __all__ = ["fidelity"]
               help="Re-run the profile side this many times with each pass x exp(sigma z), sigma "
                    "the profile's own measured spread (seeded by the config's seed): the jitter "
                    "floor beside each whole-run figure. 0 turns it off.")
+@click.option("--offset-pct", "offset_pct", default=1.0, show_default=True,
+              type=click.FloatRange(min=0, max=100, max_open=True),
+              help="Re-run the profile side with every pass this many percent faster and slower: "
+                   "each whole-run check's value at both, and whether either changes its verdict "
+                   "(an offset between machines). 0 turns it off.")
 @click.option("--json", "as_json", is_flag=True, help="Print the report as JSON.")
 def fidelity(trace_path, model, out_dir, reference, gpu, profile, config_path, sets, worst, limit,
-             reference_run, repeat_runs, jitter_runs, as_json):
+             reference_run, repeat_runs, jitter_runs, offset_pct, as_json):
     """Compare the profile backend with live GPU replay on one trace.
 
     \b
@@ -63,7 +68,9 @@ def fidelity(trace_path, model, out_dir, reference, gpu, profile, config_path, s
     kind and shape, worst cases; the profile's held-out points when it has some), compares
     TTFT/TPOT/E2E percentiles and throughput, lists what the profile does not capture, and
     checks the targets (step MAPE <= 3% overall, off the grid, per kind and in the worst shape
-    band; TTFT/TPOT p50/p90/p99, E2E p50/p99 and throughput within 3%).
+    band; TTFT/TPOT p50/p90/p99, E2E p50/p99 and throughput within 3%). Each whole-run check
+    also shows its value with every profile pass --offset-pct faster and slower, and whether
+    that would change its verdict.
     """
     from simulator.config import parse_overrides
 
@@ -73,7 +80,8 @@ def fidelity(trace_path, model, out_dir, reference, gpu, profile, config_path, s
     report = run_fidelity(trace_path, model, out_dir=out_dir, reference=reference, gpu=gpu,
                           profile=profile, config_path=config_path, overrides=overrides,
                           worst=worst, limit=limit, reference_run=reference_run,
-                          repeat_runs=tuple(repeat_runs), jitter_runs=jitter_runs)
+                          repeat_runs=tuple(repeat_runs), jitter_runs=jitter_runs,
+                          offset_pct=offset_pct)
     if as_json:
         click.echo(json.dumps(report, indent=2, sort_keys=True, default=str))
     else:

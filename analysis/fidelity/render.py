@@ -250,12 +250,34 @@ def _jitter_line(jit: dict) -> str:
             "cover an offset between machines or a bias of the profile.")
 
 
+def _offset_cell(c: dict) -> str:
+    """A whole-run check's values with every pass 1% faster / slower; ``-`` for other checks."""
+    v = c.get("offset_pct")
+    if not v:
+        return " - |"
+    cell = " / ".join(_fmt(x, pct=True) for x in v)
+    return f" {cell}{' (flips)' if c.get('offset_flips') else ''} |"
+
+
+def _offset_line(off: dict, checks: dict) -> str:
+    """One sentence: the whole-run checks a uniform offset of every pass would decide."""
+    flips = [n for n, c in checks.items() if c.get("offset_flips")]
+    d = off["pct"]
+    return (f"Offset: every profile pass x{1 - d / 100:g} and x{1 + d / 100:g} (machines differ by "
+            f"about this much) changes the verdict of {len(flips)} of "
+            f"{sum(1 for c in checks.values() if 'offset_pct' in c)} whole-run checks"
+            + (f" ({', '.join(flips)}): those rest on the machines' agreement." if flips else "."))
+
+
 def _checks_section(report: dict, reps: bool) -> list[str]:
     jit = bool((report.get("jitter") or {}).get("floor_pct"))
+    off = report.get("offset")
+    x = f"x{1 - off['pct'] / 100:g} / x{1 + off['pct'] / 100:g}" if off else ""
     head = ("| check | value | target | pass |" + (" a repeat differs by |" if reps else "")
-            + (" jitter floor |" if jit else ""))
+            + (" jitter floor |" if jit else "") + (f" at {x} |" if off else ""))
     lines = ["", "## Checks", "", head,
-             "|---|---|---|---|" + ("---|" if reps else "") + ("---|" if jit else "")]
+             "|---|---|---|---|" + ("---|" if reps else "") + ("---|" if jit else "")
+             + ("---|" if off else "")]
     noise = 0
     for name, c in report["checks"].items():
         what = name
@@ -267,7 +289,8 @@ def _checks_section(report: dict, reps: bool) -> list[str]:
             noise += 1
         lines.append(f"| {what} | {_fmt(c['value_pct'], pct=True)} | <= {c['target_pct']}% | "
                      f"{verdict} |" + _floor_col(c, reps)
-                     + (f" {_abs(c.get('jitter_pct'))} |" if jit else ""))
+                     + (f" {_abs(c.get('jitter_pct'))} |" if jit else "")
+                     + (_offset_cell(c) if off else ""))
     passed = [c["pass"] for c in report["checks"].values() if c["pass"] is not None]
     missed = sum(1 for p in passed if not p)
     lines += ["", f"{sum(passed)} of {len(passed)} checks met."
@@ -275,4 +298,6 @@ def _checks_section(report: dict, reps: bool) -> list[str]:
                  f"{missed}." if jit and missed else "")
               + ("" if reps else " No --repeat-run was given, so the noise floor under each "
                  "figure is not known" + (" (the jitter floor is simulated)." if jit else "."))]
+    if off:
+        lines += ["", _offset_line(off, report["checks"])]
     return lines

@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import Any
 
 from analysis.fidelity.jitter import apply_jitter, jitter_floors
+from analysis.fidelity.offset import apply_offset, offset_checks
 from analysis.fidelity.render import render_markdown
 from analysis.fidelity.report import build_report, debiased_table
 from analysis.fidelity.runs import config_for_recorded, load_recorded, read_reference_run
@@ -32,7 +33,8 @@ def run_fidelity(trace_path: str | Path, model: str, *, out_dir: str | Path | No
                  config_path: str | None = None, overrides: dict[str, Any] | None = None,
                  worst: int = 20, progress=None, limit: int | None = None,
                  reference_run: str | Path | None = None,
-                 repeat_runs: tuple = (), jitter_runs: int = 0) -> dict[str, Any]:
+                 repeat_runs: tuple = (), jitter_runs: int = 0,
+                 offset_pct: float = 0.0) -> dict[str, Any]:
     """Run ``trace_path`` with the ``reference`` backend and with ``profile``; compare them.
 
     ``reference_run``: a results folder of an earlier run of the same trace with the reference
@@ -51,6 +53,10 @@ def run_fidelity(trace_path: str | Path, model: str, *, out_dir: str | Path | No
     profile's own measured spread, for the jitter floor beside each whole-run figure
     (``analysis.fidelity.jitter``; ``specsched fidelity`` asks for 8); 0 leaves it out.
 
+    ``offset_pct``: re-run the profile side with every pass that much faster and slower, for
+    each whole-run check's value at both and whether either changes its verdict
+    (``analysis.fidelity.offset``; ``specsched fidelity`` asks for 1%); 0 leaves it out.
+
     With ``out_dir``: writes ``<out>/reference/`` (unless ``reference_run``) and ``<out>/profile/``
     (results folders), ``fidelity.json`` and ``fidelity.md``, atomically.  Returns the report dict.
     """
@@ -62,6 +68,8 @@ def run_fidelity(trace_path: str | Path, model: str, *, out_dir: str | Path | No
 
     if jitter_runs < 0:
         raise SpecschedError(f"--jitter-runs must be 0 or more, not {jitter_runs}")
+    if not 0 <= offset_pct < 100:
+        raise SpecschedError(f"--offset-pct must be at least 0 and under 100, not {offset_pct}")
     if reference == "profile":
         raise SpecschedError("--reference must be another backend than profile (aiter, roofline)")
     ov = dict(overrides or {})
@@ -107,6 +115,10 @@ def run_fidelity(trace_path: str | Path, model: str, *, out_dir: str | Path | No
             apply_jitter(report, jitter_floors(
                 lambda ex: simulate_to(trace, prof_cfg, None, executor=ex).summary,
                 prof_prep.executor, table, mod.summary, runs=jitter_runs, seed=prof_cfg.seed))
+        if offset_pct > 0:
+            apply_offset(report, offset_checks(
+                lambda ex: simulate_to(trace, prof_cfg, None, executor=ex).summary,
+                prof_prep.executor, ref_summary, pct=offset_pct))
         # what-if: the same profile without its mean per-kind bias -- how much of the whole-run
         # difference is per-step bias, and how much queueing, transients and shape mix
         dtable, factors = debiased_table(table, report["steps"]["by_kind"])

@@ -72,7 +72,8 @@ def test_machine_state_takes_small_graph_replays_and_every_prefill():
 
 def test_machine_state_cuts_a_run_into_its_sittings(tmp_path):
     """Two journal segments on two GPUs whose calls add up to the steps: two sittings, each with
-    its GPU; calls that do not add up: one sitting, on the summary's GPU."""
+    its GPU; calls that do not add up: one sitting, on ``several`` GPUs; one segment: one
+    sitting on the summary's GPU."""
     import json
 
     import machine_state as m
@@ -83,4 +84,7 @@ def test_machine_state_cuts_a_run_into_its_sittings(tmp_path):
               "journal": {"replayed_calls": 30, "live_calls": 20, "segments": segs}}
     (tmp_path / "summary.json").write_text(json.dumps({"backend_detail": detail}))
     assert m.sittings(tmp_path, 50) == [(0, 30, "aaaaaaaa"), (30, 50, "bbbbbbbb")]
-    assert m.sittings(tmp_path, 51) == [(0, 51, "bbbbbbbb")]
+    assert m.sittings(tmp_path, 51) == [(0, 51, "several")]
+    detail["journal"] = {"replayed_calls": 0, "live_calls": 50, "segments": segs[1:]}
+    (tmp_path / "summary.json").write_text(json.dumps({"backend_detail": detail}))
+    assert m.sittings(tmp_path, 50) == [(0, 50, "bbbbbbbb")]
