@@ -19,10 +19,11 @@ same inputs give the same floors.
 
 from __future__ import annotations
 
-import dataclasses
 from typing import Any
 
 import numpy as np
+
+from analysis.fidelity.offset import ScaledExecutor
 
 __all__ = ["FIGURES", "JitterExecutor", "P10_P90_SIGMAS", "RULE", "apply_jitter", "jitter_floors",
            "profile_sigma"]
@@ -66,37 +67,21 @@ def profile_sigma(table) -> float | None:
     return float(np.median(rel)) / P10_P90_SIGMAS
 
 
-class JitterExecutor:
+class JitterExecutor(ScaledExecutor):
     """A profile executor whose every pass takes ``inner``'s latency times ``exp(sigma * z)``.
 
     It offers no latency table (``latency_table()`` is None), so the engine asks it for each
     pass; one draw per call, from ``rng``."""
 
     def __init__(self, inner, sigma: float, rng: np.random.Generator):
-        self.inner, self.sigma, self.rng = inner, float(sigma), rng
-        self.name = inner.name
+        super().__init__(inner, 1.0)
+        self.sigma, self.rng = float(sigma), rng
 
     def _factor(self) -> float:
         return float(np.exp(self.sigma * self.rng.standard_normal()))
 
-    def latency_table(self):
-        return None
-
     def describe(self) -> dict[str, Any]:
         return {**self.inner.describe(), "jitter_sigma": self.sigma}
-
-    def prefill(self, batch) -> float:
-        return self.inner.prefill(batch) * self._factor()
-
-    def draft(self, batch) -> float:
-        return self.inner.draft(batch) * self._factor()
-
-    def draft_extend(self, batch) -> float:
-        return self.inner.draft_extend(batch) * self._factor()
-
-    def verify(self, batch):
-        t = self.inner.verify(batch)
-        return dataclasses.replace(t, latency_s=t.latency_s * self._factor())
 
 
 def _rng(seed: int, k: int) -> np.random.Generator:

@@ -37,6 +37,10 @@ class ScaledExecutor:
         self.inner, self.factor = inner, float(factor)
         self.name = inner.name
 
+    def _factor(self) -> float:
+        """The factor of the next pass (one call per pass; the jitter floor's subclass draws it)."""
+        return self.factor
+
     def latency_table(self):
         return None
 
@@ -44,17 +48,17 @@ class ScaledExecutor:
         return {**self.inner.describe(), "latency_factor": self.factor}
 
     def prefill(self, batch) -> float:
-        return self.inner.prefill(batch) * self.factor
+        return self.inner.prefill(batch) * self._factor()
 
     def draft(self, batch) -> float:
-        return self.inner.draft(batch) * self.factor
+        return self.inner.draft(batch) * self._factor()
 
     def draft_extend(self, batch) -> float:
-        return self.inner.draft_extend(batch) * self.factor
+        return self.inner.draft_extend(batch) * self._factor()
 
     def verify(self, batch):
         t = self.inner.verify(batch)
-        return dataclasses.replace(t, latency_s=t.latency_s * self.factor)
+        return dataclasses.replace(t, latency_s=t.latency_s * self._factor())
 
 
 def offset_checks(run_profile, inner, ref_summary: dict, *, pct: float = OFFSET_PCT
