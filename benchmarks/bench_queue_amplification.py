@@ -9,7 +9,9 @@ and prints, per check, the value at each scale and the *amplification*: the chec
 1% of uniform step bias ((v(1+d) - v(1-d)) / 2d, in points per percent).
 A saturated run's waiting-time percentiles amplify a step bias several times; a check at 3%
 then passes only when the profile's machine and the run's agree to 3% / amplification, which
-is what ``specsched calibrate`` on the run's GPU is for.
+is what ``specsched calibrate`` on the run's GPU is for. Every fidelity report now carries the
+same two scales for ``d`` = 1% beside each whole-run check (``fidelity --offset-pct``,
+``analysis.fidelity.offset``); this script gives them for any ``d`` and the amplification.
 
 CPU only; each judgement re-simulates the run (20-90 s for the runs below).
 
