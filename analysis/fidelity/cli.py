@@ -8,6 +8,7 @@ from typing import Any
 
 import click
 
+from analysis.fidelity.offset import OFFSET_PCT
 from analysis.fidelity.render import render_markdown
 from backends.shipped import shipped_help
 from analysis.fidelity.run import run_fidelity
@@ -48,7 +49,7 @@ __all__ = ["fidelity"]
               help="Re-run the profile side this many times with each pass x exp(sigma z), sigma "
                    "the profile's own measured spread (seeded by the config's seed): the jitter "
                    "floor beside each whole-run figure. 0 turns it off.")
-@click.option("--offset-pct", "offset_pct", default=1.0, show_default=True,
+@click.option("--offset-pct", "offset_pct", default=OFFSET_PCT, show_default=True,
               type=click.FloatRange(min=0, max=100, max_open=True),
               help="Re-run the profile side with every pass this many percent faster and slower: "
                    "each whole-run check's value at both, and whether either changes its verdict "

@@ -98,7 +98,7 @@ def jitter_floors(run_profile, inner, table, profile_summary: dict, *, runs: int
     "seed", "sigma_pct", "rule", "diffs_pct": {figure: [run_k's signed difference, ...]},
     "floor_pct": {figure: max |difference|}}`` for each of :data:`FIGURES` (``floor_pct`` empty
     and ``sigma_pct`` None when the profile records no spread)."""
-    from analysis.fidelity.stats import compare_runs
+    from analysis.fidelity.stats import compare_runs, run_diff
 
     sigma = profile_sigma(table)
     out: dict[str, Any] = {"runs": runs, "seed": int(seed), "rule": RULE,
@@ -111,7 +111,7 @@ def jitter_floors(run_profile, inner, table, profile_summary: dict, *, runs: int
         summary = run_profile(JitterExecutor(inner, sigma, _rng(seed, k)))
         cmp = compare_runs(profile_summary, summary)
         for name, (metric, q) in FIGURES.items():
-            diffs[name].append((cmp[metric][q] if q else cmp[metric])["diff_pct"])
+            diffs[name].append(run_diff(cmp, metric, q))
     out["diffs_pct"] = diffs
     for name, d in diffs.items():
         d = [abs(x) for x in d if x is not None]

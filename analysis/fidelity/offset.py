@@ -71,13 +71,13 @@ def offset_checks(run_profile, inner, ref_summary: dict, *, pct: float = OFFSET_
     check (``report.WHOLE_RUN_CHECKS``), values as the checks give them (profile against
     reference, %)."""
     from analysis.fidelity.report import WHOLE_RUN_CHECKS
-    from analysis.fidelity.stats import compare_runs
+    from analysis.fidelity.stats import compare_runs, run_diff
 
     values: dict[str, list] = {name: [] for name in WHOLE_RUN_CHECKS}
     for factor in (1 - pct / 100, 1 + pct / 100):
         cmp = compare_runs(ref_summary, run_profile(ScaledExecutor(inner, factor)))
         for name, (metric, q) in WHOLE_RUN_CHECKS.items():
-            values[name].append((cmp[metric][q] if q else cmp[metric])["diff_pct"])
+            values[name].append(run_diff(cmp, metric, q))
     return {"pct": float(pct), "rule": RULE, "values_pct": values}
 
 

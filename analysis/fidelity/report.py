@@ -16,7 +16,7 @@ import numpy as np
 import pyarrow as pa
 
 from analysis.fidelity.lookup import GRIDS, col, kinds_present
-from analysis.fidelity.stats import (compare_runs, heldout_errors, matched_shape_ratio,
+from analysis.fidelity.stats import (compare_runs, run_diff, heldout_errors, matched_shape_ratio,
                                      shape_floor, step_errors, summarize)
 from backends.journal import gpu_name, gpu_uuid, sittings_used
 
@@ -84,8 +84,7 @@ def _checks(steps: dict, runs: dict, heldout: dict | None) -> dict[str, dict]:
     if heldout:
         checks["heldout_mape"] = _check(heldout["mape_pct"], t, points=heldout["points"])
     for name, (metric, q) in WHOLE_RUN_CHECKS.items():
-        d = runs[metric][q] if q else runs[metric]
-        checks[name] = _check(d["diff_pct"], TARGETS["whole_run_pct"])
+        checks[name] = _check(run_diff(runs, metric, q), TARGETS["whole_run_pct"])
     return checks
 
 
@@ -130,7 +129,7 @@ def _step_floors(report: dict, full: dict, floors: list[np.ndarray]) -> None:
 
 def _whole_run_floors(report: dict, repeats: list[dict]) -> None:
     for name, (metric, q) in WHOLE_RUN_CHECKS.items():
-        diffs = [(r["runs"][metric][q] if q else r["runs"][metric])["diff_pct"] for r in repeats]
+        diffs = [run_diff(r["runs"], metric, q) for r in repeats]
         diffs = [abs(d) for d in diffs if d is not None]
         report["checks"][name]["repeat_pct"] = max(diffs) if diffs else None
 

@@ -111,14 +111,15 @@ def run_fidelity(trace_path: str | Path, model: str, *, out_dir: str | Path | No
                           executor=prof_prep.executor)
         report = build_report(steps, ref_summary, mod.summary, table, worst=worst, repeats=repeats)
         report["profile"]["validation"] = prof_prep.executor.describe().get("validation")
+        def run_profile(ex):  # the profile side again, through another executor
+            return simulate_to(trace, prof_cfg, None, executor=ex).summary
+
         if jitter_runs > 0:
-            apply_jitter(report, jitter_floors(
-                lambda ex: simulate_to(trace, prof_cfg, None, executor=ex).summary,
-                prof_prep.executor, table, mod.summary, runs=jitter_runs, seed=prof_cfg.seed))
+            apply_jitter(report, jitter_floors(run_profile, prof_prep.executor, table,
+                                               mod.summary, runs=jitter_runs, seed=prof_cfg.seed))
         if offset_pct > 0:
-            apply_offset(report, offset_checks(
-                lambda ex: simulate_to(trace, prof_cfg, None, executor=ex).summary,
-                prof_prep.executor, ref_summary, pct=offset_pct))
+            apply_offset(report, offset_checks(run_profile, prof_prep.executor, ref_summary,
+                                               pct=offset_pct))
         # what-if: the same profile without its mean per-kind bias -- how much of the whole-run
         # difference is per-step bias, and how much queueing, transients and shape mix
         dtable, factors = debiased_table(table, report["steps"]["by_kind"])

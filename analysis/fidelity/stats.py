@@ -16,7 +16,7 @@ from analysis.fidelity.lookup import (AXES, col, grid_position, kinds_present, l
                                       measured_points, predict)
 from traces.errors import SpecschedError
 
-__all__ = ["step_errors", "compare_runs", "matched_shape_ratio", "shape_keys", "shape_floor",
+__all__ = ["step_errors", "compare_runs", "run_diff", "matched_shape_ratio", "shape_keys", "shape_floor",
            "heldout_errors", "summarize", "STRAGGLER_RATIO", "STRAGGLER_MIN_KV"]
 
 _BS_EDGES = (0, 8, 32, 64, 128, 256, 10**9)
@@ -175,6 +175,12 @@ def compare_runs(reference: dict, model: dict) -> dict[str, Any]:
         out[key] = {"reference": reference.get(key), "profile": model.get(key),
                     "diff_pct": _pct(model.get(key), reference.get(key))}
     return out
+
+
+def run_diff(runs: dict, metric: str, q: str | None) -> float | None:
+    """One figure's relative difference (%) in a :func:`compare_runs` result: ``metric`` at
+    quantile ``q``, or the metric itself when ``q`` is None (throughput)."""
+    return (runs[metric][q] if q else runs[metric])["diff_pct"]
 
 
 def shape_keys(t: pa.Table) -> tuple[list[tuple], np.ndarray]:
