@@ -1,0 +1,252 @@
+"""Print every fidelity report's verdict as a table, computed from the reports' JSON twins.
+
+One row per ``benchmarks/results/*/fidelity_*.json`` (written beside its ``.md`` by ``specsched
+fidelity``): model; trace kind (from the trace file's name); the policy the reference run
+recorded (``config.engine.policy``, with the controller unless ``static``; ``*``: read from the
+recorded run's ``summary.json``, the report predating its ``config`` key); requests; profile
+kind (``calibrated``: it carries ``specsched calibrate`` metadata; ``shipped``: its recorded
+status is a shipped one, or without a status it lies in ``backends/profiles/``, ``†`` when its
+sha256 is not today's file's; else ``other``); one GPU on both sides (``machines.same_gpu``);
+the ``--set`` what-ifs (backend settings other than today's defaults, the rule
+``benchmarks/regenerate_reports.py`` re-runs them by); checks met ``N of M`` (a check without a
+value is not met) and the missed ones.  A second table gives, per model, trace, policy and
+what-ifs, the best report on a calibrated and on the shipped profile (checks met as a fraction,
+then as a count, then the latest path), ``none`` where there is none.
+
+    python benchmarks/fidelity_table.py
+    python benchmarks/fidelity_table.py --calibrated-only --json /tmp/fidelity_rows.json
+
+A report that cannot be read or lacks a key prints ``error: FILE: ...`` and exits 2.
+"""
+
+from __future__ import annotations
+
+import argparse
+import hashlib
+import json
+import sys
+from functools import lru_cache
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+from backends.shipped import PROFILES_DIR  # noqa: E402
+from benchmarks.regenerate_reports import backend_overrides  # noqa: E402
+
+SHIPPED_STATUSES = ("validated", "experimental")
+TRACE_KINDS = (("conv", "conversation"), ("long", "long-context"), ("code", "code"))
+KINDS = ("calibrated", "shipped")
+
+
+class BadReport(Exception):
+    """A report that cannot be tabulated: ``str()`` is ``FILE: what is wrong``."""
+
+
+def need(d: dict, dotted: str, path: Path, types=None):
+    """``d``'s value at the dotted key, else :class:`BadReport` naming the key."""
+    cur = d
+    for part in dotted.split("."):
+        if not isinstance(cur, dict) or part not in cur:
+            raise BadReport(f"{path}: lacks key '{dotted}'")
+        cur = cur[part]
+    if types is not None and not isinstance(cur, types):
+        raise BadReport(f"{path}: '{dotted}' is {type(cur).__name__}, not {types.__name__}")
+    return cur
+
+
+def read_json(path: Path) -> dict:
+    try:
+        data = json.loads(path.read_text())
+    except (OSError, ValueError) as exc:  # ValueError: not UTF-8, not JSON
+        raise BadReport(f"{path}: cannot be read as JSON ({exc})") from None
+    if not isinstance(data, dict):
+        raise BadReport(f"{path}: not a JSON object")
+    return data
+
+
+def trace_kind(trace: str) -> str:
+    stem = Path(trace).stem.lower()
+    return next((kind for key, kind in TRACE_KINDS if key in stem), stem)
+
+
+def short_check(name: str) -> str:
+    """``step_mape_worst_band`` -> ``MAPE worst band``, ``ttft_p99`` -> ``TTFT p99``."""
+    if name.startswith("step_mape_"):
+        return "MAPE " + name[len("step_mape_"):].replace("off_grid", "off-grid").replace("_", " ")
+    if name == "heldout_mape":
+        return "MAPE held-out"
+    head, _, q = name.partition("_")
+    return f"{head.upper()} {q}" if q else name
+
+
+def policy(report: dict, path: Path) -> tuple[str, bool]:
+    """(policy label, from the recorded run's summary.json rather than the report)."""
+    config, recorded, where = report.get("config"), False, path
+    if config is None:  # reports of 2026-11-29 predate the config key
+        run = need(report, "reference.recorded_run", path)
+        for cand in ([Path(run), path.parent / Path(run).name] if run else []):
+            if (cand / "summary.json").is_file():
+                where = cand / "summary.json"
+                config, recorded = read_json(where).get("config"), True
+                break
+        if not isinstance(config, dict):
+            return "?", False
+    pol = need(config, "engine.policy", where, str)
+    ctrl = (config.get("engine") or {}).get("controller") or "static"
+    return (pol if ctrl == "static" else f"{pol} ({ctrl})"), recorded
+
+
+def profile_kind(profile: dict, path: Path) -> str:
+    if isinstance(profile.get("calibration"), dict):
+        return "calibrated"
+    status = (profile.get("validation") or {}).get("status")
+    if status is not None:
+        return "shipped" if status in SHIPPED_STATUSES else "other"
+    parts = Path(str(need(profile, "file", path))).parts
+    return "shipped" if parts[-3:-1] == ("backends", "profiles") else "other"
+
+
+@lru_cache(maxsize=None)
+def shipped_sha(name: str) -> str | None:
+    f = PROFILES_DIR / name
+    return hashlib.sha256(f.read_bytes()).hexdigest() if f.is_file() else None
+
+
+def is_current(profile: dict) -> bool | None:
+    """Whether a shipped profile's recorded sha256 is today's file's (None: cannot tell)."""
+    today = shipped_sha(Path(str(profile.get("file") or "")).name)
+    return None if today is None or "sha256" not in profile else profile["sha256"] == today
+
+
+def make_row(path: Path, report: dict) -> dict:
+    checks = need(report, "checks", path, dict)
+    missed = []
+    for name, c in sorted(checks.items()):
+        if not isinstance(c, dict) or "pass" not in c:
+            raise BadReport(f"{path}: lacks key 'checks.{name}.pass'")
+        if c["pass"] is not True:
+            missed.append(name)
+    pol, recorded = policy(report, path)
+    whatifs = (None if report.get("config") is None else
+               [f"backend.{k}={v}" for k, v in backend_overrides(report).items()])
+    md, profile = path.with_suffix(".md"), need(report, "profile", path, dict)
+    kind = profile_kind(profile, path)
+    return {"model": need(report, "model", path, str),
+            "trace": trace_kind(need(report, "trace", path, str)),
+            "policy": pol, "policy_from_recorded_run": recorded,
+            "requests": need(report, "requests", path, int),
+            "profile": kind, "profile_current": is_current(profile) if kind == "shipped" else None,
+            "same_gpu": (report.get("machines") or {}).get("same_gpu"), "what_ifs": whatifs,
+            "met": len(checks) - len(missed), "checks": len(checks), "missed": missed,
+            "report": str(md if md.is_file() else path)}
+
+
+def load_rows(results: Path) -> list[dict]:
+    files = sorted(results.glob("*/fidelity_*.json"))
+    if not files:
+        raise BadReport(f"{results}: no */fidelity_*.json")
+    rows = [make_row(f, read_json(f)) for f in files]
+    return sorted(rows, key=lambda r: (*group(r), r["profile"], r["report"]))
+
+
+def whatif_label(r: dict) -> str:
+    return "?" if r["what_ifs"] is None else (", ".join(r["what_ifs"]) or "-")
+
+
+def group(r: dict) -> tuple[str, str, str, str]:
+    """A summary line's key (a what-if's verdict is not the default's)."""
+    return r["model"], r["trace"], r["policy"], whatif_label(r)
+
+
+def score(r: dict) -> tuple:
+    return (r["met"] / r["checks"] if r["checks"] else 0.0, r["met"], r["report"])
+
+
+def summarize(rows: list[dict], kinds=KINDS) -> list[dict]:
+    groups: dict[tuple, list[dict]] = {}
+    for r in rows:
+        groups.setdefault(group(r), []).append(r)
+    out = []
+    for (model, trace, pol, whatifs), rs in sorted(groups.items()):
+        entry = {"model": model, "trace": trace, "policy": pol, "what_ifs": whatifs}
+        for kind in kinds:
+            of = [r for r in rs if r["profile"] == kind]
+            best = max(of, key=score) if of else None
+            entry[kind] = None if best is None else {
+                "met": best["met"], "checks": best["checks"], "missed": best["missed"],
+                "report": best["report"], "reports": len(of),
+                "profile_current": best["profile_current"]}
+        out.append(entry)
+    return out
+
+
+def _short_path(report: str, results: Path) -> str:
+    p = Path(report)
+    return str(p.relative_to(results)) if p.is_relative_to(results) else report
+
+
+def render(rows: list[dict], summary: list[dict], results: Path, kinds=KINDS) -> str:
+    lines = ["| model | trace | policy | requests | profile | same GPU | what-ifs | checks met "
+             "| missed | report |", "|---|---|---|---|---|---|---|---|---|---|"]
+    for r in rows:
+        pol = r["policy"] + ("*" if r["policy_from_recorded_run"] else "")
+        prof = r["profile"] + ("†" if r["profile_current"] is False else "")
+        gpu = {True: "yes", False: "no"}.get(r["same_gpu"], "?")
+        lines.append(f"| {r['model']} | {r['trace']} | {pol} | {r['requests']} | {prof} | {gpu} "
+                     f"| {whatif_label(r)} | {r['met']} of {r['checks']} "
+                     f"| {', '.join(short_check(m) for m in r['missed']) or '-'} "
+                     f"| {r['report']} |")
+    lines += ["", f"{len(rows)} reports. `*`: policy read from the recorded reference run's "
+              "summary.json (the report's JSON has no config). `†`: an earlier version of the "
+              "shipped profile (its recorded sha256 is not today's file's). Same GPU `?`: a side "
+              "of the report has no GPU UUID (recorded before 2026-12-01e). What-ifs `?`: the "
+              "report records no configuration.", "",
+              "| model | trace | policy | what-ifs | "
+              + " | ".join(f"best on {k} profile" for k in kinds) + " |",
+              "|---|---|---|---|" + "---|" * len(kinds)]
+    for s in summary:
+        cells = []
+        for k in kinds:
+            b = s[k]
+            cells.append("none" if b is None else
+                         f"{b['met']} of {b['checks']}{'†' * (b['profile_current'] is False)} "
+                         f"({_short_path(b['report'], results)}; "
+                         f"{b['reports']} report{'s' * (b['reports'] != 1)})")
+        lines.append(f"| {s['model']} | {s['trace']} | {s['policy']} | {s['what_ifs']} | "
+                     + " | ".join(cells) + " |")
+    return "\n".join(lines) + "\n"
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--results", type=Path, default=Path("benchmarks/results"),
+                    help="folder of results folders (default: benchmarks/results)")
+    ap.add_argument("--calibrated-only", action="store_true",
+                    help="only reports on calibrated profiles (the summary keeps every "
+                         "model/trace/policy, 'none' where none is calibrated)")
+    ap.add_argument("--json", type=Path, metavar="PATH",
+                    help="also write the rows and the summary as JSON here")
+    args = ap.parse_args(argv)
+    try:
+        rows = load_rows(args.results)
+    except BadReport as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
+    kinds = ("calibrated",) if args.calibrated_only else KINDS
+    summary = summarize(rows, kinds)
+    if args.calibrated_only:
+        rows = [r for r in rows if r["profile"] == "calibrated"]
+    sys.stdout.write(render(rows, summary, args.results, kinds))
+    if args.json:
+        try:
+            args.json.write_text(json.dumps({"rows": rows, "summary": summary}, indent=2,
+                                            sort_keys=True) + "\n")
+        except OSError as exc:
+            print(f"error: {args.json}: cannot be written ({exc.strerror})", file=sys.stderr)
+            return 2
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

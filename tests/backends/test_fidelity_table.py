@@ -1,0 +1,158 @@
+"""``benchmarks/fidelity_table.py``: the verdict table computed from fidelity reports' JSON, on
+hand-built reports with the real key layout, worked by hand; a malformed report exits 2."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[2]
+sys.path.insert(0, str(ROOT / "benchmarks"))
+
+CONV = "traces/samples/azure_conv_eagle_2k.parquet"
+LONG = "traces/samples/synth_longctx_200.parquet"
+SHIPPED = "backends/profiles/llama-3.1-8b__H200.parquet"
+
+
+def _check(ok):
+    return {"pass": ok, "target_pct": 3.0, "value_pct": 1.0 if ok else 4.0}
+
+
+def _report(trace, policy, checks, profile, *, same_gpu=None, kv_lookup="straggler",
+            requests=150):
+    """A fidelity.json as ``analysis.fidelity.run`` writes it, less the figures."""
+    return {
+        "all_pass": all(v for v in checks.values() if v is not None),
+        "checks": {k: _check(v) for k, v in checks.items()},
+        "config": {"backend": {"capture": "all", "gpu": "H200", "kv_lookup": kv_lookup,
+                               "name": "profile", "profile": profile["file"]},
+                   "cluster": {"replicas": 1, "router": "round-robin"},
+                   "controller": {"schedule": ""},
+                   "engine": {"policy": policy, "controller": "static", "num_draft_tokens": 4},
+                   "model": {"name": "llama-3.1-8b", "tp": 0}, "rate_scale": 1.0, "seed": 0},
+        "machines": {"profile_gpu": "a", "reference_gpu": "a" if same_gpu else "b",
+                     "same_gpu": same_gpu, "shared_gpus": []},
+        "model": "llama-3.1-8b", "not_captured": [], "profile": profile,
+        "reference": {"backend": "aiter", "config_notes": [], "describe": "aiter", "detail": {},
+                      "recorded_run": "benchmarks/results/x/live"},
+        "requests": requests, "runs": {}, "runs_debiased": {}, "steps": {}, "trace": trace}
+
+
+def _shipped(sha):
+    return {"file": f"/somewhere/{SHIPPED}", "sha256": sha, "gpu": {"name": "NVIDIA H200"},
+            "validation": {"file": SHIPPED, "status": "validated"}}
+
+
+CALIBRATED = {"file": "benchmarks/results/d2/llama-3.1-8b__H200.calibrated.parquet",
+              "sha256": "c" * 64, "gpu": {"name": "NVIDIA H200"},
+              "calibration": {"anchors": 24, "at": "2026-12-04T08:10:14Z",
+                              "base": "llama-3.1-8b__H200.parquet", "factors": {"verify_graph": 1.0},
+                              "gpu": "NVIDIA H200"},
+              "validation": {"status": "not shipped"}}
+
+
+def _write(results: Path, name: str, report: dict) -> Path:
+    path = results / name
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps(report))
+    path.with_suffix(".md").write_text("# report\n")
+    return path
+
+
+def _results(tmp_path: Path) -> Path:
+    """Four reports. d1 (shipped, today's file): conversation, fixed, 4 of 4; d2 (calibrated,
+    same GPU): the same, misses the worst band and TTFT p50, 2 of 4; d3 (shipped, today's file):
+    the same, misses throughput, 3 of 4; d4 (shipped, an earlier file, backend.kv_lookup=fluid):
+    long-context, split, 180 requests, misses TPOT p99 and the held-out check (no value), 1 of 3."""
+    today = hashlib.sha256((ROOT / SHIPPED).read_bytes()).hexdigest()
+    four = ("step_mape_off_grid", "step_mape_worst_band", "ttft_p50", "throughput")
+    r = tmp_path / "results"
+    _write(r, "d1/fidelity_conv.json",
+           _report(CONV, "fixed", dict.fromkeys(four, True), _shipped(today), same_gpu=False))
+    _write(r, "d2/fidelity_conv_calibrated.json",
+           _report(CONV, "fixed", {**dict.fromkeys(four, True), "step_mape_worst_band": False,
+                                   "ttft_p50": False}, CALIBRATED, same_gpu=True))
+    _write(r, "d3/fidelity_conv.json",
+           _report(CONV, "fixed", {**dict.fromkeys(four, True), "throughput": False},
+                   _shipped(today)))
+    _write(r, "d4/fidelity_long_split_fluid.json",
+           _report(LONG, "split", {"step_mape_prefill": True, "tpot_p99": False,
+                                   "heldout_mape": None}, _shipped("0" * 64),
+                   kv_lookup="fluid", requests=180))
+    return r
+
+
+def test_rows_and_summary_worked_by_hand(tmp_path, capsys):
+    import fidelity_table as ft
+
+    r = _results(tmp_path)
+    out_json = tmp_path / "rows.json"
+    assert ft.main(["--results", str(r), "--json", str(out_json)]) == 0
+    out = capsys.readouterr().out
+    got = json.loads(out_json.read_text())
+    rows = {Path(x["report"]).parent.name: x for x in got["rows"]}
+    assert [Path(x["report"]).parent.name for x in got["rows"]] == ["d2", "d1", "d3", "d4"]
+    assert {k: (x["profile"], x["profile_current"]) for k, x in rows.items()} == {
+        "d1": ("shipped", True), "d2": ("calibrated", None), "d3": ("shipped", True),
+        "d4": ("shipped", False)}
+    assert {k: (x["met"], x["checks"], x["missed"]) for k, x in rows.items()} == {
+        "d1": (4, 4, []), "d2": (2, 4, ["step_mape_worst_band", "ttft_p50"]),
+        "d3": (3, 4, ["throughput"]), "d4": (1, 3, ["heldout_mape", "tpot_p99"])}
+    assert {k: (x["trace"], x["policy"], x["requests"], x["same_gpu"], x["what_ifs"])
+            for k, x in rows.items()} == {
+        "d1": ("conversation", "fixed", 150, False, []),
+        "d2": ("conversation", "fixed", 150, True, []),
+        "d3": ("conversation", "fixed", 150, None, []),
+        "d4": ("long-context", "split", 180, None, ["backend.kv_lookup=fluid"])}
+    lines = out.splitlines()
+    assert (f"| llama-3.1-8b | conversation | fixed | 150 | calibrated | yes | - | 2 of 4 | "
+            f"MAPE worst band, TTFT p50 | {r}/d2/fidelity_conv_calibrated.md |") in lines
+    assert (f"| llama-3.1-8b | long-context | split | 180 | shipped† | ? | "
+            f"backend.kv_lookup=fluid | 1 of 3 | MAPE held-out, TPOT p99 | "
+            f"{r}/d4/fidelity_long_split_fluid.md |") in lines
+    # the summary: the best shipped report of the conversation runs is d1 (4 of 4, of two);
+    # the long-context split what-if has no calibrated report
+    assert ("| llama-3.1-8b | conversation | fixed | - | 2 of 4 (d2/fidelity_conv_calibrated.md; "
+            "1 report) | 4 of 4 (d1/fidelity_conv.md; 2 reports) |") in lines
+    assert ("| llama-3.1-8b | long-context | split | backend.kv_lookup=fluid | none | "
+            "1 of 3† (d4/fidelity_long_split_fluid.md; 1 report) |") in lines
+    assert [s["calibrated"] and s["calibrated"]["report"] for s in got["summary"]] == [
+        f"{r}/d2/fidelity_conv_calibrated.md", None]
+
+
+def test_calibrated_only_keeps_the_gap(tmp_path, capsys):
+    import fidelity_table as ft
+
+    r = _results(tmp_path)
+    assert ft.main(["--results", str(r), "--calibrated-only"]) == 0
+    lines = capsys.readouterr().out.splitlines()
+    assert [ln for ln in lines if ln.startswith("| llama")] == [
+        f"| llama-3.1-8b | conversation | fixed | 150 | calibrated | yes | - | 2 of 4 | "
+        f"MAPE worst band, TTFT p50 | {r}/d2/fidelity_conv_calibrated.md |",
+        "| llama-3.1-8b | conversation | fixed | - | 2 of 4 (d2/fidelity_conv_calibrated.md; "
+        "1 report) |",
+        "| llama-3.1-8b | long-context | split | backend.kv_lookup=fluid | none |"]
+
+
+def test_a_malformed_report_exits_2_with_one_error_line(tmp_path):
+    r = _results(tmp_path)
+    bad = r / "d5" / "fidelity_bad.json"
+    bad.parent.mkdir()
+    bad.write_text('{"model": "llama-3.1-8b", ')
+    script = str(ROOT / "benchmarks" / "fidelity_table.py")
+    res = subprocess.run([sys.executable, script, "--results", str(r)], cwd=tmp_path,
+                         capture_output=True, text=True)
+    assert res.returncode == 2
+    assert res.stdout == ""
+    assert res.stderr.splitlines() == [res.stderr.strip()]
+    assert res.stderr.startswith(f"error: {bad}: cannot be read as JSON")
+    # a report that lacks a key names the file and the key
+    bad.write_text(json.dumps({k: v for k, v in json.loads((r / "d1/fidelity_conv.json")
+                                                           .read_text()).items()
+                               if k != "checks"}))
+    res = subprocess.run([sys.executable, script, "--results", str(r)], cwd=tmp_path,
+                         capture_output=True, text=True)
+    assert (res.returncode, res.stderr) == (2, f"error: {bad}: lacks key 'checks'\n")
