@@ -15,6 +15,11 @@ then as a count, then the latest path), ``none`` where there is none.
 
     python benchmarks/fidelity_table.py
     python benchmarks/fidelity_table.py --calibrated-only --json /tmp/fidelity_rows.json
+    python benchmarks/fidelity_table.py --docs docs/backends.md   # rewrite the docs' table
+
+``--docs FILE`` writes the summary table into FILE between the lines :data:`BEGIN` and
+:data:`END`; ``tests/backends/test_fidelity_table.py`` checks that docs/backends.md holds what the
+shipped reports give, so a new report cannot leave the docs' table behind.
 
 A report that cannot be read or lacks a key prints ``error: FILE: ...`` and exits 2.
 """
@@ -37,6 +42,8 @@ from benchmarks.regenerate_reports import backend_overrides  # noqa: E402
 SHIPPED_STATUSES = ("validated", "experimental")
 TRACE_KINDS = (("conv", "conversation"), ("long", "long-context"), ("code", "code"))
 KINDS = ("calibrated", "shipped")
+BEGIN = "<!-- fidelity_table.py --docs: begin -->"
+END = "<!-- fidelity_table.py --docs: end -->"
 
 
 class BadReport(Exception):
@@ -160,7 +167,9 @@ def group(r: dict) -> tuple[str, str, str, str]:
 
 
 def score(r: dict) -> tuple:
-    return (r["met"] / r["checks"] if r["checks"] else 0.0, r["met"], r["report"])
+    """A report's rank in its group: today's profile first, then checks met (fraction, count)."""
+    return (r["profile_current"] is not False, r["met"] / r["checks"] if r["checks"] else 0.0,
+            r["met"], r["report"])
 
 
 def summarize(rows: list[dict], kinds=KINDS) -> list[dict]:
@@ -176,6 +185,7 @@ def summarize(rows: list[dict], kinds=KINDS) -> list[dict]:
             entry[kind] = None if best is None else {
                 "met": best["met"], "checks": best["checks"], "missed": best["missed"],
                 "report": best["report"], "reports": len(of),
+                "all_met": sum(r["met"] == r["checks"] for r in of),
                 "profile_current": best["profile_current"]}
         out.append(entry)
     return out
@@ -201,21 +211,46 @@ def render(rows: list[dict], summary: list[dict], results: Path, kinds=KINDS) ->
               "summary.json (the report's JSON has no config). `†`: an earlier version of the "
               "shipped profile (its recorded sha256 is not today's file's). Same GPU `?`: a side "
               "of the report has no GPU UUID (recorded before 2026-12-01e). What-ifs `?`: the "
-              "report records no configuration.", "",
-              "| model | trace | policy | what-ifs | "
-              + " | ".join(f"best on {k} profile" for k in kinds) + " |",
-              "|---|---|---|---|" + "---|" * len(kinds)]
+              "report records no configuration.", ""]
+    return "\n".join(lines) + "\n" + render_summary(summary, results, kinds)
+
+
+def render_summary(summary: list[dict], results: Path, kinds=KINDS) -> str:
+    """The summary table: per model, trace, policy and what-ifs, the best report of each kind."""
+    lines = ["| model | trace | policy | what-ifs | "
+             + " | ".join(f"best on {k} profile" for k in kinds) + " |",
+             "|---|---|---|---|" + "---|" * len(kinds)]
     for s in summary:
         cells = []
         for k in kinds:
             b = s[k]
             cells.append("none" if b is None else
                          f"{b['met']} of {b['checks']}{'†' * (b['profile_current'] is False)} "
-                         f"({_short_path(b['report'], results)}; "
-                         f"{b['reports']} report{'s' * (b['reports'] != 1)})")
+                         f"({_short_path(b['report'], results)}; all met in {b['all_met']} "
+                         f"of {b['reports']} report{'s' * (b['reports'] != 1)})")
         lines.append(f"| {s['model']} | {s['trace']} | {s['policy']} | {s['what_ifs']} | "
                      + " | ".join(cells) + " |")
     return "\n".join(lines) + "\n"
+
+
+def docs_block(text: str, path: Path) -> tuple[int, int]:
+    """Where the table goes in a document's text: (end of the BEGIN line, start of END)."""
+    i, j = text.find(BEGIN), text.find(END)
+    if i < 0 or j < i:
+        raise BadReport(f"{path}: lacks the lines '{BEGIN}' and '{END}' (in that order)")
+    return text.index("\n", i) + 1, j
+
+
+def write_docs(path: Path, table: str) -> None:
+    try:
+        text = path.read_text()
+    except OSError as exc:
+        raise BadReport(f"{path}: cannot be read ({exc.strerror})") from None
+    i, j = docs_block(text, path)
+    try:
+        path.write_text(text[:i] + table + text[j:])
+    except OSError as exc:
+        raise BadReport(f"{path}: cannot be written ({exc.strerror})") from None
 
 
 def main(argv=None) -> int:
@@ -227,9 +262,16 @@ def main(argv=None) -> int:
                          "model/trace/policy, 'none' where none is calibrated)")
     ap.add_argument("--json", type=Path, metavar="PATH",
                     help="also write the rows and the summary as JSON here")
+    ap.add_argument("--docs", type=Path, metavar="FILE",
+                    help="write the summary table into FILE between its fidelity_table.py "
+                         "markers instead of printing the tables")
     args = ap.parse_args(argv)
     try:
         rows = load_rows(args.results)
+        if args.docs:
+            write_docs(args.docs, render_summary(summarize(rows), args.results))
+            print(f"wrote the summary of {len(rows)} reports into {args.docs}")
+            return 0
     except BadReport as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2

@@ -63,12 +63,13 @@
 #   live-long70b:POLICY  the same on the Llama-3.1-70B tp-8 shard. Under pad, 72 requests took 343 s
 #                on 2026-12-02 (holds 256 s, GPU 38 s), 73 more 261 s and the last 55 336 s, each
 #                call carrying the last one's journal (done: h200-2026-12-02e/live_long70b_pad)
-#                Under bucket, 74 requests in 243 s on 2026-12-04 (journal:
-#                h200-2026-12-04b/journal_long70b_bucket.jsonl.gz, to be continued)
+#                Under bucket, 74 requests in 243 s on 2026-12-04 and the other 126 in 359 s
+#                (with the journal's replay) in a second call (done: h200-2026-12-04c)
 #   live-70b:N   live run of the first N conversation requests on the Llama-3.1-70B tp-8 shard
-#   calibrate8b  `specsched calibrate` of the shipped Llama-3.1-8B profile on this GPU: 24 of its
-#                grid points re-measured, one factor per pass group, within --budget-s 120
-#                (limit 150 s)                              -> llama-3.1-8b__H200.calibrated.parquet
+#   calibrate8b[:TAG]  `specsched calibrate` of the shipped Llama-3.1-8B profile on this GPU: 24
+#                of its grid points re-measured, one factor per pass group, within --budget-s 120
+#                (limit 150 s); a TAG keeps several in one call apart
+#                                                  -> llama-3.1-8b__H200.calibrated[_TAG].parquet
 #   calibrate70b the same for the Llama-3.1-70B tp-8 shard  -> llama-3.1-70b__H200.calibrated.parquet
 #   calibrate-v2lite[:TAG]  the same for DeepSeek-V2-Lite (33 s on 2026-12-02)
 #                                              -> deepseek-v2-lite__H200.calibrated[_TAG].parquet
@@ -380,8 +381,9 @@ PY
         --bs "$BS" --kv-lens "$KV" -o "$out/llama-3.1-8b__H200.parquet" ;;
     heldout8b) job heldout8b 150 python3 -m specsched profile --model llama-3.1-8b --heldout-only --progress \
         --base backends/profiles/llama-3.1-8b__H200.parquet --heldout 48 -o "$out/llama-3.1-8b__H200.parquet" ;;
-    calibrate8b) job calibrate8b 150 python3 -m specsched calibrate --model llama-3.1-8b --progress \
-        -o "$out/llama-3.1-8b__H200.calibrated.parquet" --budget-s 120 ;;
+    calibrate8b|calibrate8b:*) tag=${j#calibrate8b}; tag=${tag#:}
+        job "calibrate8b${tag:+-$tag}" 150 python3 -m specsched calibrate --model llama-3.1-8b --progress \
+        -o "$out/llama-3.1-8b__H200.calibrated${tag:+_$tag}.parquet" --budget-s 120 ;;
     calibrate70b) job calibrate70b 150 python3 -m specsched calibrate --model llama-3.1-70b --tp 8 \
         --progress -o "$out/llama-3.1-70b__H200.calibrated.parquet" --budget-s 120 ;;
     calibrate-v2lite|calibrate-v2lite:*) tag=${j#calibrate-v2lite}; tag=${tag#:}
