@@ -115,6 +115,11 @@
 #   straggler-mla-order  the MLA decode straggler cases with the long rows first and last in the
 #                launch (CASESMLA_ORDER; 46 s on 2026-12-03, h200-2026-12-03c: the same rows 12-32%
 #                slower with the long ones last)                    -> straggler_mla_order.json
+#   straggler8b-eager  Llama-3.1-8B eager verify batches shaped like the two bands its long-context
+#                bucket and pad runs miss (CASES8B_EAGER: width 8 at 2-7 requests with one long
+#                row, width 6 at 10-22 requests with one or two), each with its uniform curve;
+#                not yet run                                    -> straggler8b_eager.json
+#   straggler8b-bs4  the width-8, 4-request case of those as a graph replay -> straggler8b_bs4.json
 #   prefill-protocols  DeepSeek-V2-Lite prefills of 8,192 tokens (prefix 0 and 8,192) and 3,240
 #                timed as a profile does and as a live run does, on one GPU (52 s on 2026-12-03:
 #                the same within 0.1%, h200-2026-12-03b)          -> prefill_protocols.json
@@ -262,6 +267,12 @@ draft:48:1:1100:4100:1"
 # so on a launch of two waves the rows placed last make the tail wave): the cells the long-context
 # runs miss most (14-40 requests at width 4, mean KV 8k-16k, +5 to +9%; 19 requests padded to 20
 # at mean KV 7,400 with one at 11,250, -11%; docs/aiter_mla.md, *Long context*)
+# the 8B's eager verify bands that its long-context bucket and pad runs miss (h200-2026-12-04c):
+# typical batches of each band, from the live runs' member_kv
+CASES8B_EAGER="verify:2:8:7500:18700:1,verify:3:8:9200:22300:1,verify:4:8:11000:23000:1,\
+verify:5:8:12000:26000:1,verify:6:8:8000:16000:1,verify:7:8:8000:16000:1,verify:10:6:7000:15800:1,\
+verify:14:6:6700:15600:1,verify:14:6:6700:15600:2,verify:17:6:9100:25300:2,verify:20:6:8900:20900:1,\
+verify:22:6:8300:25200:2"
 CASESMLA_ORDER="verify:20/19:4:7000:11250:1:first,verify:20/19:4:7000:11250:1:last,\
 verify:20:4:8000:23000:1:first,verify:20:4:8000:23000:1:last,verify:14:4:9000:18000:2:first,\
 verify:14:4:9000:18000:2:last,verify:24:4:9000:18000:2:first,verify:24:4:9000:18000:2:last,\
@@ -363,6 +374,10 @@ PY
         --tp 8 --eager --json "$out/straggler70b.json" --cases "$CASES70B" ;;
     straggler-mla) job straggler-mla 300 python3 benchmarks/bench_aiter_straggler.py --model deepseek-v2-lite \
         --json "$out/straggler_mla.json" --cases "$CASESMLA" ;;
+    straggler8b-eager) job straggler8b-eager 300 python3 benchmarks/bench_aiter_straggler.py --eager \
+        --json "$out/straggler8b_eager.json" --cases "$CASES8B_EAGER" ;;
+    straggler8b-bs4) job straggler8b-bs4 150 python3 benchmarks/bench_aiter_straggler.py \
+        --json "$out/straggler8b_bs4.json" --cases verify:4:8:11000:23000:1 ;;
     straggler-mla-order) job straggler-mla-order 300 python3 benchmarks/bench_aiter_straggler.py \
         --model deepseek-v2-lite --json "$out/straggler_mla_order.json" --cases "$CASESMLA_ORDER" ;;
     moe-prefill-sweep) job moe-prefill-sweep 240 python3 benchmarks/bench_prefill_sweep.py \
