@@ -21,7 +21,9 @@ Every figure carries the noise floor when recorded repeats of the reference are 
 The package reads in layers: ``lookup`` (where a step lands in a profile), ``stats`` (the
 statistics), ``runs`` (recorded runs and their configuration), ``report`` (checks and floors),
 ``render`` (markdown), ``run`` (the orchestration), ``cli`` (the command) and ``degrade``
-(deliberately wrong profiles, which the checks must catch).
+(deliberately wrong profiles, which the checks must catch); beside them ``jitter`` and
+``offset`` (the profile side re-run with noisy or offset passes) and ``fragile`` (how many
+requests each missed latency check rests on).
 """
 
 from analysis.fidelity.cli import fidelity

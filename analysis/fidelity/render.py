@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import math
 
+from analysis.fidelity.fragile import fragile_line
 from analysis.fidelity.lookup import AXES
 
 __all__ = ["render_markdown"]
@@ -300,4 +301,7 @@ def _checks_section(report: dict, reps: bool) -> list[str]:
                  "figure is not known" + (" (the jitter floor is simulated)." if jit else "."))]
     if off:
         lines += ["", _offset_line(off, report["checks"])]
+    fragile = fragile_line(report.get("fragile") or {})
+    if fragile:
+        lines += ["", fragile]
     return lines

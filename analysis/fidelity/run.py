@@ -13,10 +13,11 @@ import json
 from pathlib import Path
 from typing import Any
 
+from analysis.fidelity.fragile import fragile_checks
 from analysis.fidelity.jitter import apply_jitter, jitter_floors
 from analysis.fidelity.offset import apply_offset, offset_checks
 from analysis.fidelity.render import render_markdown
-from analysis.fidelity.report import build_report, debiased_table
+from analysis.fidelity.report import TARGETS, build_report, debiased_table
 from analysis.fidelity.runs import config_for_recorded, load_recorded, read_reference_run
 from analysis.fidelity.stats import compare_runs
 from traces.errors import SpecschedError
@@ -111,6 +112,10 @@ def run_fidelity(trace_path: str | Path, model: str, *, out_dir: str | Path | No
                           executor=prof_prep.executor)
         report = build_report(steps, ref_summary, mod.summary, table, worst=worst, repeats=repeats)
         report["profile"]["validation"] = prof_prep.executor.describe().get("validation")
+        ref_requests = (ref.requests if recorded is None
+                        else pq.read_table(Path(reference_run) / "requests.parquet"))
+        report["fragile"] = fragile_checks(report["checks"], ref_requests, mod.requests,
+                                           TARGETS["whole_run_pct"])
         def run_profile(ex):  # the profile side again, through another executor
             return simulate_to(trace, prof_cfg, None, executor=ex).summary
 
