@@ -1,4 +1,4 @@
-"""How many requests a missed whole-run check rests on: which simulated requests, given their live figures, pass it.
+"""How many requests a missed whole-run check rests on, and which ones.
 
 On a bursty trace a latency percentile can turn on a few requests. A request that finishes just
 before a burst of prefills in one run and just after it in the other waits seconds longer there,
@@ -6,9 +6,10 @@ and a handful of such requests moves TPOT p90 or E2E p50 by several points while
 request agrees within 1-2%. For each missed TTFT, TPOT or E2E check, :func:`fragile_checks`
 gives simulated requests their live figure, the one whose own figure differs most in the miss's
 direction first, until the check is within its target, and reports how many it took (at most
-:data:`MAX_SHARE` of the requests), which ones and the check's value then. Every request stays
-in both runs, so no quantile moves by a change of rank alone. Found greedily, the count is an
-upper bound on the fewest such requests. It explains a miss; it does not change the verdict.
+:data:`MAX_SHARE` of the requests), which ones, the check's value then, and how far apart the
+live figures either side of the quantile are. Every request stays in both runs, so no quantile
+moves by a change of rank alone. Found greedily, the count is an upper bound on the fewest such
+requests. It explains a miss; it does not change the verdict.
 """
 
 from __future__ import annotations
@@ -45,12 +46,23 @@ def _diff(ref: np.ndarray, sim: np.ndarray, q: float) -> float:
     return float(b / a - 1.0) * 100.0
 
 
+def _gap(ref: np.ndarray, q: float) -> float:
+    """How far apart (%) the two live figures either side of the quantile's position are: where
+    they are far apart, the quantile turns on which requests fall on each side."""
+    v = np.sort(ref)
+    lo = int(math.floor(q * (len(v) - 1)))
+    hi = min(lo + 1, len(v) - 1)
+    return float(v[hi] / v[lo] - 1.0) * 100.0 if v[lo] > 0 else math.inf
+
+
 def resting_on(ref: dict[Any, float], sim: dict[Any, float], q: float, target: float,
                cap: int) -> dict[str, Any]:
     """The requests a quantile's difference rests on: ``{"requests": k, "ids": [...],
     "value_pct": the difference with their live figures}``, or ``{"more_than": cap,
     "value_pct": ...}`` when ``cap`` requests were not enough; ``per_request_median_pct``: the
-    median of the requests' own differences. Only requests finished in both runs count."""
+    median of the requests' own differences; ``live_gap_pct`` (with ``requests``): how far apart
+    the live figures either side of the quantile are. Only requests finished in both runs
+    count."""
     ids = [i for i in ref if i in sim and math.isfinite(ref[i]) and math.isfinite(sim[i])]
     r = np.array([ref[i] for i in ids])
     s = np.array([sim[i] for i in ids])
@@ -60,6 +72,7 @@ def resting_on(ref: dict[Any, float], sim: dict[Any, float], q: float, target: f
         rel = np.where(r > 0, s / r - 1.0, 0.0)
     own = rel * sign
     median = float(np.median(rel)) * 100.0 if len(rel) else None
+    gap = _gap(r, q)
     order = np.argsort(-own, kind="stable")
     s = s.copy()
     taken = []
@@ -69,7 +82,7 @@ def resting_on(ref: dict[Any, float], sim: dict[Any, float], q: float, target: f
         d = _diff(r, s, q)
         if abs(d) <= target:
             return {"requests": len(taken), "ids": taken, "value_pct": d,
-                    "per_request_median_pct": median}
+                    "per_request_median_pct": median, "live_gap_pct": gap}
     return {"more_than": cap, "value_pct": d, "per_request_median_pct": median}
 
 
@@ -100,7 +113,9 @@ def fragile_line(fragile: dict[str, dict]) -> str | None:
             ids = ", ".join(str(i) for i in f["ids"])
             n = f["requests"]
             parts.append(f"{name} on {n} request{'s' * (n != 1)} ({ids}: {f['value_pct']:+.2f}% "
-                         f"with {'their' if n != 1 else 'its'} live figure{'s' * (n != 1)}; {med})")
+                         f"with {'their' if n != 1 else 'its'} live figure{'s' * (n != 1)}; {med}; "
+                         f"the live figures either side of the quantile {f['live_gap_pct']:.1f}% "
+                         f"apart)")
     return ("Requests each missed latency check rests on (simulated requests given their live "
             "figures, the one that differs most first, until the check is within target; at most "
             f"{MAX_SHARE:.0%} of the requests): " + "; ".join(parts) + ".")

@@ -34,8 +34,10 @@ def test_one_request_that_waited_through_a_burst_carries_the_median():
     sim = dict(live, c=6.0)  # c waits twice as long in the simulation
     # sim sorted 1, 2, 4, 5, 6: median 4 against 3, +33.3%; with c at its live 3 s it is 0%
     got = resting_on(live, sim, 0.5, 3.0, cap=2)
+    # the live figures either side of the median's position (2 of 0..4): 3 and 4, 33.3% apart
     assert got == {"requests": 1, "ids": ["c"], "value_pct": pytest.approx(0.0),
-                   "per_request_median_pct": pytest.approx(0.0)}
+                   "per_request_median_pct": pytest.approx(0.0),
+                   "live_gap_pct": pytest.approx(100 / 3)}
 
 
 def test_a_miss_every_request_shares_rests_on_more_than_the_cap():
@@ -74,8 +76,9 @@ def test_only_missed_latency_checks_are_looked_at():
     assert list(got) == ["ttft_p99"]
     assert got["ttft_p99"]["ids"] == ["0"] and got["ttft_p99"]["requests"] == 1
     line = fragile_line(got)
+    # every live TTFT is 1 s: no gap at the quantile
     assert "ttft_p99 on 1 request (0: +0.00% with its live figure; per request +0.00% at the " \
-           "median)" in line
+           "median; the live figures either side of the quantile 0.0% apart)" in line
     assert fragile_line({}) is None
 
 
