@@ -46,7 +46,7 @@ import pyarrow.compute as pc
 from analysis.results import RunResults
 
 __all__ = ["Dist", "quantile", "dist", "col", "kind_mask", "kind_names", "duration_s",
-           "request_latencies", "inter_token_gaps", "goodput", "verify_stats", "iteration_stats",
+           "request_latencies", "table_latencies", "inter_token_gaps", "goodput", "verify_stats", "iteration_stats",
            "breakdown", "summarize", "LATENCY_METRICS"]
 
 #: Per-request latency metrics (name -> description), the ones an SLO can name.
@@ -121,7 +121,11 @@ def request_latencies(run: RunResults) -> dict[str, np.ndarray]:
 
     Unfinished requests get +inf; tpot is NaN for one-token requests (undefined).
     """
-    r = run.requests
+    return table_latencies(run.requests)
+
+
+def table_latencies(r: pa.Table) -> dict[str, np.ndarray]:
+    """:func:`request_latencies` of a requests table (``requests.parquet``) itself."""
     arrival = col(r, "arrival_s")
     admit = col(r, "admit_s")
     first = col(r, "first_token_s")

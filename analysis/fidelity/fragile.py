@@ -20,24 +20,20 @@ from typing import Any
 import numpy as np
 import pyarrow as pa
 
-from analysis.metrics import col
+from analysis.metrics import table_latencies
 
 MAX_SHARE = 0.05
 QUANTILES = {"p50": 0.5, "p90": 0.9, "p99": 0.99}
 
 
 def request_figures(requests: pa.Table) -> dict[str, dict[Any, float]]:
-    """Per request id: ttft, tpot and e2e (s), as the run summary computes them (unfinished
-    requests +inf; tpot left out for one-token requests)."""
+    """Per request id: ttft, tpot and e2e (s), as the run summary computes them
+    (:func:`analysis.metrics.table_latencies`: unfinished requests +inf; tpot left out for
+    one-token requests)."""
     ids = requests.column("request_id").to_pylist()
-    arrival, first = col(requests, "arrival_s"), col(requests, "first_token_s")
-    finish, out = col(requests, "finish_s"), col(requests, "output_tokens")
-    with np.errstate(divide="ignore", invalid="ignore"):
-        tpot = np.where(np.isnan(finish) | np.isnan(first), math.inf, (finish - first) / (out - 1))
-    figs = {"ttft": np.where(np.isnan(first), math.inf, first - arrival),
-            "e2e": np.where(np.isnan(finish), math.inf, finish - arrival), "tpot": tpot}
-    return {m: {i: float(v) for i, v, o in zip(ids, figs[m], out)
-                if m != "tpot" or o > 1} for m in figs}
+    lat = table_latencies(requests)
+    return {m: {i: float(v) for i, v in zip(ids, lat[m]) if not math.isnan(v)}
+            for m in ("ttft", "tpot", "e2e")}
 
 
 def _diff(ref: np.ndarray, sim: np.ndarray, q: float) -> float:

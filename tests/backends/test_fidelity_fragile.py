@@ -14,10 +14,12 @@ from traces.synth import synth
 
 
 def _requests(rows):
-    """A requests table from (id, arrival, first token, finish, output tokens) rows."""
+    """A requests table from (id, arrival, first token, finish, output tokens) rows, each
+    admitted on arrival."""
     ids, arr, first, fin, out = zip(*rows)
-    return pa.table({"request_id": list(ids), "arrival_s": list(arr), "first_token_s": list(first),
-                     "finish_s": list(fin), "output_tokens": list(out)})
+    return pa.table({"request_id": list(ids), "arrival_s": list(arr), "admit_s": list(arr),
+                     "first_token_s": list(first), "finish_s": list(fin),
+                     "output_tokens": list(out)})
 
 
 def test_request_figures_are_the_summarys_per_request_latencies():
