@@ -26,12 +26,27 @@ from typing import Any
 from backends.calibrate import (SHAPE, anchor_record, calibrated_metadata, calibrated_rows,
                                 factors_text, fit_factors, group_name)
 
-__all__ = ["refit_calibration"]
+__all__ = ["refit_calibration", "rebase_anchors"]
 
 
 def _key(r: dict) -> tuple:
     return (str(r["kind"]), bool(r["graph"]), int(r["bs"]), int(r["width"]), int(r["kv_len"]),
             int(r["tokens"]))
+
+
+def rebase_anchors(kept: list[dict], grid: list[dict]) -> tuple[list[dict], list[dict]]:
+    """The anchors ``kept`` (a calibration's) against the grid rows ``grid`` of another base:
+    each one whose shape is a row there, its ``measured_s`` over that row's latency; and the
+    shapes of those that are not."""
+    base_of = {_key(r): r for r in grid}
+    anchors, missing = [], []
+    for a in kept:
+        b = base_of.get(_key(a))
+        if b is None:
+            missing.append({k: a[k] for k in SHAPE})
+            continue
+        anchors.append(anchor_record(a, b["latency_s"], a["measured_s"], a.get("reps")))
+    return anchors, missing
 
 
 def refit_calibration(model: Any, source: str, base: str, out: str) -> dict[str, Any]:
@@ -50,14 +65,7 @@ def refit_calibration(model: Any, source: str, base: str, out: str) -> dict[str,
     base_rows, meta = read_profile(base)
     _check_model(model, meta.get("model"), str(base))
     grid = grid_rows(base_rows).to_pylist()
-    base_of = {_key(r): r for r in grid}
-    anchors, missing = [], []
-    for a in cal["anchors"]:
-        b = base_of.get(_key(a))
-        if b is None:
-            missing.append({k: a[k] for k in SHAPE})
-            continue
-        anchors.append(anchor_record(a, b["latency_s"], a["measured_s"], a.get("reps")))
+    anchors, missing = rebase_anchors(cal["anchors"], grid)
     if not anchors:
         raise SpecschedError(f"none of the {len(cal['anchors'])} anchors of {Path(source).name} "
                              "is a grid row of this profile: nothing to fit", path=str(base))

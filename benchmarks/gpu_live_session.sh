@@ -118,7 +118,7 @@
 #   straggler8b-eager  Llama-3.1-8B eager verify batches shaped like the two bands its long-context
 #                bucket and pad runs miss (CASES8B_EAGER: width 8 at 2-7 requests with one long
 #                row, width 6 at 10-22 requests with one or two), each with its uniform curve;
-#                not yet run                                    -> straggler8b_eager.json
+#                done: h200-2026-12-04d (81 s)                 -> straggler8b_eager.json
 #   straggler8b-bs4  the width-8, 4-request case of those as a graph replay -> straggler8b_bs4.json
 #   prefill-protocols  DeepSeek-V2-Lite prefills of 8,192 tokens (prefix 0 and 8,192) and 3,240
 #                timed as a profile does and as a live run does, on one GPU (52 s on 2026-12-03:
