@@ -23,7 +23,7 @@ if TYPE_CHECKING:
 
 __all__ = ["attention_params", "table_attention", "table_model", "attention_kernel",
            "kv_segments", "effective_kv", "verify_kv", "lone_straggler_kv", "latency_at_kv0", "kv_at_latency",
-           "attention_rows", "TAIL_EXPONENT", "LONE_STRAGGLER_2D_S", "DRAFT_LAYERS", "NATT",
+           "attention_rows", "TAIL_EXPONENT", "WAVE_FILL_3D", "LONE_STRAGGLER_2D_S", "DRAFT_LAYERS", "NATT",
            "KERNEL_3D", "KERNEL_2D", "KERNEL_2D_DECODE", "KERNEL_MLA"]
 
 # the attention vector (attention_params): AITER's unified-attention grid and residency
@@ -45,16 +45,24 @@ KERNEL_3D, KERNEL_2D, KERNEL_2D_DECODE, KERNEL_MLA = 0, 1, 2, 3
 #: tail runs no faster; 1: an SM's throughput is shared).  Fitted per kernel variant to
 #: ``benchmarks/bench_aiter_straggler.py`` on an H200 with the Llama-3.1-8B head layout (25
 #: mixed batches against uniform ones; docs/backends.md); a profile may carry its own
-#: (``attention.tail_exponent``).  Refitted under the partial-wave form over the 74 3D-kernel
-#: cases of five recorded runs (three on the 8B, two on the Llama-3.1-70B tp-8 shard), the 3D
-#: kernel's exponent would be 0.3 (``python benchmarks/straggler_tail_fit.py``: 2.84% against
-#: 3.33% at 0.4) and per step it does better on three of the four live long-context runs, but
-#: the live runs' whole-run checks moved both ways (190 met against 193), which without repeat
-#: runs cannot be told from noise, so 0.4 stays (docs/backends.md, *Refitting the 3D tail
-#: exponent*).
+#: (``attention.tail_exponent``).  The 3D kernel's, 0.3, was fitted together with
+#: :data:`WAVE_FILL_3D` over the 74 3D-kernel cases of five recorded runs (three on the 8B, two
+#: on the Llama-3.1-70B tp-8 shard: 2.20% against 3.33% at 0.4 and the full occupancy) and
+#: then scored on 13 cases recorded after the fit (2026-12-04d): 3.33% against 4.88%
+#: (``python benchmarks/straggler_tail_fit.py``; docs/backends.md, *A 3D wave holds 1,023
+#: programs*).
 #: On the 2D verify kernel, :data:`LONE_STRAGGLER_2D_S` replaces it when the model's layer count
 #: is known.
-TAIL_EXPONENT = {"2d": 1.0, "2d_decode": 0.25, "3d": 0.4, "mla": 0.4}
+TAIL_EXPONENT = {"2d": 1.0, "2d_decode": 0.25, "3d": 0.3, "mla": 0.4}
+#: The share of the 3D split-KV kernel's resident slots (``slots_per_sm["3d"]`` x SMs, from the
+#: occupancy query) that one wave of its programs fills: 31/32, 1,023 of the H200's 1,056.  The
+#: 8B's uniform verify graphs say why: their KV slope steps up at 1,024, 2,048 and 3,072 working
+#: programs (widths 4, 6 and 8), one wave more each time, where 1,056 slots would put the steps
+#: at 1,057, 2,113 and 3,169; the slope stays flat from 640 to 896 programs and from 1,280 to
+#: 1,792, so a wave holds between 897 and 1,023.  Within that range the straggler cases fit
+#: 1,023 best (with :data:`TAIL_EXPONENT` ``3d`` 0.3).  A profile may carry its own
+#: (``attention.wave_fill_3d``).
+WAVE_FILL_3D = 31 / 32
 #: Seconds per KV token per layer that the longest request's programs take on AITER's 2D
 #: (non-decode) unified-attention kernel, whatever else runs: the lone-straggler form
 #: ``T = max(T_u(mean KV), T_0 + a x kv_max)`` with ``a`` this times the layers of the model that
@@ -95,7 +103,7 @@ def attention_params(att: dict[str, Any] | None, model: Any = None) -> np.ndarra
     a[ATT_MAXSEG] = att["max_segments"]
     a[ATT_S2D] = sms * float(slots["2d"])
     a[ATT_S2DD] = sms * float(slots["2d_decode"])
-    a[ATT_S3D] = sms * float(slots["3d"])
+    a[ATT_S3D] = sms * float(slots["3d"]) * float(att.get("wave_fill_3d", WAVE_FILL_3D))
     a[ATT_SMS] = sms
     tail = _tail_exponents(att)
     a[ATT_G2D], a[ATT_G2DD], a[ATT_G3D] = tail["2d"], tail["2d_decode"], tail["3d"]

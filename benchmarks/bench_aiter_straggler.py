@@ -109,7 +109,7 @@ HEADER = (f"{'case':<26} | {'mixed ms':>8} | {'K_eq':>6} | {'mean':>6} {'err':>6
 
 
 def summarize(results: list[dict], att: np.ndarray, occ: dict) -> dict:
-    from backends.attention_kv import ATT_G2D, ATT_G2DD, ATT_G3D
+    from backends.attention_kv import ATT_G2D, ATT_G2DD, ATT_G3D, ATT_S3D, ATT_SMS
 
     me = np.array([r["mean_err_pct"] for r in results])
     re_ = np.array([r["rule_err_pct"] for r in results])
@@ -120,6 +120,8 @@ def summarize(results: list[dict], att: np.ndarray, occ: dict) -> dict:
                "rule_within_3pct": int(np.sum(np.abs(re_) <= 3.0)),
                "tail_exponent": {"2d": float(att[ATT_G2D]), "2d_decode": float(att[ATT_G2DD]),
                                  "3d": float(att[ATT_G3D])},
+               # the 3D kernel's programs per wave the rule took (WAVE_FILL_3D of the occupancy)
+               "wave_programs_3d": float(att[ATT_S3D]) if att[ATT_SMS] else None,
                "occupancy": occ}
     print(f"latency error over {len(results)} cases (MAPE / worst): mean KV "
           f"{summary['mean_lookup_mape_pct']:.2f}% / {summary['mean_lookup_worst_pct']:+.1f}%; "

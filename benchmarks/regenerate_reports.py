@@ -16,6 +16,7 @@ can be brought up to date; ``tests/backends/test_shipped.py`` fails until they a
     python benchmarks/regenerate_reports.py --dry-run  # list them, change nothing
     python benchmarks/regenerate_reports.py --profile deepseek-v3__H200.parquet  # one profile's
     python benchmarks/regenerate_reports.py --report benchmarks/results/X/fidelity_Y.md  # and this
+    python benchmarks/regenerate_reports.py --calibrated   # and every report on a kept calibrated profile
 
 A report run with a backend setting other than today's default (``--set
 backend.kv_lookup=fluid``) is re-run with it (:func:`backend_overrides`).
@@ -64,9 +65,20 @@ def backend_overrides(report: dict) -> dict:
             if k not in ("name", "profile", "gpu") and k in default and v != default[k]}
 
 
+def kept_profile(report: dict) -> Path | None:
+    """The profile a report compared when it is a file kept in this repository (a calibrated
+    profile under ``benchmarks/results/``) whose bytes are still the ones the report recorded;
+    None for a shipped profile or one that is gone or changed."""
+    f = ROOT / report["profile"]["file"]
+    if f.parent == PROFILES_DIR or not f.is_file():
+        return None
+    return f if hashlib.sha256(f.read_bytes()).hexdigest() == report["profile"]["sha256"] else None
+
+
 def rerun(report: dict, model: str, dest: Path) -> dict:
-    """Run ``specsched fidelity`` with a report's recorded arguments; write its .md and .json
-    at ``dest`` (the report's .md path); return the new report."""
+    """Run ``specsched fidelity`` with a report's recorded arguments (and its kept profile,
+    :func:`kept_profile`); write its .md and .json at ``dest`` (the report's .md path); return
+    the new report."""
     from click.testing import CliRunner
 
     from analysis.fidelity.cli import fidelity
@@ -76,6 +88,9 @@ def rerun(report: dict, model: str, dest: Path) -> dict:
     for rep in report.get("reference_repeats") or []:
         args += ["--repeat-run", rep["run"]]
     args += [f"--set=backend.{k}={v}" for k, v in backend_overrides(report).items()]
+    kept = kept_profile(report)
+    if kept is not None:
+        args += ["--profile", str(kept.relative_to(ROOT))]
     with tempfile.TemporaryDirectory() as tmp:
         out = Path(tmp) / "fid"
         res = CliRunner().invoke(fidelity, args + ["--out", str(out)], catch_exceptions=False)
@@ -91,10 +106,15 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--dry-run", action="store_true", help="list the reports, change nothing")
     ap.add_argument("--profile", action="append", default=[], metavar="FILE",
-                    help="only the reports of this shipped profile (file name; repeatable)")
+                    help="only the reports of this shipped profile (file name; repeatable; "
+                         "--calibrated's reports run whatever it says)")
     ap.add_argument("--report", action="append", default=[], metavar="MD",
                     help="also this report outside the record (its .md path; repeatable), e.g. "
                          "a what-if's")
+    ap.add_argument("--calibrated", action="store_true",
+                    help="also every report under benchmarks/results/ that compared a calibrated "
+                         "profile kept beside it, against that profile (whose bytes must be the "
+                         "ones it recorded)")
     args = ap.parse_args()
     record = reports()
     names = {n for n, _ in record}
@@ -109,12 +129,30 @@ def main() -> None:
             raise SystemExit(f"error: --report {extra}: no {md.with_suffix('.json').name} beside it")
         name = Path(json.loads(md.with_suffix(".json").read_text())["profile"]["file"]).name
         record.append((name, md))
+    if args.calibrated:
+        listed = {md.resolve() for _, md in record}
+        for js in sorted((ROOT / "benchmarks" / "results").glob("*/fidelity*.json")):
+            rep = json.loads(js.read_text())
+            md = js.with_suffix(".md").resolve()
+            if md not in listed and isinstance(rep.get("profile"), dict) \
+                    and kept_profile(rep) is not None:
+                record.append((Path(rep["profile"]["file"]).name, md))
     for name, md in record:
-        if args.profile and name not in args.profile:
-            continue
         old = json.loads(md.with_suffix(".json").read_text())
-        sha = hashlib.sha256((PROFILES_DIR / name).read_bytes()).hexdigest()
         rel = md.relative_to(ROOT)
+        kept = kept_profile(old) is not None
+        if args.profile and name not in args.profile and not kept:
+            continue
+        if kept:
+            before, _ = met(old["checks"])
+            if args.dry_run:
+                print(f"{rel}: would re-run against {old['profile']['file']} ({before})")
+                continue
+            new = rerun(old, old["model"], md)
+            after, missed = met(new["checks"])
+            print(f"{rel}: {before} -> {after}; missed: {', '.join(missed) or 'none'}", flush=True)
+            continue
+        sha = hashlib.sha256((PROFILES_DIR / name).read_bytes()).hexdigest()
         if old["profile"]["sha256"] != sha:
             print(f"{rel}: kept (it compared an earlier version of {name})")
             continue

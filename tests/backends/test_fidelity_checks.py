@@ -24,6 +24,7 @@ ROOT = Path(__file__).resolve().parents[2]
 SHIPPED = ROOT / "backends" / "profiles" / "llama-3.1-8b__H200.parquet"
 RESULTS = ROOT / "benchmarks" / "results"
 CONV = ROOT / "traces" / "samples" / "azure_conv_eagle_2k.parquet"
+LONG = ROOT / "traces" / "samples" / "synth_longctx_200.parquet"
 
 
 @pytest.fixture(scope="module")
@@ -265,25 +266,26 @@ def test_scale_rows_scales_every_latency_and_leaves_its_input_alone():
 @pytest.mark.slow
 def test_degraded_profiles_fail_against_a_shipped_live_run(tmp_path):
     """Each degraded copy of the shipped 8B profile fails a whole-run check that the shipped
-    profile passes, and errs more on its worst shape band, against the shipped live run with
-    mixed widths (the first 150 conversation requests under --policy split: a fixed-width run
-    cannot tell a width-blind profile apart).  The shipped profile meets every whole-run check
-    there but TPOT p99 (-3.10% since the 3D kernel's partial-wave form of 2026-12-02; -2.75%
-    before) and every per-step check but its worst band (a prefill band at 3.04%,
-    docs/backends.md); a degraded copy must fail a whole-run check the shipped one meets."""
+    profile passes, and errs more on its worst shape band, against a shipped live run with
+    mixed widths (a fixed-width run cannot tell a width-blind profile apart): the first 180
+    requests of the long-context sample under --policy split (2026-12-04b, GPU d8629476), where
+    the shipped profile meets every check (17 of 17, docs/backends.md). Until the 3D kernel's
+    wave fill (2026-12-04) this used the 150-conversation-request split run of 2026-12-01, whose
+    TTFT p90 / p99 now miss for the shipped profile too: two live runs of those requests differ
+    by 5.75 / 13.61% there."""
     from analysis.fidelity.degrade import DEGRADATIONS, write_degraded
 
-    live = RESULTS / "h200-2026-12-01" / "live_split150"
+    live = RESULTS / "h200-2026-12-04b" / "live_long_split180"
 
     def judge(path):
-        return run_fidelity(CONV, "llama-3.1-8b", profile=str(path), limit=150,
+        return run_fidelity(LONG, "llama-3.1-8b", profile=str(path), limit=180,
                             reference_run=live)
 
     def band(report):
         return abs(report["checks"]["step_mape_worst_band"]["value_pct"])
 
     good = judge(SHIPPED)
-    assert _failed(good) <= {"step_mape_worst_band", "heldout_mape", "tpot_p99"}
+    assert _failed(good) == set()
     for name in DEGRADATIONS:
         bad = judge(write_degraded(SHIPPED, tmp_path / f"{name}.parquet", name))
         failed = _failed(bad) - _failed(good)

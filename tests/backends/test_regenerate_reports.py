@@ -1,6 +1,7 @@
 """``benchmarks/regenerate_reports.py --dry-run``: which of the validation record's reports it
-would re-run (those that compared the shipped file as it is now) and which it keeps (those of an
-earlier version of a profile), without changing any file."""
+would re-run (those that compared the shipped file as it is now, or a calibrated profile kept
+in the repository with the bytes they recorded) and which it keeps (those of an earlier version
+of a profile), without changing any file."""
 
 from __future__ import annotations
 
@@ -26,10 +27,14 @@ def test_dry_run_lists_every_report_and_keeps_those_of_earlier_profiles():
     lines = {ln.split(":", 1)[0]: ln for ln in out.splitlines() if ln.startswith("benchmarks/")}
     assert set(lines) == {rep for _, rep in named}
     for name, rep in named:
-        compared = json.loads((ROOT / rep).with_suffix(".json").read_text())["profile"]["sha256"]
-        current = hashlib.sha256((PROFILES_DIR / name).read_bytes()).hexdigest()
-        assert ("would re-run" in lines[rep]) == (compared == current), lines[rep]
-        assert ("kept" in lines[rep]) == (compared != current), lines[rep]
+        prof = json.loads((ROOT / rep).with_suffix(".json").read_text())["profile"]
+        if (ROOT / prof["file"]).parent != PROFILES_DIR:  # a calibrated profile kept beside it
+            current = hashlib.sha256((ROOT / prof["file"]).read_bytes()).hexdigest()
+            assert f"against {prof['file']}" in lines[rep], lines[rep]
+        else:
+            current = hashlib.sha256((PROFILES_DIR / name).read_bytes()).hexdigest()
+        assert ("would re-run" in lines[rep]) == (prof["sha256"] == current), lines[rep]
+        assert ("kept" in lines[rep]) == (prof["sha256"] != current), lines[rep]
     # the V3 report of 2026-12-02b compared the profile before its prefill points at 32-248
     # tokens; the 8B's evidence compared the shipped file
     assert "kept" in lines["benchmarks/results/h200-2026-12-02b/fidelity_v360.md"]
@@ -49,3 +54,20 @@ def test_a_what_if_report_is_rerun_with_its_backend_setting():
                        .read_text())
     assert backend_overrides(fluid) == {"kv_lookup": "fluid"}
     assert backend_overrides(plain) == {}
+
+
+def test_calibrated_adds_the_reports_on_kept_calibrated_profiles():
+    """``--calibrated`` adds every report under benchmarks/results/ that compared a calibrated
+    profile kept beside it, once each, against that file; nothing is written."""
+    before = {p: p.read_bytes() for p in (ROOT / "benchmarks/results").glob("*/fidelity*.json")}
+    out = subprocess.run([sys.executable, str(ROOT / "benchmarks" / "regenerate_reports.py"),
+                          "--dry-run", "--calibrated"], cwd=ROOT, capture_output=True, text=True,
+                         check=True).stdout
+    lines = [ln for ln in out.splitlines() if ln.startswith("benchmarks/")]
+    reps = [ln.split(":", 1)[0] for ln in lines]
+    assert len(reps) == len(set(reps))
+    cal = "benchmarks/results/h200-2026-12-04d/fidelity_split150_calibrated.md"
+    line = next(ln for ln in lines if ln.startswith(cal + ":"))
+    assert "would re-run against benchmarks/results/h200-2026-12-04d/" \
+           "llama-3.1-8b__H200.calibrated.parquet" in line
+    assert all(p.read_bytes() == data for p, data in before.items())

@@ -62,16 +62,20 @@ def test_the_partial_wave_form_beats_the_previous_3d_rule_on_the_recorded_3d_cas
                                   "h200-2026-12-03/straggler_mla_d5235e89.json"])
 def test_rescoring_reproduces_what_the_gpu_run_printed_for_the_rule_it_ran(name):
     """Each run printed the lookup rule's errors on the GPU (the 2D and 3D runs of 2026-12-02
-    under today's tail exponents); re-scoring the stored curves on a CPU gives the same numbers:
-    with today's rule where it is unchanged, and on the 3D kernel with the rule those runs ran
-    (``straggler_3d_waves.previous_rule_kv``)."""
+    under the tail exponents of the time); re-scoring the stored curves on a CPU gives the same
+    numbers: with today's rule where it is unchanged (the 2D kernels and the MLA decode), and on
+    the 3D kernel with the rule those runs ran (``straggler_3d_waves.previous_rule_kv``, with
+    the whole occupancy in one wave and the 3D exponent the run recorded, 0.4 where it recorded
+    none: ``WAVE_FILL_3D`` and the exponent 0.3 came after them)."""
     import json
 
     import straggler_3d_waves as m
     from backends.attention_kv import attention_params
 
     data = json.loads((RESULTS / name).read_text())
-    att = attention_params(data["summary"]["occupancy"])
+    ran = (data["summary"].get("tail_exponent") or {}).get("3d", 0.4)
+    att = attention_params({**data["summary"]["occupancy"], "wave_fill_3d": 1.0,
+                            "tail_exponent": {"3d": ran}})
     rule, _, rows = rescore(name)
     for c, r, now in zip(data["cases"], rows, rule):
         if m.is_3d(c, att):

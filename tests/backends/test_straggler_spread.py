@@ -22,21 +22,23 @@ def _mod():
 
 
 def test_one_straggler_alone_runs_at_its_tail_speed():
-    # 4 requests x width 6 (24 rows): 16 segments, 2 query blocks x 8 heads x 16 = 256 programs
-    # each, 1,024 <= 1,056 slots: one wave at 1024 / 132 programs per SM. All four run to 1,000;
-    # then the straggler alone, 256 / 132 per SM: f = (256 / 1024) ** 0.4 = 0.5743, so
-    # 1000 + 4000 x 0.5743 = 3297.4 (the rule, taking the others at the mean 2,000, gives 3723)
-    kv = _mod().shared_kv([1000, 1000, 5000, 1000], 4.0, 24.0, ATT, 0.4)
-    assert kv == pytest.approx(1000 + 4000 * 0.25 ** 0.4) and kv == pytest.approx(3297.4, abs=0.1)
+    # 3 requests x width 6 (18 rows): 16 segments, 2 query blocks x 8 heads x 16 = 256 programs
+    # each, 768 <= 1,023 slots (31/32 of 1,056): one wave at 768 / 132 programs per SM. All
+    # three run to 1,000; then the straggler alone, 256 / 132 per SM: f = (256 / 768) ** 0.4 =
+    # 0.6444, so 1000 + 4000 x 0.6444 = 3577.6
+    kv = _mod().shared_kv([1000, 1000, 5000], 3.0, 18.0, ATT, 0.4)
+    assert kv == pytest.approx(1000 + 4000 * (1 / 3) ** 0.4) and kv == pytest.approx(3577.6, abs=0.1)
 
 
 def test_a_spread_batch_slows_as_its_requests_finish():
-    # sorted 1000, 2000, 3000, 5000 at exponent 0.5: three left run at (768 / 1024) ** 0.5 =
-    # 0.8660, two at 0.7071, one at 0.5: 1000 + 866.0 + 707.1 + 2000 x 0.5 = 3573.1
-    kv = _mod().shared_kv([3000, 1000, 5000, 2000], 4.0, 24.0, ATT, 0.5)
-    assert kv == pytest.approx(3573.1, abs=0.1)
-    # a uniform batch is its own length; two waves (5 x 256 = 1,280 programs) are not its case
-    assert _mod().shared_kv([2000] * 4, 4.0, 24.0, ATT, 0.5) == pytest.approx(2000)
+    # sorted 1000, 2000, 5000 at exponent 0.5: two left run at (512 / 768) ** 0.5 = 0.8165,
+    # one at (256 / 768) ** 0.5 = 0.5774: 1000 + 816.5 + 3000 x 0.5774 = 3548.5
+    kv = _mod().shared_kv([2000, 1000, 5000], 3.0, 18.0, ATT, 0.5)
+    assert kv == pytest.approx(3548.5, abs=0.1)
+    # a uniform batch is its own length; two waves are not its case: 4 x 256 = 1,024 programs
+    # are one more than a wave holds
+    assert _mod().shared_kv([2000] * 3, 3.0, 18.0, ATT, 0.5) == pytest.approx(2000)
+    assert _mod().shared_kv([1000] * 3 + [5000], 4.0, 24.0, ATT, 0.5) is None
     assert _mod().shared_kv([1000] * 4 + [5000], 5.0, 30.0, ATT, 0.5) is None
 
 

@@ -50,31 +50,48 @@ def phi(n_tail, n_ref, kernel):
 
 def test_in_one_wave_the_straggler_runs_on_faster_alone():
     f = cf()
-    # 4 requests x width 6: (24 // 4 + 4) * 8 = 80 programs -> the split-KV kernel, 16 segments;
-    # 2 query blocks x 8 heads x 16 = 256 programs per request, 1024 <= 1056 slots: one wave, at
-    # 1024 / 132 programs per SM; the straggler's 256 alone are 256 / 132 per SM
-    mean = (3 * 1000.0 + 5000.0) / 4
-    kv = effective_kv(3 * 1000.0 + 5000.0, 5000.0, 4.0, 4.0, 24.0, False, f)
-    assert kv == pytest.approx(mean + phi(256 / 132, 1024 / 132, "3d") * (5000.0 - mean))
+    # 3 requests x width 6: (18 // 4 + 3) * 8 = 56 programs -> the split-KV kernel, 16 segments;
+    # 2 query blocks x 8 heads x 16 = 256 programs per request, 768 <= 1,023 (31/32 of 1,056
+    # slots, WAVE_FILL_3D): one wave, at 768 / 132 programs per SM; the straggler's 256 alone
+    # are 256 / 132 per SM. By hand: phi = (1 / 3) ** 0.3 = 0.7192, K = 2333.3 + 0.7192 x
+    # 2666.7 = 4251.3
+    mean = (2 * 1000.0 + 5000.0) / 3
+    kv = effective_kv(2 * 1000.0 + 5000.0, 5000.0, 3.0, 3.0, 18.0, False, f)
+    assert kv == pytest.approx(mean + phi(256 / 132, 768 / 132, "3d") * (5000.0 - mean))
+    assert kv == pytest.approx(4251.3, abs=0.1)
     # fewer programs per SM in the uniform batch: the straggler gains less by running alone
     mean2 = (1000.0 + 5000.0) / 2
     kv2 = effective_kv(1000.0 + 5000.0, 5000.0, 2.0, 2.0, 12.0, False, f)
     assert kv2 == pytest.approx(mean2 + phi(256 / 132, 512 / 132, "3d") * (5000.0 - mean2))
-    assert (kv2 - mean2) / 2000.0 > (kv - mean) / 3000.0
+    assert (kv2 - mean2) / (5000.0 - mean2) > (kv - mean) / (5000.0 - mean)
+
+
+def test_a_wave_holds_1023_programs_not_1056():
+    """Four requests at width 8, three at 11,000 and one at 23,000 (benchmarks/results/
+    h200-2026-12-04d/straggler8b_bs4.json: as long as the uniform batch at 15,950; the eager
+    launch of the same batch, 15,767). 4 x 2 x 8 x 16 = 1,024 programs: one more than a wave
+    holds, so the partial-wave form applies (f = 1 / 1023). By hand: f ** 0.3 = 0.12504, phi
+    = (256 / 1023) ** 0.3 = 0.65995, K = (11000 x 1.12504 + 0.65995 x 12000) / 1.12504 =
+    18039; under the one-wave rule of 1,056 slots and exponent 0.4 it was 19,169."""
+    f = cf()
+    kv = effective_kv(3 * 11000.0 + 23000.0, 23000.0, 4.0, 4.0, 32.0, False, f)
+    assert kv == pytest.approx(18039.2, abs=0.5)
+    assert abs(kv - 15950) < abs(19169 - 15950)
 
 
 def test_a_partly_filled_last_wave_does_not_hide_the_straggler():
     """The first case of the 3D-kernel run of 2026-12-02 (benchmarks/results/h200-2026-12-02b/
     straggler3d.json): 10 requests at width 4, nine at 4,000 and one at 8,000, took as long as
-    the uniform batch at 5,192. 10 x 1 x 8 x 16 = 1,280 programs fill 1,056 slots and 224 more
-    (f = 0.212); the rule before the partial-wave form took the straggler to hide in that second
-    wave and looked the batch up at its mean, 4,400 (5.5% short). Worked out by hand:
-    f ** 0.4 = 0.5378, phi = (1 / 8) ** 0.4 = 0.4353, the mixed batch takes
-    4000 x 1.5378 + 0.4353 x 4000 = 7892 against K x 1.5378 for a uniform one: K = 5132."""
+    the uniform batch at 5,192. 10 x 1 x 8 x 16 = 1,280 programs fill a wave of 1,023 and 257
+    more (f = 0.2512); the rule before the partial-wave form took the straggler to hide in that
+    second wave and looked the batch up at its mean, 4,400 (15% of K short). Worked out by hand:
+    f ** 0.3 = 0.66072, phi = (1 / 7.75) ** 0.3 = 0.54102, the mixed batch takes
+    4000 x 1.66072 + 0.54102 x 4000 = 8806.9 against K x 1.66072 for a uniform one: K = 5303.1,
+    2.1% over the measured K, nearer it than the mean."""
     f = cf()
     kv = effective_kv(9 * 4000.0 + 8000.0, 8000.0, 10.0, 10.0, 40.0, False, f)
-    assert kv == pytest.approx(5132.2, abs=0.5)
-    assert abs(kv / 5192.07 - 1) < 0.015
+    assert kv == pytest.approx(5303.1, abs=0.5)
+    assert abs(kv - 5192.07) < abs(4400 - 5192.07)
 
 
 def test_two_live_conversation_batches():
@@ -84,17 +101,18 @@ def test_two_live_conversation_batches():
     1,850. The steps record only the mean and the longest, so the rule takes the others at one
     length: (8 x 1821.5 - 4099) / 7 = 1496.1 and (5 x 1546.2 - 4116) / 4 = 903.8.
 
-    8 x 256 = 2,048 programs: a full wave and one of 992 (f ** 0.4 = 0.9753); phi =
-    (256 / 132 / 8) ** 0.4 = 0.5669: K = (1496.1 x 1.9753 + 0.5669 x 2602.9) / 1.9753 = 2243,
-    short of 2,800 (the previous rule: 2,412). 5 x 256 = 1,280 programs: f ** 0.4 = 0.5378:
-    K = (903.8 x 1.5378 + 0.5669 x 3212.3) / 1.5378 = 2088, above 1,850 (the previous rule:
-    1,666). Both within a quarter of the straggler's excess over the mean of the measured K."""
+    8 x 256 = 2,048 programs: two full waves of 1,023 and one of 2 (f ** 0.3 = 0.15394); phi =
+    (256 / 1023) ** 0.3 = 0.65995: K = (1496.1 x 2.15394 + 0.65995 x 2602.9) / 2.15394 = 2294,
+    short of 2,800 (the rule of 1,056 slots and exponent 0.4: 2,243). 5 x 256 = 1,280
+    programs: f ** 0.3 = 0.66072: K = (903.8 x 1.66072 + 0.65995 x 3212.3) / 1.66072 = 2180,
+    above 1,850 (before: 2,088). Both within a quarter of the straggler's excess over the mean
+    of the measured K."""
     f = cf()
     kv8 = effective_kv(8 * 1821.5, 4099.0, 8.0, 8.0, 48.0, False, f)
-    assert kv8 == pytest.approx(2243, abs=1)
+    assert kv8 == pytest.approx(2293.6, abs=1)
     assert abs(kv8 - 2800) < 0.25 * (4099 - 1821.5)
     kv5 = effective_kv(5 * 1546.2, 4116.0, 5.0, 5.0, 30.0, False, f)
-    assert kv5 == pytest.approx(2088, abs=1)
+    assert kv5 == pytest.approx(2180.3, abs=1)
     assert abs(kv5 - 1850) < 0.25 * (4116 - 1546.2)
 
 
@@ -111,11 +129,12 @@ def test_many_waves_bring_it_back_towards_the_mean():
 def test_graph_padding_counts_in_the_waves_of_the_launch_not_in_the_work():
     f = cf()
     # 3 real requests at 2,000 padded to a graph of 8 (width 6): their 768 programs fill one
-    # wave to 768 / 1056; the launch's uniform batch (2,048 programs) takes a full wave and one
-    # of 992. K = 2000 (768 / 1056) ** 0.4 / (1 + (992 / 1056) ** 0.4) = 891.6, above the mean
+    # wave to 768 / 1023; the launch's uniform batch (2,048 programs) takes two full waves and
+    # one of 2. K = 2000 (768 / 1023) ** 0.3 / (2 + (2 / 1023) ** 0.3) = 852.0, above the mean
     # over the launch (750) and below the 1,000 of the rule that counted whole waves
     kv = effective_kv(3 * 2000.0, 2000.0, 8.0, 3.0, 48.0, False, f)
-    assert kv == pytest.approx(2000.0 * (768 / 1056) ** 0.4 / (1 + (992 / 1056) ** 0.4))
+    assert kv == pytest.approx(2000.0 * (768 / 1023) ** 0.3 / (2 + (2 / 1023) ** 0.3))
+    assert kv == pytest.approx(852.0, abs=0.1)
     assert 750 < kv < 1000
 
 
