@@ -123,6 +123,11 @@
 #   prefill-protocols  DeepSeek-V2-Lite prefills of 8,192 tokens (prefix 0 and 8,192) and 3,240
 #                timed as a profile does and as a live run does, on one GPU (52 s on 2026-12-03:
 #                the same within 0.1%, h200-2026-12-03b)          -> prefill_protocols.json
+#   prefill-protocols-short  the same for the conversation runs' short prefills (64, 256, 512 and
+#                1,024 tokens at prefix 0, and 1,024 at prefix 2,048), where DeepSeek-V2-Lite's live
+#                prefills ran 1.0-1.1% slower than its profile on three GPUs while calibrate's
+#                anchors read 0.8-2.5% faster (h200-2026-12-04d); not yet run
+#                                                                 -> prefill_protocols_short.json
 #   prefill-sweep:MODEL  prefills of deepseek-v2-lite, llama-3.1-8b or llama-3.1-70b (the tp-8
 #                shard) between the profile's grid tokens, at its prefix lines and one between,
 #                timed as a profile does, with the prefill attention kernel's measured occupancy:
@@ -387,6 +392,9 @@ PY
         $([ "$m" = llama-3.1-70b ] && echo --tp 8) --measure --json "$out/prefill_sweep_$m.json" ;;
     prefill-protocols) job prefill-protocols 150 python3 benchmarks/bench_prefill_protocols.py \
         --model deepseek-v2-lite --shapes 8192@0,8192@8192,3240@0 --json "$out/prefill_protocols.json" ;;
+    prefill-protocols-short) job prefill-protocols-short 150 python3 benchmarks/bench_prefill_protocols.py \
+        --model deepseek-v2-lite --shapes 64@0,256@0,512@0,1024@0,1024@2048 \
+        --json "$out/prefill_protocols_short.json" ;;
     rates) job rates 120 python3 benchmarks/bench_aiter_rates.py --json "$out/rates.json" ;;
     coarse8b) job coarse8b 240 python3 -m specsched profile --model llama-3.1-8b --bs 1,8,64,256 --widths 1,4,8 \
         --kv-lens 512,4096,32768 --eager-bs 1,64,384 --eager-widths 1,4 --eager-kv-lens 1024 \

@@ -30,7 +30,8 @@ def rescore(name: str) -> tuple[np.ndarray, np.ndarray, list[dict]]:
                                          ("h200-2026-11-29d/straggler_holdout.json", 16),
                                          ("h200-2026-12-02b/straggler3d.json", 12),
                                          ("h200-2026-12-03/straggler_mla.json", 20),
-                                         ("h200-2026-12-03/straggler_mla_d5235e89.json", 20)])
+                                         ("h200-2026-12-03/straggler_mla_d5235e89.json", 20),
+                                         ("h200-2026-12-04d/straggler8b_eager.json", 12)])
 def test_the_rule_predicts_measured_straggler_batches_far_better_than_the_mean(name, cases):
     rule, mean, rows = rescore(name)
     assert len(rows) == cases
