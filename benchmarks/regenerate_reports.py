@@ -143,27 +143,19 @@ def main() -> None:
         kept = kept_profile(old) is not None
         if args.profile and name not in args.profile and not kept:
             continue
-        if kept:
-            before, _ = met(old["checks"])
-            if args.dry_run:
-                print(f"{rel}: would re-run against {old['profile']['file']} ({before})")
+        if not kept:
+            sha = hashlib.sha256((PROFILES_DIR / name).read_bytes()).hexdigest()
+            if old["profile"]["sha256"] != sha:
+                print(f"{rel}: kept (it compared an earlier version of {name})")
                 continue
-            new = rerun(old, old["model"], md)
-            after, missed = met(new["checks"])
-            print(f"{rel}: {before} -> {after}; missed: {', '.join(missed) or 'none'}", flush=True)
-            continue
-        sha = hashlib.sha256((PROFILES_DIR / name).read_bytes()).hexdigest()
-        if old["profile"]["sha256"] != sha:
-            print(f"{rel}: kept (it compared an earlier version of {name})")
-            continue
         before, _ = met(old["checks"])
         if args.dry_run:
-            print(f"{rel}: would re-run ({before})")
+            against = f" against {old['profile']['file']}" if kept else ""
+            print(f"{rel}: would re-run{against} ({before})")
             continue
         new = rerun(old, old["model"], md)
         after, missed = met(new["checks"])
         print(f"{rel}: {before} -> {after}; missed: {', '.join(missed) or 'none'}", flush=True)
-
 
 if __name__ == "__main__":
     main()

@@ -19,7 +19,6 @@ The runs cover two head layouts on six H200s: Llama-3.1-8B (8 KV heads, tp 1; 20
 
 from __future__ import annotations
 
-import contextlib
 import json
 import sys
 from pathlib import Path
@@ -59,19 +58,6 @@ def load_runs():
         yield name, model, table, cases
 
 
-@contextlib.contextmanager
-def wave_fill_3d(table, fill: float):
-    """The table's 3D wave fill set to ``fill`` inside the block, then restored."""
-    saved = table.attention.get("wave_fill_3d")
-    table.attention["wave_fill_3d"] = float(fill)
-    try:
-        yield
-    finally:
-        table.attention.pop("wave_fill_3d")
-        if saved is not None:
-            table.attention["wave_fill_3d"] = saved
-
-
 def run_fits() -> dict[str, tuple[int, dict[tuple[float, float], float]]]:
     """Per run: its number of 3D-kernel cases and the rule's MAPE at each (programs per SM one
     wave holds, exponent)."""
@@ -80,7 +66,8 @@ def run_fits() -> dict[str, tuple[int, dict[tuple[float, float], float]]]:
         c3 = svp.cases_3d(cases, table)
         grid = {}
         for slots in SLOTS:
-            with wave_fill_3d(table, slots / table.attention["slots_per_sm"]["3d"]):
+            fill = slots / table.attention["slots_per_sm"]["3d"]
+            with svp.attention_set(table, "wave_fill_3d", fill):
                 for g, m in svp.fit_tail(c3, table):
                     grid[(slots, g)] = m
         out[name] = (len(c3), grid)

@@ -104,16 +104,23 @@ def measured_at(case: dict, kv: float) -> float:
 
 
 @contextlib.contextmanager
-def tail_exponent_3d(table, gamma: float):
-    """The table's 3D split-KV tail exponent set to ``gamma`` inside the block, then restored."""
-    saved = table.attention.get("tail_exponent")
-    table.attention["tail_exponent"] = {**(saved or {}), "3d": float(gamma)}
+def attention_set(table, key: str, value):
+    """The table's attention metadata ``key`` set to ``value`` inside the block, then restored
+    (removed again where the table had none)."""
+    saved = table.attention.get(key)
+    table.attention[key] = value
     try:
         yield
     finally:
-        table.attention.pop("tail_exponent")
+        table.attention.pop(key)
         if saved is not None:
-            table.attention["tail_exponent"] = saved
+            table.attention[key] = saved
+
+
+def tail_exponent_3d(table, gamma: float):
+    """The table's 3D split-KV tail exponent set to ``gamma`` inside the block, then restored."""
+    saved = table.attention.get("tail_exponent")
+    return attention_set(table, "tail_exponent", {**(saved or {}), "3d": float(gamma)})
 
 
 def cases_3d(cases: list[dict], table) -> list[dict]:
