@@ -69,9 +69,10 @@ def kept_profile(report: dict) -> Path | None:
     """The profile a report compared when it is a file kept in this repository (a calibrated
     profile under ``benchmarks/results/``) whose bytes are still the ones the report recorded;
     None for a shipped profile or one that is gone or changed."""
-    f = ROOT / report["profile"]["file"]
-    if f.parent == PROFILES_DIR or not f.is_file():
-        return None
+    rec = Path(report["profile"]["file"])
+    f = ROOT / rec
+    if rec.is_absolute() or rec.parts[:2] != ("benchmarks", "results") or not f.is_file():
+        return None  # a shipped profile (or one named by a path outside this repository)
     return f if hashlib.sha256(f.read_bytes()).hexdigest() == report["profile"]["sha256"] else None
 
 
