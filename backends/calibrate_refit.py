@@ -18,13 +18,13 @@ here imports torch.
 
 from __future__ import annotations
 
-import hashlib
 from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
 from backends.calibrate import (SHAPE, anchor_record, calibrated_metadata, calibrated_rows,
                                 factors_text, fit_factors, group_name)
+from backends.shipped import file_sha256
 
 __all__ = ["refit_calibration", "rebase_anchors"]
 
@@ -73,11 +73,11 @@ def refit_calibration(model: Any, source: str, base: str, out: str) -> dict[str,
     at = datetime.now(timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
     calibration = {k: v for k, v in cal.items() if k not in ("anchors", "factors", "refit")}
     calibration.update(
-        base=Path(base).name, base_sha256=hashlib.sha256(Path(base).read_bytes()).hexdigest(),
+        base=Path(base).name, base_sha256=file_sha256(base),
         base_gpu=meta.get("gpu"), anchors=anchors, factors=factors,
         base_heldout_rows_dropped=base_rows.num_rows - len(grid),
         refit={"from": Path(source).name,
-               "from_sha256": hashlib.sha256(Path(source).read_bytes()).hexdigest(),
+               "from_sha256": file_sha256(source),
                "from_base_sha256": cal.get("base_sha256"), "at": at,
                "anchors_used": len(anchors), "anchors_missing": missing,
                "rule": "the anchors' measured_s from the source's calibration, each divided by "

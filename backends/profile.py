@@ -45,7 +45,6 @@ of the grids; ``specsched fidelity`` scores the tables on them.
 
 from __future__ import annotations
 
-import hashlib
 from pathlib import Path
 from typing import Any, Mapping
 
@@ -58,7 +57,7 @@ from backends.prefill_waves import wave_spec
 from backends.profile_file import (PROFILE_SCHEMA, PROFILE_VERSION, SPLIT_FIELD, SPLITS, _columns,
                                    grid_rows, heldout_rows, profile_metadata, read_profile,
                                    write_profile)
-from backends.shipped import (PROFILES_DIR, default_profile, profile_status, shipped_profiles,
+from backends.shipped import (PROFILES_DIR, file_sha256, default_profile, profile_status, shipped_profiles,
                               status_warning)
 from traces.errors import SpecschedError
 
@@ -255,7 +254,7 @@ def load_profile(path: "str | Path") -> LatencyTable:
         del stats["warnings"]
     if rows.num_rows > table.num_rows:
         stats["heldout_rows"] = rows.num_rows - table.num_rows  # not in the grids
-    source = {"backend": "profile", "file": str(path), "sha256": _sha256(path),
+    source = {"backend": "profile", "file": str(path), "sha256": file_sha256(path),
               "rows": table.num_rows, "model": meta.get("model"), "gpu": meta.get("gpu"),
               "versions": meta.get("versions"), "kernels": meta.get("kernels"),
               "command": meta.get("command"), "notes": meta.get("notes"),
@@ -293,14 +292,6 @@ def _kernel_ratio(model_meta: Any, k: str, other: str) -> float | None:
     count = {"verify": kernel_count(model), "draft": kernel_count(model.draft),
              "draft_extend": kernel_count(model.draft, extend=True)}
     return count[k] / count[other]
-
-
-def _sha256(path) -> str:
-    h = hashlib.sha256()
-    with open(path, "rb") as f:
-        for chunk in iter(lambda: f.read(1 << 20), b""):
-            h.update(chunk)
-    return h.hexdigest()
 
 
 # ---- executor ------------------------------------------------------------------------------

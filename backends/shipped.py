@@ -27,7 +27,7 @@ from typing import Any
 
 from traces.errors import SpecschedError
 
-__all__ = ["PROFILES_DIR", "VALIDATION_FILE", "STATUSES", "RULE", "shipped_profiles",
+__all__ = ["file_sha256", "PROFILES_DIR", "VALIDATION_FILE", "STATUSES", "RULE", "shipped_profiles",
            "default_profile", "validation_record", "profile_status", "status_warning",
            "shipped_help"]
 
@@ -98,8 +98,14 @@ def _record(where: str, _stamp: int | None) -> dict[str, dict]:
     return profiles
 
 
-def _sha256(path: Path) -> str:
-    return hashlib.sha256(path.read_bytes()).hexdigest()
+def file_sha256(path: "str | Path") -> str:
+    """The sha256 of a file's bytes, in hex (read a megabyte at a time): how a profile, a
+    report's profile and a calibration's base are known by their content."""
+    h = hashlib.sha256()
+    with open(path, "rb") as f:
+        for chunk in iter(lambda: f.read(1 << 20), b""):
+            h.update(chunk)
+    return h.hexdigest()
 
 
 def _shipped_by_sha(directory: Path) -> dict[str, str]:
@@ -109,7 +115,7 @@ def _shipped_by_sha(directory: Path) -> dict[str, str]:
 
 @lru_cache(maxsize=16)
 def _hashes(files: tuple[tuple[str, int], ...]) -> dict[str, str]:
-    return {_sha256(Path(p)): Path(p).name for p, _ in files}
+    return {file_sha256(p): Path(p).name for p, _ in files}
 
 
 def profile_status(path: "str | Path", sha256: str | None = None, *,
@@ -122,7 +128,7 @@ def profile_status(path: "str | Path", sha256: str | None = None, *,
     is not the file its report compared (re-recorded since), is experimental, saying so.
     """
     d = Path(directory) if directory is not None else PROFILES_DIR
-    sha = sha256 or _sha256(Path(path))
+    sha = sha256 or file_sha256(path)
     name = _shipped_by_sha(d).get(sha)
     if name is None:
         return {"status": "not shipped", "file": str(path),

@@ -27,7 +27,6 @@ A report that cannot be read or lacks a key prints ``error: FILE: ...`` and exit
 from __future__ import annotations
 
 import argparse
-import hashlib
 import json
 import sys
 from functools import lru_cache
@@ -36,7 +35,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from backends.shipped import PROFILES_DIR  # noqa: E402
+from backends.shipped import PROFILES_DIR, file_sha256  # noqa: E402
 from benchmarks.regenerate_reports import backend_overrides  # noqa: E402
 
 SHIPPED_STATUSES = ("validated", "experimental")
@@ -117,7 +116,7 @@ def profile_kind(profile: dict, path: Path) -> str:
 @lru_cache(maxsize=None)
 def shipped_sha(name: str) -> str | None:
     f = PROFILES_DIR / name
-    return hashlib.sha256(f.read_bytes()).hexdigest() if f.is_file() else None
+    return file_sha256(f) if f.is_file() else None
 
 
 def is_current(profile: dict) -> bool | None:

@@ -25,7 +25,6 @@ backend.kv_lookup=fluid``) is re-run with it (:func:`backend_overrides`).
 from __future__ import annotations
 
 import argparse
-import hashlib
 import json
 import os
 import sys
@@ -35,7 +34,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from backends.shipped import PROFILES_DIR, VALIDATION_FILE  # noqa: E402
+from backends.shipped import PROFILES_DIR, VALIDATION_FILE, file_sha256  # noqa: E402
 
 
 def reports() -> list[tuple[str, Path]]:
@@ -73,7 +72,7 @@ def kept_profile(report: dict) -> Path | None:
     f = ROOT / rec
     if rec.is_absolute() or rec.parts[:2] != ("benchmarks", "results") or not f.is_file():
         return None  # a shipped profile (or one named by a path outside this repository)
-    return f if hashlib.sha256(f.read_bytes()).hexdigest() == report["profile"]["sha256"] else None
+    return f if file_sha256(f) == report["profile"]["sha256"] else None
 
 
 def rerun(report: dict, model: str, dest: Path) -> dict:
@@ -145,7 +144,7 @@ def main() -> None:
         if args.profile and name not in args.profile and not kept:
             continue
         if not kept:
-            sha = hashlib.sha256((PROFILES_DIR / name).read_bytes()).hexdigest()
+            sha = file_sha256(PROFILES_DIR / name)
             if old["profile"]["sha256"] != sha:
                 print(f"{rel}: kept (it compared an earlier version of {name})")
                 continue

@@ -18,7 +18,6 @@ times the last chunk of any) and the chunk is skipped when the elapsed time plus
 
 from __future__ import annotations
 
-import hashlib
 import time
 from datetime import datetime, timezone
 from pathlib import Path
@@ -29,6 +28,7 @@ from backends.calibrate import (SHAPE, anchor_record, calibrated_metadata, calib
 from backends.heldout import SECTIONS, HeldoutPoint, choose_heldout, grid_span
 from backends.aiter.heldout_sweep import _graph_key, _kernel_widths, measure_points
 from backends.aiter.profiling import ProfileSpec, open_runner
+from backends.shipped import file_sha256
 
 __all__ = ["RESERVE_S", "run_calibrate", "chunks_round_robin"]
 
@@ -158,7 +158,7 @@ def run_calibrate(model: Any, out: str, base: str, spec: ProfileSpec, *, anchors
     at = datetime.now(timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
     elapsed = time.perf_counter() - t_start
     calibration = {
-        "base": Path(base).name, "base_sha256": hashlib.sha256(Path(base).read_bytes()).hexdigest(),
+        "base": Path(base).name, "base_sha256": file_sha256(base),
         "base_gpu": meta.get("gpu"), "machine": machine, "at": at, "command": command,
         "versions": bridge.versions(), "budget_s": float(budget_s),
         "elapsed_s_before_write": round(elapsed, 3), "kv_capacity_tokens": cap,

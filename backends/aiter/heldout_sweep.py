@@ -11,7 +11,6 @@ the base's rows unchanged plus the new held-out rows.
 
 from __future__ import annotations
 
-import hashlib
 import time
 from pathlib import Path
 from typing import Any, Callable
@@ -20,6 +19,7 @@ import numpy as np
 
 from backends.heldout import HeldoutPoint, choose_heldout, grid_span
 from backends.aiter.profiling import ProfileSpec, _row, _settle, open_runner
+from backends.shipped import file_sha256
 
 __all__ = ["measure_heldout", "run_heldout_only", "measure_points"]
 
@@ -137,7 +137,7 @@ def run_heldout_only(model: Any, out: str, base: str, spec: ProfileSpec, *, n: i
                for r in base_rows.to_pylist()}
     held, note = measure_heldout(runner, grid, spec, n=n, seed=seed, fits=fits, shape=shape,
                                  exclude=exclude, progress=progress)
-    h = hashlib.sha256(Path(base).read_bytes()).hexdigest()
+    h = file_sha256(base)
     gpu = gpu_info()
     note["heldout"].update(
         recorded=f"after the grid, by a separate --heldout-only run from {Path(base).name} "
