@@ -115,8 +115,13 @@ def run_cli(command: click.Command, args: list[str] | None = None) -> None:
         click.echo("interrupted; nothing was written" if interrupted else "aborted", err=True)
         _quick_exit(130)
     except click.ClickException as err:
-        err.show()
-        sys.exit(2 if err.exit_code == 2 else err.exit_code)
+        # one line, as every other failure: click's usage block would put the message last
+        hint = ""
+        ctx = getattr(err, "ctx", None)
+        if isinstance(err, click.UsageError) and ctx is not None:
+            hint = f" (see '{ctx.command_path} --help')"
+        click.echo(f"error: {err.format_message()}{hint}", err=True)
+        sys.exit(2)
     except KeyboardInterrupt:
         click.echo("interrupted; nothing was written", err=True)
         _quick_exit(130)

@@ -130,3 +130,18 @@ def test_reader_that_stops_early_ends_quietly(toy_trace, tmp_path, args):
     from backends.jit import COMPILE_NOTICE
 
     assert err.replace(COMPILE_NOTICE + "\n", "") == ""  # the notice only on a cold cache
+
+
+@pytest.mark.parametrize("args, says", [
+    (("--bogus",), "No such option '--bogus'"),
+    (("--trace",), "Option '--trace' requires an argument"),
+    ((), "Missing option '--trace'"),
+])
+def test_a_usage_error_is_one_error_line_and_exit_2(args, says):
+    """A mistyped command line fails as every other input does: one ``error:`` line on stderr
+    naming the problem (and where the help is), nothing on stdout, exit 2."""
+    proc = _simulate_script(*args)
+    assert proc.returncode == 2
+    assert proc.stdout == ""
+    lines = proc.stderr.splitlines()
+    assert len(lines) == 1 and lines[0].startswith("error: ") and says in lines[0], proc.stderr
