@@ -46,8 +46,8 @@ import pyarrow.compute as pc
 from analysis.results import RunResults
 
 __all__ = ["Dist", "quantile", "dist", "col", "kind_mask", "kind_names", "duration_s",
-           "request_latencies", "table_latencies", "inter_token_gaps", "goodput", "verify_stats", "iteration_stats",
-           "breakdown", "summarize", "LATENCY_METRICS"]
+           "request_latencies", "table_latencies", "inter_token_gaps", "goodput", "verify_stats",
+           "iteration_stats", "breakdown", "summarize", "LATENCY_METRICS"]
 
 #: Per-request latency metrics (name -> description), the ones an SLO can name.
 LATENCY_METRICS = {

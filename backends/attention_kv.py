@@ -23,7 +23,8 @@ if TYPE_CHECKING:
 
 __all__ = ["attention_params", "table_attention", "table_model", "attention_kernel",
            "kv_segments", "effective_kv", "verify_kv", "lone_straggler_kv", "latency_at_kv0", "kv_at_latency",
-           "attention_rows", "TAIL_EXPONENT", "WAVE_FILL_3D", "LONE_STRAGGLER_2D_S", "DRAFT_LAYERS", "NATT",
+           "attention_rows", "TAIL_EXPONENT", "WAVE_FILL_3D", "LONE_STRAGGLER_2D_S", "DRAFT_LAYERS",
+           "NATT",
            "KERNEL_3D", "KERNEL_2D", "KERNEL_2D_DECODE", "KERNEL_MLA"]
 
 # the attention vector (attention_params): AITER's unified-attention grid and residency

@@ -57,8 +57,8 @@ from backends.prefill_waves import wave_spec
 from backends.profile_file import (PROFILE_SCHEMA, PROFILE_VERSION, SPLIT_FIELD, SPLITS, _columns,
                                    grid_rows, heldout_rows, profile_metadata, read_profile,
                                    write_profile)
-from backends.shipped import (PROFILES_DIR, file_sha256, default_profile, profile_status, shipped_profiles,
-                              status_warning)
+from backends.shipped import (PROFILES_DIR, default_profile, file_sha256, profile_status,
+                              shipped_profiles, status_warning)
 from traces.errors import SpecschedError
 
 __all__ = ["PROFILE_SCHEMA", "PROFILE_VERSION", "PROFILES_DIR", "SPLIT_FIELD", "SPLITS",

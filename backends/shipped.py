@@ -27,9 +27,9 @@ from typing import Any
 
 from traces.errors import SpecschedError
 
-__all__ = ["file_sha256", "PROFILES_DIR", "VALIDATION_FILE", "STATUSES", "RULE", "shipped_profiles",
+__all__ = ["PROFILES_DIR", "VALIDATION_FILE", "STATUSES", "RULE", "shipped_profiles",
            "default_profile", "validation_record", "profile_status", "status_warning",
-           "shipped_help"]
+           "shipped_help", "file_sha256"]
 
 PROFILES_DIR = Path(__file__).resolve().parent / "profiles"
 VALIDATION_FILE = PROFILES_DIR / "validation.json"

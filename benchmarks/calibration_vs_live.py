@@ -46,9 +46,8 @@ def refit(cal_path: Path, base_path: str) -> dict[str, float]:
     anchors, _ = rebase_anchors(meta["calibration"]["anchors"], grid_rows(base).to_pylist())
     if not anchors:
         return {}
-    groups = {group_name(a["kind"], a["graph"]) for a in anchors}
-    fit = fit_factors(anchors, groups)
-    return {g: math.log(v["factor"]) * 100 for g, v in fit.items() if v["source"] == "group"}
+    fit = fit_factors(anchors, {group_name(a["kind"], a["graph"]) for a in anchors})
+    return {g: math.log(v["factor"]) * 100 for g, v in fit.items()}  # each from its own anchors
 
 
 def pairings(root: Path):
@@ -79,6 +78,7 @@ def main(argv=None) -> int:
     try:
         cals, runs = pairings(a.root)
         by_gpu: dict[tuple[str, str], list] = {}
+        tables: dict[str, object] = {}  # each model's shipped profile, loaded once
         for run in runs:
             model = json.loads((run / "summary.json").read_text()).get("model")
             try:
@@ -89,7 +89,9 @@ def main(argv=None) -> int:
             for i, (x, y, gpu) in enumerate(sittings(run, _steps(run))):
                 if not any(c[1] == model and c[2] == gpu for c in cals):
                     continue
-                s = residuals(run, load_profile(path)) if s is None else s
+                if path not in tables:
+                    tables[path] = load_profile(path)
+                s = residuals(run, tables[path]) if s is None else s
                 by_gpu.setdefault((model, gpu), []).append((run, i + 1, state(s, x, y)))
     except SpecschedError as e:
         print(f"error: {e}", file=sys.stderr)

@@ -157,5 +157,6 @@ def main() -> None:
         after, missed = met(new["checks"])
         print(f"{rel}: {before} -> {after}; missed: {', '.join(missed) or 'none'}", flush=True)
 
+
 if __name__ == "__main__":
     main()

@@ -94,10 +94,10 @@ def main() -> None:
     n_fit, n_later = sum(fits[n][0] for n in fit), sum(fits[n][0] for n in later)
     print(f"fitted on {n_fit} cases: {best[0]:.2f} programs per SM, exponent {best[1]:.2f}: "
           f"{100 * allp[best]:.2f}% (the occupancy's 8 and 0.4: {100 * allp[cur]:.2f}%)")
+    alone = min((k for k in allp if k[0] == 8.0), key=allp.get)  # the exponent fitted alone
     print(f"scored on the {n_later} later cases: {100 * latp[best]:.2f}% (8 and 0.4: "
-          f"{100 * latp[cur]:.2f}%; 8 and the exponent fitted alone, "
-          f"{min((k for k in allp if k[0] == 8.0), key=allp.get)[1]:.2f}: "
-          f"{100 * latp[min((k for k in allp if k[0] == 8.0), key=allp.get)]:.2f}%)")
+          f"{100 * latp[cur]:.2f}%; 8 and the exponent fitted alone, {alone[1]:.2f}: "
+          f"{100 * latp[alone]:.2f}%)")
     print("left out: fitted on the other fit runs, scored on this one (MAPE at that fit)")
     for n in fit:
         rest = pooled(fits, [m for m in fit if m != n])
