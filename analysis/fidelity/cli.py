@@ -35,11 +35,13 @@ __all__ = ["fidelity"]
 @click.option("--set", "sets", multiple=True, metavar="KEY=VALUE",
               help="Any configuration key, e.g. --set engine.policy=split (repeatable).")
 @click.option("--worst", default=20, show_default=True, type=int, help="Worst steps to list.")
-@click.option("--limit", type=int, help="Only the first N requests of the trace.")
+@click.option("--limit", type=int, help="Only the first N requests of the trace (with "
+              "--reference-run, default: as many as the recorded run replayed).")
 @click.option("--reference-run", "reference_run", type=click.Path(file_okay=False),
               help="Results folder of a recorded reference run (e.g. `simulate --backend aiter "
                    "--out DIR` on a GPU machine) to compare against instead of running it again; "
-                   "the profile side runs under the configuration it recorded.")
+                   "the profile side runs under the configuration and over the requests it "
+                   "recorded.")
 @click.option("--repeat-run", "repeat_runs", multiple=True, type=click.Path(file_okay=False),
               help="Results folder of another recorded reference run of the same trace and "
                    "configuration (repeatable): the report shows how far the reference runs "

@@ -18,7 +18,8 @@ from analysis.fidelity.jitter import apply_jitter, jitter_floors
 from analysis.fidelity.offset import apply_offset, offset_checks
 from analysis.fidelity.render import render_markdown
 from analysis.fidelity.report import TARGETS, build_report, debiased_table
-from analysis.fidelity.runs import config_for_recorded, load_recorded, read_reference_run
+from analysis.fidelity.runs import (config_for_recorded, load_recorded, read_reference_run,
+                                    recorded_limit)
 from analysis.fidelity.stats import compare_runs
 from traces.errors import SpecschedError
 
@@ -42,7 +43,8 @@ def run_fidelity(trace_path: str | Path, model: str, *, out_dir: str | Path | No
     backend (e.g. a live ``simulate --backend aiter`` recorded on a GPU machine); it is read
     instead of running the reference again, and the profile side is simulated under the
     configuration that run recorded (seed, rate scale, engine, cluster, model; keys renamed or
-    added since are mapped, ``analysis.fidelity.runs``).  ``config_path`` and ``overrides`` may
+    added since are mapped, ``analysis.fidelity.runs``) and, without ``limit``, over the first
+    requests of the trace as many as it ran (``recorded_limit``).  ``config_path`` and ``overrides`` may
     only restate it: a setting that contradicts the recording is refused, naming the key, as is
     another trace, request count (``limit``) or model.
 
@@ -87,6 +89,11 @@ def run_fidelity(trace_path: str | Path, model: str, *, out_dir: str | Path | No
         base, config_notes = config_for_recorded(summary, reference_run, config_path, ov)
     ref_cfg = base.replace({"backend.name": reference, "backend.profile": ""})
     prof_cfg = base.replace({"backend.name": "profile"})
+    if reference_run is not None and limit is None:
+        limit = recorded_limit(summary, reference_run)
+        if limit is not None:
+            config_notes.append(f"the first {limit} requests of the trace, as the recorded run "
+                                f"(its summary's trace notes)")
     trace = load_trace(trace_path, seed=base.seed, limit=limit)
     prof_prep = prepare(prof_cfg)
     if not isinstance(prof_prep.executor, ProfileExecutor):

@@ -12,6 +12,7 @@ them).  A recording this version cannot reproduce is refused, naming the key.
 
 from __future__ import annotations
 
+import re
 import tomllib
 from pathlib import Path
 from typing import Any
@@ -79,6 +80,22 @@ def load_recorded(folder: str | Path) -> tuple[dict, pa.Table]:
         raise SpecschedError("summary.json has no 'config': this run cannot be re-simulated under "
                              "the configuration it recorded", path=str(folder))
     return run.summary, run.steps
+
+
+def recorded_limit(summary: dict, folder: str | Path) -> int | None:
+    """How many of the trace's first requests a recorded run replayed, when it replayed only the
+    first ones (``simulate --limit``, which notes "the first N of M requests" in the summary's
+    trace); None when it replayed the whole trace."""
+    notes = (summary.get("trace") or {}).get("notes") or []
+    for note in notes:
+        m = re.fullmatch(r"the first (\d+) of (\d+) requests", str(note))
+        if m:
+            n = int(m.group(1))
+            if n != summary.get("requests"):
+                raise SpecschedError(f"summary.json says {summary.get('requests')} requests but "
+                                     f"its trace note says {note!r}", path=str(folder))
+            return n
+    return None
 
 
 def recorded_config(summary: dict, folder: str | Path) -> tuple[dict[str, Any], list[str]]:

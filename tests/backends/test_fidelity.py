@@ -172,6 +172,28 @@ def test_recorded_reference_run_gives_the_same_report(setup):
                      profile=str(setup / "p.parquet"), reference_run=setup)
 
 
+def test_a_recorded_run_of_the_first_requests_is_compared_over_those_requests(setup):
+    """A run recorded with `simulate --limit 100` is compared over the trace's first 100
+    requests without restating --limit; a --limit that contradicts it is refused."""
+    from specsched.cli import cli as cli_main
+
+    rec = setup / "recorded100"
+    r = CliRunner().invoke(cli_main, ["simulate", "--trace", str(setup / "t.parquet"),
+                                      "--backend", "roofline", "--model", "llama-3.1-8b",
+                                      "--limit", "100", "--no-report", "--out", str(rec)],
+                           standalone_mode=False)
+    assert r.exception is None, r.output
+    kw = dict(reference="roofline", profile=str(setup / "p.parquet"), reference_run=rec)
+    stated = run_fidelity(setup / "t.parquet", "llama-3.1-8b", limit=100, **kw)
+    implied = run_fidelity(setup / "t.parquet", "llama-3.1-8b", **kw)
+    assert implied["runs"] == stated["runs"] and implied["steps"] == stated["steps"]
+    assert implied["requests"] == 100
+    assert any("first 100 requests" in n for n in implied["reference"]["config_notes"])
+    assert not any("first" in n for n in stated["reference"]["config_notes"])
+    with pytest.raises(SpecschedError, match="80 requests|100 requests"):
+        run_fidelity(setup / "t.parquet", "llama-3.1-8b", limit=80, **kw)
+
+
 def test_profiles_recorded_before_queued_timing_are_flagged():
     from types import SimpleNamespace
 
