@@ -86,6 +86,12 @@
 #                                                     -> after_burst.json, smi_after_burst.csv
 #   live-conv:N  live `simulate --backend aiter` of the first N requests of the conversation sample
 #   live-split:N the same with --policy split (a what-if: widths other than 4 run eagerly)
+#   live-convp:POLICY:N  the first N conversation requests on Llama-3.1-8B under --policy POLICY
+#                (pad, bucket: the what-ifs that keep a mixed-width batch in one launch; every
+#                width but 4 runs eagerly). pad:400 took 461 s for 253 requests and 240 s more
+#                from that journal, bucket:150 211 s (done: h200-2026-12-04e)
+#   live-70bp:POLICY:N   the same on the Llama-3.1-70B tp-8 shard; bucket:150 took 424 s (done:
+#                h200-2026-12-04e)
 #   live-code    live `simulate --backend aiter` of the whole code sample
 #   live-adaptive:N  live run of the first N conversation requests with --controller sglang-adaptive
 #                (SGLang PR #24055's per-bs candidates: widths 2, 4 and 8 below bs 64)
@@ -126,7 +132,8 @@
 #   prefill-protocols-short  the same for the conversation runs' short prefills (64, 256, 512 and
 #                1,024 tokens at prefix 0, and 1,024 at prefix 2,048), where DeepSeek-V2-Lite's live
 #                prefills ran 1.0-1.1% slower than its profile on three GPUs while calibrate's
-#                anchors read 0.8-2.5% faster (h200-2026-12-04d); not yet run
+#                anchors read 0.8-2.5% faster (h200-2026-12-04d); done: h200-2026-12-04e (55 s:
+#                the protocols agree within 0.34%)
 #                                                                 -> prefill_protocols_short.json
 #   prefill-sweep:MODEL  prefills of deepseek-v2-lite, llama-3.1-8b or llama-3.1-70b (the tp-8
 #                shard) between the profile's grid tokens, at its prefix lines and one between,
@@ -447,6 +454,9 @@ PY
         -o "$out/llama-3.1-70b__H200.parquet" ;;
     live-conv:*) live "conv${j#live-conv:}" "$CONV" "${j#live-conv:}" ;;
     live-split:*) live "split${j#live-split:}" "$CONV" "${j#live-split:}" --policy split ;;
+    live-convp:*|live-70bp:*) pol=${j#*:}; n=${pol#*:}; pol=${pol%%:*}
+        if [[ $j == live-70bp:* ]]; then MODEL=llama-3.1-70b live "70b_${pol}${n}" "$CONV" "$n" --tp 8 --policy "$pol"
+        else live "conv_${pol}${n}" "$CONV" "$n" --policy "$pol"; fi ;;
     live-code) live code "$CODE" ;;
     live-long:*) pol=${j#live-long:}; n=""; [[ $pol == *:* ]] && { n=${pol#*:}; pol=${pol%%:*}; }
         live "long_${pol}${n}" "$LONG" "$n" --policy "$pol" ;;
