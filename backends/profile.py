@@ -20,8 +20,10 @@ Building the grids (each documented in ``LatencyTable.source``):
   (3) then along the width axis the same way.  Every fill is counted in
   ``source["holes_filled"]``.
 - **Eager** grids cover the union of the eager and graph axes.  Measured eager points are used as
-  they are; the others are the graph value plus the *measured eager overhead*, the median of
-  ``eager - graph`` over the eager points inside the graph grid.  A kind with no eager point at
+  they are; the others are the graph value plus the *measured eager overhead*: for draft and
+  draft-extend the median of ``eager - graph`` over the eager points inside the graph grid, for
+  verify that median taken at each measured eager batch size and interpolated in batch size
+  (:data:`EAGER_OVERHEAD`; docs/backends.md says why).  A kind with no eager point at
   all borrows the other kind's overhead scaled by the ratio of kernel counts (draft: 1 layer;
   draft-extend borrows the draft's), or, with no eager point anywhere, takes the graph value and
   says so in ``source["warnings"]``.
@@ -180,15 +182,18 @@ def load_profile(path: "str | Path") -> LatencyTable:
 
     # eager overheads measured against the graph grids
     overhead: dict[str, float | None] = {}
+    by_bs: dict[str, tuple | None] = {}
     eager_pts = {}
     for k, cols, _ in passes:
         p = pts(k, False, cols)
         eager_pts[k] = p
         g = grids[f"{k}_graph"]
-        diffs = [val - _lookup(g, key)[0] for key, val in p.items() if _inside(g, key)]
+        matched = [(key[0], val - _lookup(g, key)[0]) for key, val in p.items() if _inside(g, key)]
+        diffs = [d for _, d in matched]
         overhead[k] = float(np.median(diffs)) if diffs else None
         stats["eager_derived"][k] = {"measured_points": len(p), "matched_for_overhead": len(diffs),
                                      "overhead_s": overhead[k]}
+        by_bs[k] = _overhead_by_bs(matched) if k in EAGER_OVERHEAD_BY_BS else None
     for k, other in (("verify", "draft"), ("draft", "verify"), ("draft_extend", "draft")):
         if k not in overhead:
             continue
@@ -221,7 +226,7 @@ def load_profile(path: "str | Path") -> LatencyTable:
         for idx in np.ndindex(*(len(a) for a in axes)):
             key = tuple(float(a[i]) for a, i in zip(axes, idx))
             if key not in full and _inside(g, key):
-                full[key] = _lookup(g, key)[0] + overhead[k]
+                full[key] = _lookup(g, key)[0] + _overhead_at(key[0], overhead[k], by_bs.get(k))
                 derived += 1
         vals, n = _grid_from_points(full, axes, f"{k}_eager", where, fill, kv_axis=len(cols) - 1)
         stats["eager_derived"][k]["derived_points"] = derived
@@ -268,6 +273,35 @@ def load_profile(path: "str | Path") -> LatencyTable:
     return LatencyTable(source=source, attention=meta.get("attention"),
                         moe=moe_spec(meta.get("model") or {}),
                         prefill_waves=wave_spec(meta.get("model"), meta.get("attention")), **grids)
+
+
+#: how an eager point the sweep did not measure is derived from the graph grid: "by_bs" adds the
+#: eager-minus-graph overhead measured at the eager batch sizes either side of it (the median over
+#: each measured batch size's points, linear in batch size between them, held beyond them, never
+#: below 0); "median" adds one overhead, the median over every measured eager point, to all
+EAGER_OVERHEAD = "by_bs"
+#: the passes whose overhead follows batch size under "by_bs"
+EAGER_OVERHEAD_BY_BS = ("verify",)
+
+
+def _overhead_by_bs(matched: list[tuple[float, float]]) -> tuple[np.ndarray, np.ndarray] | None:
+    """(measured eager batch sizes, the median eager-minus-graph overhead at each, clipped at 0)
+    from ``(bs, overhead)`` pairs; None without any."""
+    if not matched:
+        return None
+    by: dict[float, list[float]] = {}
+    for b, d in matched:
+        by.setdefault(float(b), []).append(float(d))
+    bss = np.asarray(sorted(by), dtype=np.float64)
+    return bss, np.asarray([max(0.0, float(np.median(by[b]))) for b in bss])
+
+
+def _overhead_at(bs: float, median: float, by_bs: tuple | None) -> float:
+    """The eager overhead added to a derived eager point at batch size ``bs``
+    (:data:`EAGER_OVERHEAD`)."""
+    if EAGER_OVERHEAD == "median" or by_bs is None or median == 0.0:
+        return median
+    return float(np.interp(bs, by_bs[0], by_bs[1]))
 
 
 def _grid_from_points_mask(points: dict, axes) -> np.ndarray:
