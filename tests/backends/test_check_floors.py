@@ -3,18 +3,15 @@ move each whole-run figure, on the shipped 8B profile and the first conversation
 
 from __future__ import annotations
 
-import importlib.util
 from pathlib import Path
+
+from backends_helpers import benchmark_script
 
 ROOT = Path(__file__).resolve().parents[2]
 
 
 def _module():
-    spec = importlib.util.spec_from_file_location(
-        "check_floors_by_length", ROOT / "benchmarks/check_floors_by_length.py")
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
-    return mod
+    return benchmark_script("check_floors_by_length")
 
 
 def test_a_one_percent_offset_moves_tpot_by_at_least_one_percent():

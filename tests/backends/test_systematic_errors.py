@@ -3,18 +3,15 @@ every recorded live run, on the shipped 70B runs (CPU)."""
 
 from __future__ import annotations
 
-import importlib.util
 from pathlib import Path
+
+from backends_helpers import benchmark_script
 
 ROOT = Path(__file__).resolve().parents[2]
 
 
 def _module():
-    spec = importlib.util.spec_from_file_location("systematic_errors",
-                                                  ROOT / "benchmarks/systematic_errors.py")
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
-    return mod
+    return benchmark_script("systematic_errors")
 
 
 def test_kv_bands_and_gpus():
