@@ -17,6 +17,8 @@ width) keys are sorted by tokens and ``ceil(q / 3)`` of them (at least 2) are ta
 the smallest to the largest; each key's share of the anchors is spread evenly over its KV
 lengths, smallest to largest.  An eager or prefill group takes its anchors evenly over its rows
 sorted by (tokens, KV).  The choice is a pure function of the base rows, ``n`` and ``fits``.
+With a workload's ``weights`` (``specsched calibrate --trace``, ``backends.calibrate_workload``)
+the anchors go where that workload spends its time instead (:func:`_weighted`).
 
 **The fit** (:func:`fit_factors`): per group, the factor is the median of measured / base over
 that group's anchors (the median: one disturbed point does not move it).  A group without a
@@ -79,13 +81,16 @@ def _spread(items: Sequence, m: int) -> list:
 def choose_anchors(grid: Any, n: int = DEFAULT_ANCHORS, *,
                    fits: Callable[[HeldoutPoint], bool] | None = None,
                    graph_bs: Iterable[int] | None = None,
-                   kernel_widths: Iterable[int] | None = None
+                   kernel_widths: Iterable[int] | None = None,
+                   weights: dict[HeldoutPoint, float] | None = None
                    ) -> tuple[list[HeldoutPoint], dict[str, dict]]:
     """Anchors among the grid rows of ``grid`` (a pyarrow table or row dicts; rows whose
     ``split`` is not ``"grid"`` are never anchors), as
     the module docstring says; returns (points sorted, a graph's points adjacent; per group
     ``{"asked", "chosen", "graphs"}``).  ``graph_bs``: the batch sizes graphs can be captured at
-    (others dropped); ``kernel_widths``: the widths the model's kernels take."""
+    (others dropped); ``kernel_widths``: the widths the model's kernels take.  ``weights``
+    (seconds a workload spends nearest each row, ``backends.calibrate_workload``): anchors where
+    the workload runs instead, :func:`_weighted`."""
     if n < 0:
         raise ValueError("n must be >= 0")
     ladder = None if graph_bs is None else set(int(b) for b in graph_bs)
@@ -103,6 +108,8 @@ def choose_anchors(grid: Any, n: int = DEFAULT_ANCHORS, *,
         if fits is not None and not fits(p):
             continue
         by_group.setdefault(GROUPS[key], []).append(p)
+    if weights is not None:
+        return _weighted(by_group, n, weights)
     quota = allocate(n, by_group)
     report: dict[str, dict] = {}
     chosen: list[HeldoutPoint] = []
@@ -192,3 +199,48 @@ def calibrated_metadata(meta: dict, machine: Any, calibration: dict, notes: list
     out.update(gpu=machine, command=meta.get("command") or "", notes=kept + list(notes),
                calibration=calibration)
     return out
+
+
+def _weighted(by_group: dict[str, list[HeldoutPoint]], n: int,
+              weights: dict[HeldoutPoint, float]) -> tuple[list[HeldoutPoint], dict[str, dict]]:
+    """Anchors by a workload's weights: the groups the workload uses (a candidate row with
+    weight > 0) share ``n`` in proportion to their weight by largest remainder, at least
+    :data:`MIN_PER_GROUP` each; an eager or prefill group takes its heaviest rows (only rows the
+    workload uses), a graph group its heaviest ``max(2, ceil(q / 3))`` captured graphs (by their
+    rows' summed weight), each graph its share of its rows, heaviest first, then its other KV
+    lengths (smallest first: the graph is captured anyway).  Ties go to the row that sorts
+    first."""
+    used = {g: pts for g, pts in by_group.items() if any(weights.get(p, 0.0) > 0 for p in pts)}
+    total = {g: sum(weights.get(p, 0.0) for p in pts) for g, pts in used.items()}
+    names = [g for g in SECTIONS if g in used]
+    grand = sum(total.values()) or 1.0
+    exact = {g: n * total[g] / grand for g in names}
+    quota = {g: int(exact[g]) for g in names}
+    for g in sorted(names, key=lambda g: (-(exact[g] - quota[g]), names.index(g)))[
+            :n - sum(quota.values())]:
+        quota[g] += 1
+    heavy = lambda p: (-weights.get(p, 0.0), p)  # noqa: E731
+    chosen: list[HeldoutPoint] = []
+    report: dict[str, dict] = {}
+    for g in names:
+        pts = sorted(set(used[g]), key=heavy)
+        q = max(MIN_PER_GROUP, quota[g]) if n > 0 else 0
+        if g.endswith("_graph"):
+            w_key: dict[tuple, float] = {}
+            for p in pts:
+                w_key[(p.bs, p.width)] = w_key.get((p.bs, p.width), 0.0) + weights.get(p, 0.0)
+            keys = sorted((k for k in w_key if w_key[k] > 0), key=lambda k: (-w_key[k], k))
+            keys = keys[:max(2, math.ceil(q / 3))]
+            got: list[HeldoutPoint] = []
+            for i, k in enumerate(keys):  # a captured graph's other KV lengths cost a replay each
+                share = q // len(keys) + (1 if i < q % len(keys) else 0)
+                got += [p for p in pts if (p.bs, p.width) == k][:share]
+            graphs = len({(p.bs, p.width) for p in got})
+        else:
+            got = [p for p in pts if weights.get(p, 0.0) > 0][:q]
+            graphs = 0
+        chosen += got
+        report[g] = {"asked": q, "chosen": len(got), "graphs": graphs,
+                     "weight_share": round(total[g] / grand, 4)}
+    chosen.sort()
+    return chosen, report

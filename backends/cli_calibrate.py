@@ -39,6 +39,16 @@ __all__ = ["calibrate"]
 @click.option("--extend-logits", type=click.Choice(["last", "all"]), default="last", show_default=True,
               help="Draft-extend logits, as for `specsched profile`.")
 @click.option("--progress", is_flag=True, help="Show progress on stderr even when it is not a terminal.")
+@click.option("--trace", "trace_path", type=click.Path(dir_okay=False), default=None,
+              help="Choose the anchors where this workload spends its time: the trace is "
+                   "simulated on the base profile (its first --limit requests, under --config "
+                   "and --set as simulate runs it) and the grid rows nearest its passes, by "
+                   "time, are measured (backends.calibrate_workload).")
+@click.option("--limit", type=int, default=None, help="With --trace: its first N requests.")
+@click.option("--config", "config_path", type=click.Path(dir_okay=False), default=None,
+              help="With --trace: the simulation config TOML.")
+@click.option("--set", "sets", multiple=True, metavar="KEY=VALUE",
+              help="With --trace: any configuration key, e.g. --set engine.policy=bucket.")
 @click.option("--anchors-from", type=click.Path(dir_okay=False), default=None,
               metavar="CALIBRATED.parquet",
               help="Measure nothing: re-fit the anchors an earlier calibrate measured (kept in "
@@ -46,7 +56,7 @@ __all__ = ["calibrate"]
                    "re-recorded under the same timing protocol. Needs no GPU.")
 def calibrate(model, tp, base, out, budget_s, anchors, heldout, seed, reps, warmup, eager_reps,
               settle_s, page_size, max_context, kv_pool_gib, gpu_sheet, extend_logits, progress,
-              anchors_from):
+              trace_path, limit, config_path, sets, anchors_from):
     """Fit a recorded profile to this machine's GPU from a few re-measured shapes.
 
     \b
@@ -55,6 +65,8 @@ def calibrate(model, tp, base, out, budget_s, anchors, heldout, seed, reps, warm
       specsched calibrate --model llama-3.1-8b --base my8b.parquet --anchors 32 --heldout 16 \\
           --budget-s 180 -o my8b_here.parquet
       specsched calibrate --model llama-3.1-8b --anchors-from 8b_here.parquet -o 8b_here_new.parquet
+      specsched calibrate --model llama-3.1-8b --trace prod.parquet --limit 200 \
+          --set engine.policy=bucket -o 8b_for_prod.parquet
 
     Re-measures --anchors of the base profile's own grid points (spread over verify, draft and
     draft-extend, graph and eager, and prefill; few captured graphs, several KV lengths each)
@@ -64,7 +76,9 @@ def calibrate(model, tp, base, out, budget_s, anchors, heldout, seed, reps, warm
     scale per group is fitted: a shape-dependent difference between the machines stays
     (docs/aiter.md, "specsched calibrate").  Needs a CUDA or ROCm GPU (exit 2 without one),
     except with --anchors-from, which re-fits an earlier calibration's measured anchors to --base
-    (those not among the base's grid rows are left out and listed in the metadata).
+    (those not among the base's grid rows are left out and listed in the metadata).  With
+    --trace the anchors are the grid rows a simulated run of that workload spends most time
+    nearest, shared over the pass groups by that time (docs/aiter.md, "specsched calibrate").
     """
     import time
 
@@ -75,12 +89,15 @@ def calibrate(model, tp, base, out, budget_s, anchors, heldout, seed, reps, warm
     from backends.models import load_model
 
     n = DEFAULT_ANCHORS if anchors is None else anchors
-    base = _check_calibrate(model, tp, base, out, budget_s, n, heldout, gpu_sheet, anchors_from)
+    base = _check_calibrate(model, tp, base, out, budget_s, n, heldout, gpu_sheet, anchors_from,
+                            extra_inputs=tuple(p for p in (trace_path, config_path) if p))
+    workload = _workload(model, tp, base, trace_path, limit, config_path, sets)
     if anchors_from is not None:
         from backends.calibrate_refit import refit_calibration
 
-        if anchors is not None or heldout:
-            raise SpecschedError("--anchors-from measures nothing: drop --anchors and --heldout")
+        if anchors is not None or heldout or trace_path:
+            raise SpecschedError("--anchors-from measures nothing: drop --anchors, --heldout "
+                                 "and --trace")
         click.echo(json.dumps(refit_calibration(load_model(model, tp=tp), anchors_from, base, out)))
         return
     spec = ProfileSpec(reps=reps, warmup=warmup, eager_reps=eager_reps, settle_s=settle_s)
@@ -93,12 +110,40 @@ def calibrate(model, tp, base, out, budget_s, anchors, heldout, seed, reps, warm
     cmd = "specsched calibrate " + " ".join(sys.argv[2:]) if len(sys.argv) > 2 else "specsched calibrate"
     summary = _with_progress(progress, lambda prog, log: run_calibrate(
         shape, out, base, spec, anchors=n, heldout=heldout, seed=seed, budget_s=budget_s,
-        t_start=t_start, executor_opts=opts, command=cmd, progress=prog, log=log))
+        t_start=t_start, executor_opts=opts, command=cmd, progress=prog, log=log,
+        workload=workload))
     click.echo(json.dumps(summary))
 
 
+def _workload(model, tp, base, trace_path, limit, config_path, sets):
+    """``grid -> (weights, info)`` for ``--trace`` (checked here, before the GPU is touched:
+    the trace and config are read and validated), or None without it."""
+    if trace_path is None:
+        if limit is not None or config_path or sets:
+            raise SpecschedError("--limit, --config and --set choose the workload of --trace: "
+                                 "give --trace too")
+        return None
+    from pathlib import Path
+
+    from simulator.config import SimConfig, parse_overrides
+    from specsched.setup import load_trace
+
+    if limit is not None and limit < 1:
+        raise SpecschedError(f"--limit must be >= 1, got {limit}")
+    overrides = parse_overrides(sets)
+    cfg = SimConfig.load(config_path, overrides)
+    load_trace(trace_path, seed=cfg.seed, limit=limit)  # a bad trace fails now, naming the row
+
+    def weigh(grid):
+        from backends.calibrate_workload import workload_weights
+
+        return workload_weights(Path(trace_path), model, tp, base, grid, limit=limit,
+                                config_path=config_path, overrides=overrides)
+    return weigh
+
+
 def _check_calibrate(model, tp, base, out, budget_s, anchors, heldout, gpu_sheet,
-                     anchors_from=None) -> str:
+                     anchors_from=None, extra_inputs: tuple = ()) -> str:
     """Refuse a ``calibrate`` call that cannot do what it says, before the GPU is touched (the
     base is read, validated and checked against the model here); returns the base's path."""
     from pathlib import Path
@@ -126,6 +171,6 @@ def _check_calibrate(model, tp, base, out, budget_s, anchors, heldout, gpu_sheet
     _, meta = read_profile(base)
     _check_model(shape, meta.get("model"), str(base))
     inputs = ((model,) if Path(model).is_file() else ()) + (base,) + (
-        (anchors_from,) if anchors_from is not None else ())
+        (anchors_from,) if anchors_from is not None else ()) + tuple(extra_inputs)
     check_output_file(out, inputs=inputs, kind="parquet")
     return base

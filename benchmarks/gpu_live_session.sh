@@ -71,6 +71,12 @@
 #                (limit 150 s); a TAG keeps several in one call apart
 #                                                  -> llama-3.1-8b__H200.calibrated[_TAG].parquet
 #   calibrate70b the same for the Llama-3.1-70B tp-8 shard  -> llama-3.1-70b__H200.calibrated.parquet
+#   calibrate-conv:MODEL:POLICY:N  `specsched calibrate --trace` of the shipped profile of MODEL
+#                (llama-3.1-8b, llama-3.1-70b at tp 8), its anchors chosen where the first N
+#                conversation requests under --policy POLICY spend their time; run it beside
+#                calibrate8b / calibrate70b and before the live run of the same requests to see
+#                which set of anchors tracks the run (not yet run)
+#                                 -> MODEL__H200.calibrated_conv_POLICYN.parquet
 #   calibrate-v2lite[:TAG]  the same for DeepSeek-V2-Lite (33 s on 2026-12-02)
 #                                              -> deepseek-v2-lite__H200.calibrated[_TAG].parquet
 #   capture-state  benchmarks/bench_capture_state.py: DeepSeek-V2-Lite graph replays after SGLang's
@@ -416,6 +422,11 @@ PY
         -o "$out/llama-3.1-8b__H200.calibrated${tag:+_$tag}.parquet" --budget-s 120 ;;
     calibrate70b) job calibrate70b 150 python3 -m specsched calibrate --model llama-3.1-70b --tp 8 \
         --progress -o "$out/llama-3.1-70b__H200.calibrated.parquet" --budget-s 120 ;;
+    calibrate-conv:*) spec=${j#calibrate-conv:}; m=${spec%%:*}; rest=${spec#*:}; pol=${rest%%:*}
+        n=${rest#*:}; tpopt=""; [ "$m" = llama-3.1-70b ] && tpopt="--tp 8"
+        job "calibrate-conv-$m-$pol$n" 150 python3 -m specsched calibrate --model "$m" $tpopt \
+        --progress --trace "$CONV" --limit "$n" --set "engine.policy=$pol" --budget-s 120 \
+        -o "$out/${m}__H200.calibrated_conv_${pol}${n}.parquet" ;;
     calibrate-v2lite|calibrate-v2lite:*) tag=${j#calibrate-v2lite}; tag=${tag#:}
         job "calibrate-v2lite${tag:+-$tag}" 150 python3 -m specsched calibrate --model deepseek-v2-lite \
         --progress -o "$out/deepseek-v2-lite__H200.calibrated${tag:+_$tag}.parquet" --budget-s 120 ;;

@@ -105,10 +105,12 @@ def run_calibrate(model: Any, out: str, base: str, spec: ProfileSpec, *, anchors
                   heldout: int = 0, seed: int = 0, budget_s: float = 120.0,
                   t_start: float | None = None, executor_opts: dict | None = None,
                   command: str = "", progress: Callable[[str, int, int], None] | None = None,
-                  log: Callable[[str], None] | None = None) -> dict[str, Any]:
+                  log: Callable[[str], None] | None = None,
+                  workload: Callable[[list], tuple[dict, dict]] | None = None) -> dict[str, Any]:
     """Calibrate the profile ``base`` to this machine and write it to ``out`` (never ``base``);
     returns a summary.  ``t_start``: when the command started (``time.perf_counter()``), so
-    the budget covers its start-up too."""
+    the budget covers its start-up too.  ``workload(grid) -> (weights, info)``: anchors where a
+    workload spends its time (``backends.calibrate_workload``), recorded as ``workload``."""
     from backends.aiter import bridge
     from backends.aiter.executor import gpu_info
     from backends.profile import _check_model, grid_rows, read_profile, write_profile
@@ -126,8 +128,12 @@ def run_calibrate(model: Any, out: str, base: str, spec: ProfileSpec, *, anchors
     def ok(p: HeldoutPoint) -> bool:
         return fits(p.bs, p.kv_len, p.tokens if p.kind == "prefill" else p.width)
 
+    weights, wl_info = workload(grid) if workload is not None else (None, None)
+    if wl_info is not None:
+        say(f"anchors weighted by {wl_info.get('trace')} ({wl_info.get('requests')} requests, "
+            f"{wl_info.get('simulated_s')} s simulated)")
     points, asked = choose_anchors(grid, anchors, fits=ok, graph_bs=runner.capture_bs,
-                                   kernel_widths=_kernel_widths(shape))
+                                   kernel_widths=_kernel_widths(shape), weights=weights)
     rows, skipped = _measure_in_budget(runner, points, spec, deadline=deadline,
                                        progress=progress, what="anchor")
     base_of = {tuple(r[k] for k in SHAPE): r for r in grid}
@@ -169,6 +175,8 @@ def run_calibrate(model: Any, out: str, base: str, spec: ProfileSpec, *, anchors
         "base_heldout_rows_dropped": int(dropped_heldout)}
     if held_note:
         calibration["heldout"] = held_note
+    if wl_info is not None:
+        calibration["workload"] = wl_info
     scaled = calibrated_rows(grid, factors)
     if held:
         scaled = [dict(r, split="grid") for r in scaled] + held

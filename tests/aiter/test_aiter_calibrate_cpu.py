@@ -79,3 +79,40 @@ print(json.dumps({{'s': s, 'base': b_rows.to_pylist(), 'out': o_rows.to_pylist()
     assert any(isinstance(n, str) and n.startswith("calibrated by `specsched calibrate`")
                for n in d["notes"])
     assert [n["heldout"]["points"] for n in d["notes"] if isinstance(n, dict) and "heldout" in n] == [4]
+
+
+def test_calibrate_measures_the_anchors_a_workload_weights(tmp_path):
+    """With a workload (``--trace``'s callback, given here by hand: 1 s on the verify graph of
+    1 request at KV 16 and 1 s on the 8-token prefill), 4 anchors go 2 to verify graphs and 2 to
+    prefill: the verify graph's weighted row and its other KV line, and the one weighted prefill
+    row (the other is not where the workload runs).  Every other group gets none and takes the
+    median of all anchors; the calibration records the workload."""
+    base, out = tmp_path / "tiny.parquet", tmp_path / "tiny_cal.parquet"
+    res = run_interpreted(f"""
+import json
+from backends.aiter import bridge, executor
+from backends.aiter.runner import Runner
+from backends.aiter.profiling import ProfileSpec, run_profile
+from backends.aiter.calibrate_sweep import run_calibrate
+from backends.heldout import HeldoutPoint
+from backends.models import ModelShape
+from backends.profile import read_profile
+
+{cpu_profiler_prelude('[1, 2, 3]')}
+{TINY_PROFILE}
+run_profile(m, {str(base)!r}, spec, command='pytest', heldout=0)
+w = {{HeldoutPoint('verify', True, 1, 1, 16, 1): 1.0, HeldoutPoint('prefill', False, 1, 0, 0, 8): 1.0}}
+info = {{'trace': 'by-hand', 'requests': 0}}
+run_calibrate(m, {str(out)!r}, {str(base)!r}, spec, anchors=4, budget_s=600, command='pytest-wl',
+              workload=lambda grid: (w, info))
+print(json.dumps(read_profile({str(out)!r})[1]['calibration']))
+""")
+    cal = json.loads(res.strip().splitlines()[-1])
+    shapes = sorted((a["kind"], a["graph"], a["bs"], a["width"], a["kv_len"], a["tokens"])
+                    for a in cal["anchors"])
+    assert shapes == [("prefill", False, 1, 0, 0, 8), ("verify", True, 1, 1, 16, 1),
+                      ("verify", True, 1, 1, 64, 1)]
+    assert cal["workload"] == {"trace": "by-hand", "requests": 0}
+    assert cal["groups"]["verify_graph"]["weight_share"] == 0.5
+    assert {g for g, f in cal["factors"].items() if f["source"] == "all anchors"} == {
+        "verify_eager", "draft_graph", "draft_eager", "extend_graph", "extend_eager"}

@@ -17,6 +17,9 @@ KEYS = {"padded_bs", "graph", "width", "qo_indptr", "kv_indptr", "seqused_k", "m
         "max_seqlen_k", "kv_indices_needed", "kv_indices_capacity", "error", "violation"}
 
 
+CONV = ROOT / "traces" / "samples" / "azure_conv_eagle_2k.parquet"
+
+
 def cli(*args: str) -> subprocess.CompletedProcess:
     return subprocess.run([sys.executable, "-m", "specsched", *args], cwd=ROOT, capture_output=True,
                           text=True, timeout=120)
@@ -165,7 +168,11 @@ def test_heldout_only_refusals_exit_2_before_the_gpu(tmp_path, case, needle):
     ("heldout", "--heldout must be >= 0, got -2"),
     ("anchors-from-no-anchors", "holds no anchors of `specsched calibrate`"),
     ("anchors-from-is-out", "is the --anchors-from file"),
-    ("anchors-from-and-anchors", "--anchors-from measures nothing: drop --anchors and --heldout"),
+    ("anchors-from-and-anchors", "--anchors-from measures nothing: drop --anchors, --heldout"),
+    ("anchors-from-and-trace", "--anchors-from measures nothing"),
+    ("limit-without-trace", "give --trace too"),
+    ("missing-trace", "nope_trace.parquet: no such file"),
+    ("trace-bad-set", "engine.policy: unknown policy 'nope'"),
 ])
 def test_calibrate_refusals_exit_2_before_the_gpu(tmp_path, case, needle):
     """Each refusal of ``specsched calibrate`` names what is wrong, exits 2 with no traceback,
@@ -199,6 +206,14 @@ def test_calibrate_refusals_exit_2_before_the_gpu(tmp_path, case, needle):
         args += ["--anchors-from", str(out)]
     elif case == "anchors-from-and-anchors":
         args += ["--anchors-from", str(base), "--anchors", "8"]
+    elif case == "anchors-from-and-trace":
+        args += ["--anchors-from", str(base), "--trace", str(CONV)]
+    elif case == "limit-without-trace":
+        args += ["--limit", "5"]
+    elif case == "missing-trace":
+        args += ["--trace", str(ROOT / "nope_trace.parquet")]
+    elif case == "trace-bad-set":
+        args += ["--trace", str(CONV), "--set", "engine.policy=nope"]
     _refused(cli("calibrate", *args), needle, tmp_path, out, base, before)
 
 
