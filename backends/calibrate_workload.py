@@ -72,7 +72,9 @@ def grid_time_weights(grid: list[dict], passes: list[dict]) -> dict[HeldoutPoint
 
 def _passes(steps) -> list[dict]:
     """The passes of a simulated run's steps table, in :func:`grid_time_weights`' form: a graph
-    at its padded batch size, a prefill at its tokens and the mean prefix of its requests."""
+    at its padded batch size, every pass at the KV its latency was looked up at (``lookup_kv``;
+    a prefill's attention-equivalent prefix, below 0 for several requests without one, taken
+    as 0, the grid's lowest prefix)."""
     c = {k: steps.column(k).to_pylist() for k in ("kind", "graph", "bs", "bs_padded", "width",
                                                   "kv_mean", "lookup_kv", "tokens", "latency_s")}
     out = []
@@ -81,7 +83,7 @@ def _passes(steps) -> list[dict]:
         kv = c["lookup_kv"][i] if c["lookup_kv"][i] is not None else c["kv_mean"][i]
         out.append({"kind": kind, "graph": graph,
                     "bs": float(c["bs_padded"][i] if graph else c["bs"][i]),
-                    "width": float(c["width"][i]), "kv": float(kv or 0.0),
+                    "width": float(c["width"][i]), "kv": max(0.0, float(kv or 0.0)),
                     "tokens": float(c["tokens"][i]), "latency_s": float(c["latency_s"][i])})
     return out
 

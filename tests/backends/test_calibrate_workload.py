@@ -86,3 +86,21 @@ def test_weights_of_a_conversation_run_on_the_shipped_8b():
     assert heaviest in pts
     assert all(w.get(p, 0.0) > 0 or p.graph for p in pts)
     assert sum(r["asked"] for r in rep.values()) >= 24
+
+
+def test_a_prefill_of_several_requests_without_a_prefix_is_weighed_at_prefix_0():
+    """A prefill pass of several requests has an attention-equivalent prefix below 0
+    (``lookup_kv``, docs/simulator.md); it is weighed at prefix 0, the grid's lowest."""
+    import pyarrow as pa
+
+    from backends.calibrate_workload import _passes
+
+    steps = pa.table({"kind": ["prefill", "verify"], "graph": [False, True], "bs": [3, 2],
+                      "bs_padded": [3, 3], "width": [0, 4], "kv_mean": [0.0, 700.0],
+                      "lookup_kv": [-918.7, 650.0], "tokens": [1100, 8],
+                      "latency_s": [0.05, 0.01]})
+    ps = _passes(steps)
+    assert ps[0]["kv"] == 0.0 and ps[1] == dict(kind="verify", graph=True, bs=3.0, width=4.0,
+                                                kv=650.0, tokens=8.0, latency_s=0.01)
+    w = grid_time_weights(grid(), ps)
+    assert w == {P("prefill", False, 1, 0, 0, 1024): 0.05, P("verify", True, 4, 4, 512, 16): 0.01}
