@@ -214,11 +214,7 @@ def _weighted(by_group: dict[str, list[HeldoutPoint]], n: int,
     total = {g: sum(weights.get(p, 0.0) for p in pts) for g, pts in used.items()}
     names = [g for g in SECTIONS if g in used]
     grand = sum(total.values()) or 1.0
-    exact = {g: n * total[g] / grand for g in names}
-    quota = {g: int(exact[g]) for g in names}
-    for g in sorted(names, key=lambda g: (-(exact[g] - quota[g]), names.index(g)))[
-            :n - sum(quota.values())]:
-        quota[g] += 1
+    quota = allocate(n, names, shares=total)
     heavy = lambda p: (-weights.get(p, 0.0), p)  # noqa: E731
     chosen: list[HeldoutPoint] = []
     report: dict[str, dict] = {}

@@ -33,7 +33,7 @@ import numpy as np
 from backends.calibrate import GROUPS, _point
 from backends.heldout import HeldoutPoint
 
-__all__ = ["grid_time_weights", "workload_weights"]
+__all__ = ["grid_time_weights", "workload_config", "workload_weights"]
 
 
 def _coords(kind: str, bs: float, width: float, kv: float, tokens: float) -> tuple[float, ...]:
@@ -76,41 +76,44 @@ def _passes(steps) -> list[dict]:
     a prefill's attention-equivalent prefix, below 0 for several requests without one, taken
     as 0, the grid's lowest prefix)."""
     c = {k: steps.column(k).to_pylist() for k in ("kind", "graph", "bs", "bs_padded", "width",
-                                                  "kv_mean", "lookup_kv", "tokens", "latency_s")}
+                                                  "lookup_kv", "tokens", "latency_s")}
     out = []
     for i in range(steps.num_rows):
         kind, graph = c["kind"][i], bool(c["graph"][i])
-        kv = c["lookup_kv"][i] if c["lookup_kv"][i] is not None else c["kv_mean"][i]
         out.append({"kind": kind, "graph": graph,
                     "bs": float(c["bs_padded"][i] if graph else c["bs"][i]),
-                    "width": float(c["width"][i]), "kv": max(0.0, float(kv or 0.0)),
+                    "width": float(c["width"][i]), "kv": max(0.0, float(c["lookup_kv"][i])),
                     "tokens": float(c["tokens"][i]), "latency_s": float(c["latency_s"][i])})
     return out
 
 
-def workload_weights(trace: str | Path, model: str, tp: int | None, base: str | Path,
-                     grid: list[dict], *, limit: int | None = None, config_path: str | None = None,
-                     overrides: dict[str, Any] | None = None) -> tuple[dict, dict]:
-    """(weights per grid row, what they came from) for ``trace`` simulated on the profile
-    ``base``: its first ``limit`` requests under ``config_path`` and ``overrides``."""
+def workload_config(model: str, tp: int | None, base: str | Path, *,
+                    config_path: str | None = None, overrides: dict[str, Any] | None = None):
+    """The configuration a workload is simulated under for ``calibrate --trace``: ``config_path``
+    and ``overrides`` (as ``simulate`` takes them) on the profile ``base`` of ``model``."""
     from simulator.config import SimConfig
-    from specsched.setup import load_trace, prepare, simulate_to
 
     ov = dict(overrides or {})
     ov.update({"model.name": model, "backend.name": "profile", "backend.profile": str(base)})
     if tp:
         ov["model.tp"] = tp
-    cfg = SimConfig.load(config_path, ov)
-    tr = load_trace(trace, seed=cfg.seed, limit=limit)
+    return SimConfig.load(config_path, ov)
+
+
+def workload_weights(trace, cfg, grid: list[dict], *, trace_name: str) -> tuple[dict, dict]:
+    """(weights per grid row, what they came from) for the loaded ``trace`` (``trace_name``, its
+    file's name) simulated under ``cfg`` (:func:`workload_config`)."""
+    from specsched.setup import prepare, simulate_to
+
     prep = prepare(cfg)
-    run = simulate_to(tr, cfg, None, executor=prep.executor)
+    run = simulate_to(trace, cfg, None, executor=prep.executor)
     weights = grid_time_weights(grid, _passes(run.steps))
     by_group: dict[str, float] = {}
     for p, w in weights.items():
         g = GROUPS[(p.kind, p.graph)]
         by_group[g] = by_group.get(g, 0.0) + w
     total = sum(by_group.values()) or 1.0
-    info = {"trace": Path(trace).name, "requests": len(tr), "policy": cfg.engine.policy,
+    info = {"trace": trace_name, "requests": len(trace), "policy": cfg.engine.policy,
             "simulated_s": round(float(run.summary["duration_s"]), 3),
             "share_by_group": {g: round(w / total, 4) for g, w in sorted(by_group.items())},
             "rows_weighted": len(weights)}

@@ -116,8 +116,8 @@ def calibrate(model, tp, base, out, budget_s, anchors, heldout, seed, reps, warm
 
 
 def _workload(model, tp, base, trace_path, limit, config_path, sets):
-    """``grid -> (weights, info)`` for ``--trace`` (checked here, before the GPU is touched:
-    the trace and config are read and validated), or None without it."""
+    """``grid -> (weights, info)`` for ``--trace`` (the trace and configuration read and
+    validated here, once, before the GPU is touched), or None without it."""
     if trace_path is None:
         if limit is not None or config_path or sets:
             raise SpecschedError("--limit, --config and --set choose the workload of --trace: "
@@ -125,20 +125,18 @@ def _workload(model, tp, base, trace_path, limit, config_path, sets):
         return None
     from pathlib import Path
 
-    from simulator.config import SimConfig, parse_overrides
+    from backends.calibrate_workload import workload_config, workload_weights
+    from simulator.config import parse_overrides
     from specsched.setup import load_trace
 
     if limit is not None and limit < 1:
         raise SpecschedError(f"--limit must be >= 1, got {limit}")
-    overrides = parse_overrides(sets)
-    cfg = SimConfig.load(config_path, overrides)
-    load_trace(trace_path, seed=cfg.seed, limit=limit)  # a bad trace fails now, naming the row
+    cfg = workload_config(model, tp, base, config_path=config_path,
+                          overrides=parse_overrides(sets))
+    trace = load_trace(trace_path, seed=cfg.seed, limit=limit)  # a bad trace fails now
 
     def weigh(grid):
-        from backends.calibrate_workload import workload_weights
-
-        return workload_weights(Path(trace_path), model, tp, base, grid, limit=limit,
-                                config_path=config_path, overrides=overrides)
+        return workload_weights(trace, cfg, grid, trace_name=Path(trace_path).name)
     return weigh
 
 

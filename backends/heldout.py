@@ -122,14 +122,16 @@ def grid_span(rows: Any) -> Span:
     return span
 
 
-def allocate(n: int, sections: Iterable[str]) -> dict[str, int]:
-    """``n`` points over ``sections`` in proportion to :data:`SHARES`, by largest remainder (ties
-    go to the earlier section in :data:`SECTIONS`)."""
+def allocate(n: int, sections: Iterable[str],
+             shares: dict[str, float] | None = None) -> dict[str, int]:
+    """``n`` points over ``sections`` in proportion to ``shares`` (default :data:`SHARES`), by
+    largest remainder (ties go to the earlier section in :data:`SECTIONS`)."""
+    shares = SHARES if shares is None else shares
     names = [s for s in SECTIONS if s in set(sections)]
     if n <= 0 or not names:
         return {s: 0 for s in names}
-    total = sum(SHARES[s] for s in names)
-    exact = {s: n * SHARES[s] / total for s in names}
+    total = sum(shares[s] for s in names) or 1.0
+    exact = {s: n * shares[s] / total for s in names}
     out = {s: int(exact[s]) for s in names}
     left = n - sum(out.values())
     order = sorted(names, key=lambda s: (-(exact[s] - out[s]), names.index(s)))

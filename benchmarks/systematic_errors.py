@@ -27,6 +27,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from analysis.fidelity.lookup import predict_steps  # noqa: E402
+from analysis.fidelity.report import _run_gpus  # noqa: E402
 from backends.profile import load_profile  # noqa: E402
 
 KV_BANDS = (1024, 4096, 16384, 65536)
@@ -42,12 +43,9 @@ def kv_band(kv: float) -> str:
 
 
 def run_gpus(summary: dict) -> list[str]:
-    """The GPUs (uuid prefixes) a recorded live run ran on, every sitting's."""
-    bd = summary.get("backend_detail") or {}
-    segs = (bd.get("journal") or {}).get("segments") or []
-    ids = [((s.get("gpu") or {}).get("uuid") or "")[:8] for s in segs]
-    ids = [i for i in ids if i] or [((bd.get("gpu") or {}).get("uuid") or "")[:8]]
-    return sorted({i for i in ids if i})
+    """The GPUs (uuid prefixes) a recorded live run's steps were measured on: every sitting
+    of its journal that added calls (``analysis.fidelity.report._run_gpus``)."""
+    return sorted({u[:8] for u in _run_gpus(summary) if u})
 
 
 def live_runs(root: Path, model: str) -> list[Path]:

@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from backends.calibrate import choose_anchors
-from backends.calibrate_workload import grid_time_weights, workload_weights
+from backends.calibrate_workload import grid_time_weights, workload_config, workload_weights
 from backends.heldout import HeldoutPoint
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -74,13 +74,17 @@ def test_weights_of_a_conversation_run_on_the_shipped_8b():
     from backends.profile import grid_rows, read_profile
     from backends.shipped import default_profile
 
+    from specsched.setup import load_trace
+
     base = default_profile("llama-3.1-8b", "H200")
     rows = grid_rows(read_profile(base)[0]).to_pylist()
-    w, info = workload_weights(CONV, "llama-3.1-8b", None, base, rows, limit=40)
+    cfg = workload_config("llama-3.1-8b", None, base)
+    trace = load_trace(CONV, seed=cfg.seed, limit=40)
+    w, info = workload_weights(trace, cfg, rows, trace_name=CONV.name)
     assert info["requests"] == 40 and info["trace"] == CONV.name and info["policy"] == "fixed"
     assert {"verify_graph", "draft_graph", "extend_graph", "prefill"} <= set(info["share_by_group"])
     assert sum(info["share_by_group"].values()) == pytest.approx(1.0, abs=1e-3)
-    assert workload_weights(CONV, "llama-3.1-8b", None, base, rows, limit=40) == (w, info)
+    assert workload_weights(trace, cfg, rows, trace_name=CONV.name) == (w, info)
     pts, rep = choose_anchors(rows, 24, weights=w)
     heaviest = max((p for p in w if p.kind == "verify" and p.graph), key=lambda p: w[p])
     assert heaviest in pts

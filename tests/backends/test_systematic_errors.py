@@ -18,8 +18,9 @@ def test_kv_bands_and_gpus():
     mod = _module()
     assert [mod.kv_band(k) for k in (128, 1024, 1025, 4096, 20000, 70000)] == \
         ["0-1024", "0-1024", "1025-4096", "1025-4096", "16385-65536", ">65536"]
-    s = {"backend_detail": {"journal": {"segments": [{"gpu": {"uuid": "a20c4827-x"}},
-                                                     {"gpu": {"uuid": "1195fda1-y"}}]}}}
+    s = {"backend_detail": {"journal": {"live_calls": 200, "segments": [
+        {"first_call": 0, "gpu": {"uuid": "a20c4827-x"}},
+        {"first_call": 120, "gpu": {"uuid": "1195fda1-y"}}]}}}
     assert mod.run_gpus(s) == ["1195fda1", "a20c4827"]
     assert mod.run_gpus({"backend_detail": {"gpu": {"uuid": "3e203705-z"}}}) == ["3e203705"]
 
