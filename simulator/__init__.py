@@ -17,7 +17,7 @@ from typing import Callable
 from backends.jit import jit_status
 from backends.protocol import Executor
 from simulator import core as C
-from simulator.config import RADIX_OFF_WHAT_IF, SimConfig
+from simulator.config import MLA_WIDTHS, RADIX_OFF_WHAT_IF, SimConfig
 from simulator.engine import Simulation
 from simulator.results import (SimResult, StepSink, requests_table, summarize, write_into,
                                write_results)
@@ -119,6 +119,13 @@ def _engine_warnings(summary: dict, config: SimConfig, sim: Simulation) -> None:
         w.append(f"the {ctl['name']} controller switched its draft count "
                  f"{ctl['switches_per_s']:.1f} times a second ({ctl['switches']} switches in "
                  f"{ctl['rounds']} rounds): it oscillates")
+    wide = summary.get("verify_launches_over_mla_width", 0)
+    if e.mla and wide:
+        w.append(f"{wide} of {summary['verify_launches']} verify launches ran a request wider "
+                 f"than {max(MLA_WIDTHS)} tokens, which AITER's MLA decode kernels do not take "
+                 f"(1, 2 and 4 query rows per request; 3 is padded to 4): their times are "
+                 f"extrapolated past the profile's widths and `--backend aiter` refuses such a "
+                 f"run (engine.max_draft {max(MLA_WIDTHS) - 1} keeps every launch runnable)")
     extra = int(sim.E[:, C.E_XRETRACT].sum())
     if extra:
         w.append(f"{extra} retractions went beyond SGLang's rule to fit a verify in the KV pool "

@@ -355,6 +355,8 @@ class Simulation:
             raise SpecschedError(f"a request proposes {widest - 1} drafts in one step; the engine "
                                  "verifies at most 64 tokens per request (set engine.max_draft)",
                                  path=getattr(self.trace, "path", None))
+        if e.mla and self.config.backend.name == "aiter" and e.policy not in ("fixed", "unsafe-derived"):
+            self._check_mla_widths()
         page = e.page_size
         need = ((inp.prompt + inp.output + widest + page - 1) // page) * page
         worst = int(np.argmax(need))
@@ -366,6 +368,37 @@ class Simulation:
                 f"request '{rid}' (row {worst}) needs {int(need[worst])} tokens "
                 f"(prompt {int(inp.prompt[worst])} + output {int(inp.output[worst])} + verify "
                 f"width {widest}, in pages of {page})", path=getattr(self.trace, "path", None))
+
+    def _check_mla_widths(self) -> None:
+        """Refuse, before anything runs, a live MLA run whose policy could launch a verify wider
+        than the AITER MLA decode kernels take (the executor would stop mid-run)."""
+        from simulator.config import MLA_WIDTHS
+
+        e = self.config.engine
+        inp = self.inp
+        if not len(inp.draft):
+            return
+        top = max(MLA_WIDTHS)
+        step = int(np.argmax(inp.draft))
+        drafts = int(inp.draft[step])
+        if e.max_draft:
+            drafts = min(drafts, e.max_draft)
+        width = drafts + 1
+        if e.policy == "bucket":
+            width = next((int(b) for b in sorted(e.buckets) if b >= width), int(max(e.buckets)))
+        if width <= top:
+            return
+        row = int(np.searchsorted(inp.off, step, side="right")) - 1
+        rid = self.trace.request_id[row]
+        rid = rid.as_py() if hasattr(rid, "as_py") else rid
+        raise SpecschedError(
+            f"engine.policy '{e.policy}' on an MLA model would launch a verify of width {width}: "
+            f"request '{rid}' (row {row}, column draft_tokens) proposes {int(inp.draft[step])} "
+            f"drafts in one step, and AITER's MLA decode kernels take at most {top} query rows "
+            f"per request (1, 2 and 4; 3 is padded to 4), so the live executor would stop "
+            f"mid-run; set engine.max_draft {top - 1}"
+            + (f" and engine.buckets within {top}" if e.policy == "bucket" else ""),
+            path=getattr(self.trace, "path", None))
 
     # ------------------------------------------------------------------ running
     def compile(self) -> float:

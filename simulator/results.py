@@ -18,6 +18,7 @@ import pyarrow.parquet as pq
 
 from backends.protocol import VERIFY_MODES
 from simulator import core as C
+from simulator.config import MLA_WIDTHS
 from traces.atomic import atomic_output_dir
 
 __all__ = ["SimResult", "StepSink", "write_results", "write_into", "requests_table", "summarize",
@@ -188,7 +189,8 @@ _TOTALS = ("passes", "verify_launches", "draft_phases", "draft_passes", "draft_e
            "eager_verify_launches", "prefill_passes", "decode_iterations",
            "mixed_iterations", "verify_requests", "verify_slots", "committed_verify",
            "padded_slots", "graph_pad_slots", "graph_replays",
-           "eager_launches", "violations", "violation_launches", "out_of_grid", "busy_s")
+           "eager_launches", "violations", "violation_launches", "out_of_grid", "busy_s",
+           "verify_over_mla")
 _T = {name: i for i, name in enumerate(_TOTALS)}
 
 
@@ -218,6 +220,10 @@ def _step_totals(si: np.ndarray, sf: np.ndarray) -> np.ndarray:
     t[_T["violation_launches"]] = (si[C.S_VIOL] > 0).sum()
     t[_T["out_of_grid"]] = si[C.S_OOG].sum()
     t[_T["busy_s"]] = sf[C.SF_LAT].sum()
+    # verify launches with a request wider than the widest AITER MLA decode kernel (the summary
+    # warns of them on an MLA model, where the live executor refuses them)
+    t[_T["verify_over_mla"]] = (verify & (np.maximum(si[C.S_WIDTH], si[C.S_MAXW])
+                                          > max(MLA_WIDTHS))).sum()
     return t
 
 
@@ -287,6 +293,7 @@ def summarize(requests: pa.Table, totals: np.ndarray) -> dict[str, Any]:
         "truncated_drafts": int(col("truncated_drafts").sum()),
         "busy_s": float(T["busy_s"]),
         "out_of_grid_passes": int(T["out_of_grid"]),
+        "verify_launches_over_mla_width": int(T["verify_over_mla"]),
         "warnings": warnings,
     }
 

@@ -169,3 +169,59 @@ def test_member_kv_is_each_pass_in_launch_order_and_scores_fluid_as_the_engine_l
     proc = _simulate(tmp_path / "off", "--policy", "fixed", "--set", "engine.record_member_kv=false")
     assert proc.returncode == 0, proc.stderr
     assert "member_kv" not in pq.read_schema(tmp_path / "off" / "steps.parquet").names
+
+
+def test_bucket_on_mla_warns_of_widths_the_kernels_lack_and_max_draft_3_clears_it(tmp_path):
+    """``bucket`` rounds the sample's proposals (up to 7 drafts) to widths 2, 4 and 8; on an MLA
+    model width 8 is no kernel's, so the run says how many launches were that wide, and with
+    engine.max_draft 3 (width 4 at most) none are and nothing is said."""
+    proc = _simulate(tmp_path / "b", "--policy", "bucket")
+    assert proc.returncode == 0, proc.stderr
+    summary = json.loads((tmp_path / "b" / "summary.json").read_text())
+    verify = pq.read_table(tmp_path / "b" / "steps.parquet").to_pandas()
+    verify = verify[verify.kind.astype(str) == "verify"]
+    wide = int((np.maximum(verify.width, verify.max_width) > 4).sum())
+    assert wide > 0 and summary["verify_launches_over_mla_width"] == wide
+    said = [w for w in summary["warnings"] if "MLA decode kernels do not take" in w]
+    assert len(said) == 1 and said[0].startswith(f"{wide} of {len(verify)} verify launches")
+
+    proc = _simulate(tmp_path / "b3", "--policy", "bucket", "--set", "engine.max_draft=3")
+    assert proc.returncode == 0, proc.stderr
+    summary = json.loads((tmp_path / "b3" / "summary.json").read_text())
+    verify = pq.read_table(tmp_path / "b3" / "steps.parquet").to_pandas()
+    verify = verify[verify.kind.astype(str) == "verify"]
+    assert set(verify.width) <= {2, 4} and summary["verify_launches_over_mla_width"] == 0
+    assert not any("MLA decode kernels do not take" in w for w in summary["warnings"])
+
+
+def test_a_live_mla_run_that_would_launch_too_wide_is_refused_before_it_starts():
+    """`--backend aiter` on an MLA model stops at the first launch wider than 4 rows a request;
+    the engine refuses such a run up front, naming the request that proposes the most drafts
+    (row 1: 5 drafts, width 6) and the setting that avoids it. With max_draft 3 it runs."""
+    from simulator import run
+    from simulator.config import SimConfig
+    from tests.simulator.helpers import make_trace, table_executor
+    from traces.errors import SpecschedError
+
+    trace = make_trace([0.0, 0.01], [64, 64], [6, 6], [[(1, 1)] * 5, [(5, 2), (2, 1)]])
+    base = SimConfig().replace({"engine.mla": True, "backend.name": "aiter",
+                                "engine.policy": "split"})
+    try:
+        run(trace, base, table_executor(), kv_capacity_tokens=1 << 16)
+    except SpecschedError as exc:
+        msg = str(exc)
+    else:
+        raise AssertionError("a split run launching width 6 on MLA was not refused")
+    assert "width 6" in msg and "row 1, column draft_tokens" in msg and "proposes 5" in msg
+    assert msg.endswith("set engine.max_draft 3")
+    capped = base.replace({"engine.max_draft": 3})
+    res = run(trace, capped, table_executor(), kv_capacity_tokens=1 << 16)
+    assert res.summary["requests"] == 2 and res.summary["verify_launches_over_mla_width"] == 0
+    # bucket rounds width 4 up to its bucket: buckets (2, 8) launch 8 even with max_draft 3
+    try:
+        run(trace, capped.replace({"engine.policy": "bucket", "engine.buckets": (2, 8)}),
+            table_executor(), kv_capacity_tokens=1 << 16)
+    except SpecschedError as exc:
+        assert "width 8" in str(exc) and "engine.buckets within 4" in str(exc)
+    else:
+        raise AssertionError("bucket 8 on MLA was not refused")
