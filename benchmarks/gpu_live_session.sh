@@ -75,7 +75,7 @@
 #                (llama-3.1-8b, llama-3.1-70b at tp 8), its anchors chosen where the first N
 #                conversation requests under --policy POLICY spend their time; run it beside
 #                calibrate8b / calibrate70b and before the live run of the same requests to see
-#                which set of anchors tracks the run (not yet run)
+#                which set of anchors tracks the run (done for four runs: h200-2026-12-04f)
 #                                 -> MODEL__H200.calibrated_conv_POLICYN.parquet
 #   calibrate-v2lite[:TAG]  the same for DeepSeek-V2-Lite (33 s on 2026-12-02)
 #                                              -> deepseek-v2-lite__H200.calibrated[_TAG].parquet
@@ -98,6 +98,9 @@
 #                from that journal, bucket:150 211 s (done: h200-2026-12-04e)
 #   live-70bp:POLICY:N   the same on the Llama-3.1-70B tp-8 shard; bucket:150 took 424 s (done:
 #                h200-2026-12-04e)
+#   live-v2litep:POLICY:N  the same on DeepSeek-V2-Lite with engine.max_draft 3: its MLA decode
+#                kernels take at most 4 rows a request, so wider proposals are capped (a run
+#                without the cap is refused before it starts); not yet run
 #   live-code    live `simulate --backend aiter` of the whole code sample
 #   live-adaptive:N  live run of the first N conversation requests with --controller sglang-adaptive
 #                (SGLang PR #24055's per-bs candidates: widths 2, 4 and 8 below bs 64)
@@ -465,8 +468,11 @@ PY
         -o "$out/llama-3.1-70b__H200.parquet" ;;
     live-conv:*) live "conv${j#live-conv:}" "$CONV" "${j#live-conv:}" ;;
     live-split:*) live "split${j#live-split:}" "$CONV" "${j#live-split:}" --policy split ;;
-    live-convp:*|live-70bp:*) pol=${j#*:}; n=${pol#*:}; pol=${pol%%:*}
+    live-convp:*|live-70bp:*|live-v2litep:*) pol=${j#*:}; n=${pol#*:}; pol=${pol%%:*}
         if [[ $j == live-70bp:* ]]; then MODEL=llama-3.1-70b live "70b_${pol}${n}" "$CONV" "$n" --tp 8 --policy "$pol"
+        elif [[ $j == live-v2litep:* ]]; then
+          MODEL=deepseek-v2-lite live "v2lite_${pol}${n}" "$CONV" "$n" --policy "$pol" \
+            --set engine.max_draft=3
         else live "conv_${pol}${n}" "$CONV" "$n" --policy "$pol"; fi ;;
     live-code) live code "$CODE" ;;
     live-long:*) pol=${j#live-long:}; n=""; [[ $pol == *:* ]] && { n=${pol#*:}; pol=${pol%%:*}; }
