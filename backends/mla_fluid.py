@@ -25,8 +25,10 @@ step from their passes' recorded members (``steps.parquet`` ``member_kv``) its v
 0.75-1.85% against the rule's 1.45-2.49% on three runs; on DeepSeek-V3's 520 journalled verify
 launches it errs 1.32% against the rule's 0.67%. On runs that recorded their members
 (2026-12-03, ``benchmarks/results/h200-2026-12-03f``) it errs 0.72% against 1.37% over a
-DeepSeek-V2-Lite run's verify steps and 0.54% against 0.32% over a DeepSeek-V3 run's: a
-what-if lookup (``backend.kv_lookup = fluid``), not the default.
+DeepSeek-V2-Lite run's verify steps and 0.54% against 0.32% over a DeepSeek-V3 run's. Since
+2026-12-04f it is the lookup on MLA profiles (``backend.kv_lookup = auto``; ``straggler`` keeps
+the rule): over 11 reports scored both ways it met more whole-run and per-step checks on 7 and
+as many on 4 (docs/backends.md, *The MLA fluid lookup*).
 """
 
 from __future__ import annotations

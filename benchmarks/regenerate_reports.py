@@ -54,12 +54,18 @@ def met(checks: dict) -> tuple[str, list[str]]:
 
 def backend_overrides(report: dict) -> dict:
     """The profile side's backend settings the report ran under that differ from today's
-    defaults (``--set backend.kv_lookup=fluid``, a what-if): the engine's settings come from the
+    defaults (``--set backend.kv_lookup=straggler`` on an MLA model): the engine's settings come from the
     recorded run, the backend's only from the command line, so they are passed again."""
-    from simulator.config import SimConfig
+    from simulator.config import SimConfig, resolve_kv_lookup
 
     default = SimConfig.load(None, {}).to_dict()["backend"]
-    got = (report.get("config") or {}).get("backend") or {}
+    got = dict((report.get("config") or {}).get("backend") or {})
+    # kv_lookup compared as the model resolves it (auto: fluid on an MLA model, else straggler),
+    # so a report recorded under "straggler" before auto existed is a default one on a dense model
+    mla = bool(((report.get("config") or {}).get("engine") or {}).get("mla"))
+    if "kv_lookup" in got and "kv_lookup" in default:
+        got["kv_lookup"] = resolve_kv_lookup(got["kv_lookup"], mla)
+        default["kv_lookup"] = resolve_kv_lookup(default["kv_lookup"], mla)
     return {k: v for k, v in sorted(got.items())
             if k not in ("name", "profile", "gpu") and k in default and v != default[k]}
 

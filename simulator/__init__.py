@@ -73,8 +73,7 @@ def run(trace, config: SimConfig, executor: Executor, *, kv_capacity_tokens: int
                   "notes": list(getattr(trace, "notes", ()))},
         "config": config.to_dict(),
         "engine_core": jit_status(),
-        "kv_lookup": ((config.backend.kv_lookup if sim.straggler_kv else "mean")
-                      if sim.table is not None else None),
+        "kv_lookup": sim.kv_lookup if sim.table is not None else None,
         "what_if": config.what_ifs,
         "speculative": bool(sim.CI[C.C_SPEC]),
         "controller": sim.controller_stats(summary.get("duration_s") or 0.0),
@@ -84,7 +83,7 @@ def run(trace, config: SimConfig, executor: Executor, *, kv_capacity_tokens: int
         summary["what_if"] = [w for w in summary["what_if"] if w != RADIX_OFF_WHAT_IF]
     _engine_warnings(summary, config, sim)
     measured = sim.table is not None and sim.table.source.get("backend") == "profile"
-    if measured and config.backend.kv_lookup == "straggler" and not sim.straggler_kv:
+    if measured and config.backend.kv_lookup != "mean" and not sim.straggler_kv:
         # true of a measured profile only: a roofline prices attention by the summed KV, so
         # the straggler rule (the attention kernel's waves) does not apply to it
         summary["warnings"].append("the latency table carries no attention-kernel occupancy (a "

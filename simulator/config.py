@@ -43,7 +43,8 @@ from simulator.registry import CONTROLLERS, VERIFY_POLICIES
 from traces.errors import SpecschedError
 
 __all__ = ["EngineConfig", "ClusterConfig", "ModelConfig", "BackendConfig", "ControllerConfig",
-           "SimConfig", "POLICIES", "CONTROLLER_NAMES", "ROUTERS", "RENAMED", "parse_overrides"]
+           "SimConfig", "POLICIES", "KV_LOOKUPS", "resolve_kv_lookup", "CONTROLLER_NAMES",
+           "ROUTERS", "RENAMED", "parse_overrides"]
 
 #: engine.max_running without speculative decoding (SGLang sizes it from the token pool: a
 #: rule specsched does not model; summaries warn when it applies)
@@ -53,6 +54,7 @@ CONTROLLER_NAMES = CONTROLLERS.names()
 ROUTERS = ("round-robin", "least-outstanding-tokens", "cache-aware")
 RADIX_MODES = ("auto", "on", "off")
 SCHEDULE_POLICIES = ("fcfs", "lpm")
+KV_LOOKUPS = ("auto", "straggler", "fluid", "mean")
 #: query lengths per request that AITER's MLA decode kernels support (3 is padded to 4)
 MLA_WIDTHS = (1, 2, 3, 4)
 #: configuration keys of earlier versions: the key that replaced each, or None (removed; the
@@ -215,11 +217,12 @@ class BackendConfig:
                               "aiter (live, GPU)")
     gpu: str = _f("H200", "GPU of the hardware sheet / profile")
     profile: str = _f("", "profile parquet; empty = the shipped profile for model and GPU")
-    kv_lookup: str = _f("straggler", "KV coordinate of a batch's table lookup: straggler (the "
-                                     "uniform KV with the same attention time, from the attention "
-                                     "kernel's grid as the profile recorded it), mean, or fluid "
-                                     "(a what-if on MLA profiles: the decode's programs in launch "
-                                     "order sharing the bandwidth; backends/mla_fluid.py)")
+    kv_lookup: str = _f("auto", "KV coordinate of a batch's table lookup: straggler (the "
+                                "uniform KV with the same attention time, from the attention "
+                                "kernel's grid as the profile recorded it), fluid (MLA profiles: "
+                                "the decode's programs in launch order sharing the bandwidth; "
+                                "backends/mla_fluid.py), mean, or auto: fluid on an MLA profile "
+                                "carrying its decode kernel's occupancy, straggler otherwise")
     capture: str = _f("all", "aiter only: when the live executor captures its CUDA graphs: all (at "
                              "start-up, in SGLang's order: verify graphs from the largest batch "
                              "size down, then draft, then draft-extend) or lazy (each on first "
@@ -389,12 +392,21 @@ class SimConfig:
         if self.backend.capture not in CAPTURE_MODES:
             raise SpecschedError(f"backend.capture: must be {' or '.join(CAPTURE_MODES)} (got "
                                  f"'{self.backend.capture}')")
-        if self.backend.kv_lookup not in ("straggler", "mean", "fluid"):
-            raise SpecschedError(f"backend.kv_lookup: must be straggler, mean or fluid (got "
+        if self.backend.kv_lookup not in KV_LOOKUPS:
+            raise SpecschedError(f"backend.kv_lookup: must be auto, straggler, mean or fluid (got "
                                  f"'{self.backend.kv_lookup}')")
         if self.backend.name not in ("profile", "roofline", "aiter"):
             raise SpecschedError(f"backend.name: unknown backend '{self.backend.name}' "
                                  "(choose from profile, roofline, aiter)")
+
+
+def resolve_kv_lookup(kv_lookup: str, mla: bool) -> str:
+    """The lookup ``backend.kv_lookup`` names for a model: ``auto`` is ``fluid`` on an MLA model
+    (it met as many or more checks than ``straggler`` on every DeepSeek live run compared;
+    docs/backends.md, *The MLA fluid lookup*) and ``straggler`` otherwise."""
+    if kv_lookup == "auto":
+        return "fluid" if mla else "straggler"
+    return kv_lookup
 
 
 def parse_overrides(values) -> dict[str, str]:

@@ -27,7 +27,7 @@ from typing import Any, Callable
 import numpy as np
 import simpy
 
-from backends.attention_kv import table_model
+from backends.attention_kv import ATT_MLA, table_model
 from backends.latency_table import LatencyTable, extend_arrays
 from backends.moe_prefill import NPRM
 from backends.prefill_waves import NWPRM
@@ -192,10 +192,20 @@ class Simulation:
         self.CF[C.CF_RATIO_INIT] = ratio0
         self.CF[C.CF_RATIO_MIN] = ratio_min
         self.CF[C.CF_RATIO_DECAY] = decay
-        self.straggler_kv = (config.backend.kv_lookup in ("straggler", "fluid") and C.set_attention(
+        asked = config.backend.kv_lookup
+        self.straggler_kv = (asked != "mean" and C.set_attention(
             self.CF, getattr(self.table, "attention", None), table_model(self.table)))
-        if config.backend.kv_lookup == "fluid" and self.table is not None:
-            self._set_fluid()  # (an executor without a table looks its passes up itself)
+        # auto: fluid where the table carries the MLA decode's occupancy, else the straggler rule
+        mla_table = self.straggler_kv and self.CF[C.CF_ATT + ATT_MLA] != 0.0
+        if not self.straggler_kv:
+            self.kv_lookup = "mean"
+        elif asked == "auto":
+            self.kv_lookup = "fluid" if mla_table else "straggler"
+        else:
+            self.kv_lookup = asked
+        if self.table is not None and "fluid" in (asked, self.kv_lookup):
+            self._set_fluid()  # refuses an asked-for fluid on a table without the MLA occupancy
+            # (an executor without a table looks its passes up itself)
         self.tab = _table_tuple(self.table)
         self._check_feasible(kv_capacity_tokens)
         self._setup_radix(trace, e, kv_capacity_tokens // e.page_size)
@@ -328,7 +338,7 @@ class Simulation:
     def _set_fluid(self) -> None:
         """``backend.kv_lookup = fluid``: the MLA fluid lookup's parameters in the attention
         vector (``backends.mla_fluid``); refused on a table without the MLA decode's occupancy."""
-        from backends.attention_kv import ATT_FNSAT, ATT_FOVH, ATT_MLA
+        from backends.attention_kv import ATT_FNSAT, ATT_FOVH
         from backends.mla_fluid import FLUID_NSAT, FLUID_OVERHEAD
 
         if not (self.straggler_kv and self.CF[C.CF_ATT + ATT_MLA] != 0.0):

@@ -84,7 +84,8 @@ def lookup_points(steps: pa.Table, table=None, kv_lookup: str = "straggler"
     predicted at the coordinate a profile run uses.  ``mixed``: the batch's requests differ in KV, or a graph pads it (prefill: several
     requests in the pass); a run without ``kv_max`` counts every batch of several as mixed.
 
-    ``kv_lookup = "fluid"`` (``backend.kv_lookup``): on an MLA profile, verify and draft-extend
+    ``kv_lookup = "fluid"`` (``backend.kv_lookup``; ``auto`` is fluid on an MLA table, the
+    straggler rule otherwise): on an MLA profile, verify and draft-extend
     steps of a run that recorded each pass's members (``member_kv``) are then looked up as the
     engine's fluid lookup does (:func:`fluid_points`); ``fluid`` in the result says which."""
     kind = col(steps, "kind")
@@ -122,6 +123,8 @@ def lookup_points(steps: pa.Table, table=None, kv_lookup: str = "straggler"
             layers = att[ATT_LAYERS] if k == "verify" else att[ATT_DLAYERS]
             kv_ax[i] = verify_kv(kv_mean[i] * bs[i], kv_max[i], bs_ax[i], bs[i], rows, layers, att,
                                  *grid.axes, grid.values, bs_ax[i], w_ax[i])
+    if kv_lookup == "auto":  # as the engine resolves it: fluid on a table with the MLA occupancy
+        kv_lookup = "fluid" if att[ATT_ON] and att[ATT_MLA] else "straggler"
     fluid = (fluid_points(steps, table, att, kind, graph, bs_ax, w_ax, kv_ax)
              if kv_lookup == "fluid" else np.zeros(len(kind), dtype=bool))
     return {"kind": kind, "graph": graph, "bs": bs_ax, "width": w_ax, "kv": kv_ax,

@@ -42,18 +42,23 @@ def test_dry_run_lists_every_report_and_keeps_those_of_earlier_profiles():
     assert all((ROOT / rep).read_bytes() == data for rep, data in before.items())
 
 
-def test_a_what_if_report_is_rerun_with_its_backend_setting():
-    """A report run with ``--set backend.kv_lookup=fluid`` is re-run with it; one under today's
-    defaults gets no --set (the engine's settings come from the recorded run)."""
+def test_a_report_off_todays_lookup_is_rerun_with_its_backend_setting():
+    """backend.kv_lookup is compared as the model resolves it (auto: fluid on an MLA model,
+    straggler on a dense one): a V2-Lite report recorded under the straggler rule is re-run with
+    ``--set backend.kv_lookup=straggler``, one recorded with fluid (today's MLA default) and a
+    dense model's recorded under "straggler" get no --set."""
     sys.path.insert(0, str(ROOT / "benchmarks"))
     from regenerate_reports import backend_overrides
 
-    fluid = json.loads((ROOT / "benchmarks/results/h200-2026-12-03f/fidelity_v2lite400_fluid.json")
-                       .read_text())
-    plain = json.loads((ROOT / "benchmarks/results/h200-2026-12-03f/fidelity_v2lite400.json")
-                       .read_text())
-    assert backend_overrides(fluid) == {"kv_lookup": "fluid"}
-    assert backend_overrides(plain) == {}
+    res = ROOT / "benchmarks/results"
+    fluid = json.loads((res / "h200-2026-12-03f/fidelity_v2lite400_fluid.json").read_text())
+    rule = json.loads((res / "h200-2026-12-03f/fidelity_v2lite400.json").read_text())
+    dense = json.loads((res / "h200-2026-12-04b/fidelity_long_fixed.json").read_text())
+    assert rule["config"]["backend"]["kv_lookup"] == "straggler"
+    assert dense["config"]["backend"]["kv_lookup"] == "straggler"
+    assert backend_overrides(fluid) == {}
+    assert backend_overrides(rule) == {"kv_lookup": "straggler"}
+    assert backend_overrides(dense) == {}
 
 
 def test_calibrated_adds_the_reports_on_kept_calibrated_profiles():

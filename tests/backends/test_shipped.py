@@ -69,7 +69,7 @@ def test_the_shipped_statuses():
     got = {p.name: profile_status(p)["status"] for _, _, p in shipped_profiles()}
     assert got == {"llama-3.1-8b__H200.parquet": "validated",
                    "llama-3.1-70b__H200.parquet": "validated",
-                   "deepseek-v2-lite__H200.parquet": "experimental",
+                   "deepseek-v2-lite__H200.parquet": "validated",
                    "deepseek-v3__H200.parquet": "experimental"}
 
 
@@ -159,7 +159,7 @@ def test_help_lists_each_shipped_profile_with_its_status():
     for command in (simulate, plan, fidelity):
         text = _help(command)
         assert shipped_help() in text
-        assert "deepseek-v2-lite (H200, experimental)" in text
+        assert "deepseek-v2-lite (H200)" in text
         assert "deepseek-v3 (H200, experimental)" in text
         assert "llama-3.1-70b (H200)" in text and "llama-3.1-8b (H200)" in text
 
@@ -176,13 +176,13 @@ def _simulate(tmp_path, model):
 
 def test_a_summary_warns_for_an_experimental_profile_and_not_for_a_validated_one(
         tmp_path, monkeypatch):
-    summary, printed = _simulate(tmp_path, "deepseek-v2-lite")
+    summary, printed = _simulate(tmp_path, "deepseek-v3")
     status = summary["backend_detail"]["validation"]
-    assert (status["status"], status["file"]) == ("experimental", "deepseek-v2-lite__H200.parquet")
-    warning = f"experimental profile deepseek-v2-lite__H200.parquet: {status['reason']}"
-    met = validation_record()["deepseek-v2-lite__H200.parquet"]["evidence"]["checks_met"]
+    assert (status["status"], status["file"]) == ("experimental", "deepseek-v3__H200.parquet")
+    warning = f"experimental profile deepseek-v3__H200.parquet: {status['reason']}"
+    met = validation_record()["deepseek-v3__H200.parquet"]["evidence"]["checks_met"]
     assert warning in summary["warnings"] and f"{met} checks" in warning
-    assert "warning: experimental profile deepseek-v2-lite__H200.parquet" in printed
+    assert "warning: experimental profile deepseek-v3__H200.parquet" in printed
     # a record of our own, beside a copy of the 8B profile, validates it
     p8 = PROFILES_DIR / "llama-3.1-8b__H200.parquet"
     d = tmp_path / "shipped"
@@ -203,10 +203,10 @@ def test_fidelity_marks_its_profile_side_experimental(tmp_path):
     from analysis.fidelity import run_fidelity
 
     out = tmp_path / "fid"
-    rep = run_fidelity(CONV, "deepseek-v2-lite", out_dir=out, reference="roofline", limit=30)
+    rep = run_fidelity(CONV, "deepseek-v3", out_dir=out, reference="roofline", limit=30)
     assert rep["profile"]["validation"]["status"] == "experimental"
     side = json.loads((out / "profile" / "summary.json").read_text())
-    assert any(w.startswith("experimental profile deepseek-v2-lite__H200.parquet: ")
+    assert any(w.startswith("experimental profile deepseek-v3__H200.parquet: ")
                for w in side["warnings"])
-    reason = validation_record()["deepseek-v2-lite__H200.parquet"]["reason"]
+    reason = validation_record()["deepseek-v3__H200.parquet"]["reason"]
     assert f"Profile status: experimental: {reason}" in (out / "fidelity.md").read_text()
