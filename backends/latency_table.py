@@ -68,8 +68,8 @@ from typing import Any
 
 import numpy as np
 
-from backends.attention_kv import (ATT_DLAYERS, ATT_LAYERS, ATT_ON, attention_rows, effective_kv,
-                                   table_attention, verify_kv)
+from backends.attention_kv import (ATT_DLAYERS, ATT_LAYERS, ATT_MLA, ATT_ON, attention_rows,
+                                   effective_kv, table_attention, verify_kv)
 from backends.interp import interp_prefill
 from backends.jit import njit
 from backends.moe_prefill import block_costs, describe, moe_params, prefill_block_term
@@ -346,6 +346,31 @@ class TableExecutor:
         self._description = dict(description or {})
         att = table._att_vec
         self._att = att if att[ATT_ON] else None  # the same lookups as the engine's fast path
+        self._fluid = False
+        self.set_kv_lookup("auto")
+
+    def set_kv_lookup(self, kv_lookup: str) -> None:
+        """Look batches up as the engine's ``backend.kv_lookup`` does when it calls this executor
+        per pass (a wrapper that hides the table): ``auto`` and ``fluid`` take the MLA fluid
+        lookup for verify and draft-extend launches on a table with the MLA decode's occupancy
+        (``fluid`` on any other table is the engine's error to raise); ``straggler`` and ``mean``
+        the straggler rule (``mean`` switches off the engine's compiled lookups only)."""
+        mla = self._att is not None and bool(self._att[ATT_MLA])
+        self._fluid = kv_lookup in ("auto", "fluid") and mla
+
+    def _fluid_kv(self, kv_lens, bs: float, width: float, grid: Grid, kv: float) -> float:
+        """The fluid lookup's KV of a launch (``kv`` where it does not apply), as
+        ``simulator.timing._fluid_lookups`` computes it on the fast path."""
+        if not self._fluid or not len(kv_lens):
+            return kv
+        from backends.mla_fluid import FLUID_NSAT, FLUID_OVERHEAD, fluid_kv, scratch_size
+        from backends.mla_waves import kernel_rows
+
+        rows = kernel_rows(float(width))
+        scratch = np.zeros(scratch_size(int(16 * max(bs, len(kv_lens)))), np.float64)
+        k = fluid_kv(np.asarray(kv_lens, np.int64), len(kv_lens), float(bs), float(width), rows,
+                     self._att, FLUID_NSAT, FLUID_OVERHEAD, *grid.axes, grid.values, scratch)
+        return float(k) if k >= 0.0 else kv
 
     def latency_table(self) -> LatencyTable:
         return self._table
@@ -359,12 +384,16 @@ class TableExecutor:
 
     def verify(self, batch: VerifyBatch) -> VerifyTiming:
         grid = self._table.verify_graph if batch.graph else self._table.verify_eager
-        value, outside = self._table.verify_s(*verify_axes(batch, self._att, grid), batch.graph)
+        bs, width, kv = verify_axes(batch, self._att, grid)
+        kv = self._fluid_kv(batch.kv_lens, batch.bs_padded, width, grid, kv)
+        value, outside = self._table.verify_s(bs, width, kv, batch.graph)
         return VerifyTiming(latency_s=value, out_of_grid=outside)
 
     def draft_extend(self, batch: DraftExtendBatch) -> float:
         grid = self._table.extend_graph if batch.graph else self._table.extend_eager
-        return self._table.extend_s(*extend_axes(batch, self._att, grid), batch.graph)[0]
+        bs, width, kv = extend_axes(batch, self._att, grid)
+        kv = self._fluid_kv(batch.kv_lens, batch.bs_padded, width, grid, kv)
+        return self._table.extend_s(bs, width, kv, batch.graph)[0]
 
     def describe(self) -> dict[str, Any]:
         out = {"backend": self.name, **self._description, "table": dict(self._table.source)}

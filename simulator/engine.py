@@ -205,7 +205,11 @@ class Simulation:
             self.kv_lookup = asked
         if self.table is not None and "fluid" in (asked, self.kv_lookup):
             self._set_fluid()  # refuses an asked-for fluid on a table without the MLA occupancy
-            # (an executor without a table looks its passes up itself)
+        # an executor called per pass (one that hides its table) looks its passes up itself:
+        # tell it the lookup asked for, so both timing paths give a pass one latency
+        hook = getattr(executor, "set_kv_lookup", None)
+        if callable(hook):
+            hook(asked)
         self.tab = _table_tuple(self.table)
         self._check_feasible(kv_capacity_tokens)
         self._setup_radix(trace, e, kv_capacity_tokens // e.page_size)

@@ -44,6 +44,12 @@ class ScaledExecutor:
     def latency_table(self):
         return None
 
+    def set_kv_lookup(self, kv_lookup: str) -> None:
+        """The engine's ``backend.kv_lookup``, passed on to ``inner`` (if it looks passes up)."""
+        hook = getattr(self.inner, "set_kv_lookup", None)
+        if callable(hook):
+            hook(kv_lookup)
+
     def describe(self) -> dict[str, Any]:
         return {**self.inner.describe(), "latency_factor": self.factor}
 

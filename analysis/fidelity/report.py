@@ -156,18 +156,16 @@ def build_report(reference_steps: pa.Table, reference_summary: dict, profile_sum
     nc = not_captured(table, full) + starved_notes(src, reference_summary)
     if lookup == "fluid" and full.get("fluid_steps"):
         nc.insert(0, f"per-step figures look {full['fluid_steps']} MLA verify and draft-extend "
-                     f"steps up as the simulated run did (backend.kv_lookup fluid, an MLA profile's default): "
-                     f"from every request's KV in launch order, which the reference run recorded "
-                     f"(steps.parquet member_kv; backends/mla_fluid.py); the jitter floor's runs, "
-                     f"timed per call, use the straggler rule")
+                     f"steps up as the simulated run did (backend.kv_lookup fluid, an MLA "
+                     f"profile's default): from every request's KV in launch order, which the "
+                     f"reference run recorded (steps.parquet member_kv; backends/mla_fluid.py)")
     elif lookup == "fluid":
         nc.insert(0, "per-step figures look the live steps up by the straggler rule: this "
                      "reference run's steps keep each pass's mean and longest KV only (runs "
                      "recorded before 2026-12-03 have no member_kv), while the simulated "
-                     "run (backend.kv_lookup fluid, an MLA profile's default) looked its MLA verify and "
-                     "draft-extend launches up from every request's KV in launch order "
-                     "(backends/mla_fluid.py), so only the whole-run checks measure that lookup; "
-                     "the jitter floor's runs, timed per call, use the rule too")
+                     "run (backend.kv_lookup fluid, an MLA profile's default) looked its MLA "
+                     "verify and draft-extend launches up from every request's KV in launch order "
+                     "(backends/mla_fluid.py), so only the whole-run checks measure that lookup")
     if spread is not None:
         nc.insert(1, f"median p10..p90 spread of the profile's measurements: {spread:.2f}%")
     report = {"steps": full, "heldout": heldout, "runs": runs, "checks": checks,

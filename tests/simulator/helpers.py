@@ -107,6 +107,9 @@ class LiveLike:
     def latency_table(self):
         return None
 
+    def set_kv_lookup(self, kv_lookup):
+        self.inner.set_kv_lookup(kv_lookup)
+
     def prefill(self, batch):
         self.calls += 1
         return self.inner.prefill(batch)

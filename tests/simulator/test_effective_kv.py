@@ -216,20 +216,21 @@ def test_engine_records_the_coordinate_it_looked_up(att_profile):
 
 
 def test_the_table_executor_looks_batches_up_as_the_fast_path_does(att_profile):
-    """Called per batch (the engine's live path), a profile executor with attention metadata
-    gives every pass the latency the compiled fast path gives it under the straggler rule (the
-    per-call path has no fluid lookup, the MLA default of the fast path: a run it times, such as
-    fidelity's jitter floor, says so)."""
+    """Called per batch (the engine's live path, and fidelity's offset and jitter runs), a
+    profile executor with attention metadata gives every pass the latency the compiled fast path
+    gives it under the straggler rule and under auto (the fluid lookup on the MLA profile), the
+    engine telling it which (``set_kv_lookup``; ``mean`` switches off the compiled lookups only)."""
     from backends.profile import ProfileExecutor
     from simulator import SimConfig, run
     from tests.simulator.helpers import LiveLike
 
     path, trace = att_profile
-    cfg = SimConfig.load(None, {"backend.kv_lookup": "straggler"})
-    fast = run(trace, cfg, ProfileExecutor(path), kv_capacity_tokens=400_000)
-    live = LiveLike(ProfileExecutor(path))
-    slow = run(trace, cfg, live, kv_capacity_tokens=400_000)
-    assert live.calls > 0
-    assert fast.requests.equals(slow.requests)
-    np.testing.assert_array_equal(fast.steps.column("latency_s").to_numpy(),
-                                  slow.steps.column("latency_s").to_numpy())
+    for lookup in ("auto", "straggler"):
+        cfg = SimConfig.load(None, {"backend.kv_lookup": lookup})
+        fast = run(trace, cfg, ProfileExecutor(path), kv_capacity_tokens=400_000)
+        live = LiveLike(ProfileExecutor(path))
+        slow = run(trace, cfg, live, kv_capacity_tokens=400_000)
+        assert live.calls > 0
+        assert fast.requests.equals(slow.requests), lookup
+        np.testing.assert_array_equal(fast.steps.column("latency_s").to_numpy(),
+                                      slow.steps.column("latency_s").to_numpy())
