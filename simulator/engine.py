@@ -369,19 +369,24 @@ class Simulation:
             raise SpecschedError(f"a request proposes {widest - 1} drafts in one step; the engine "
                                  "verifies at most 64 tokens per request (set engine.max_draft)",
                                  path=getattr(self.trace, "path", None))
-        if e.mla and self.config.backend.name == "aiter" and e.policy not in ("fixed", "unsafe-derived"):
+        live = self.config.backend.name == "aiter"
+        if e.mla and live and e.policy not in ("fixed", "unsafe-derived"):
             self._check_mla_widths()
         page = e.page_size
         need = ((inp.prompt + inp.output + widest + page - 1) // page) * page
         worst = int(np.argmax(need))
         if need[worst] > capacity_tokens:
-            rid = self.trace.request_id[worst]
-            rid = rid.as_py() if hasattr(rid, "as_py") else rid
+            rid = self._request_id(worst)
             raise SpecschedError(
                 f"the KV budget ({capacity_tokens} tokens) is smaller than one request needs: "
                 f"request '{rid}' (row {worst}) needs {int(need[worst])} tokens "
                 f"(prompt {int(inp.prompt[worst])} + output {int(inp.output[worst])} + verify "
                 f"width {widest}, in pages of {page})", path=getattr(self.trace, "path", None))
+
+    def _request_id(self, row: int):
+        """The trace's request_id of ``row``, as a Python value."""
+        rid = self.trace.request_id[row]
+        return rid.as_py() if hasattr(rid, "as_py") else rid
 
     def _check_mla_widths(self) -> None:
         """Refuse, before anything runs, a live MLA run whose policy could launch a verify wider
@@ -403,8 +408,7 @@ class Simulation:
         if width <= top:
             return
         row = int(np.searchsorted(inp.off, step, side="right")) - 1
-        rid = self.trace.request_id[row]
-        rid = rid.as_py() if hasattr(rid, "as_py") else rid
+        rid = self._request_id(row)
         raise SpecschedError(
             f"engine.policy '{e.policy}' on an MLA model would launch a verify of width {width}: "
             f"request '{rid}' (row {row}, column draft_tokens) proposes {int(inp.draft[step])} "
