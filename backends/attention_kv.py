@@ -24,7 +24,7 @@ if TYPE_CHECKING:
 __all__ = ["attention_params", "table_attention", "table_model", "attention_kernel",
            "kv_segments", "effective_kv", "verify_kv", "lone_straggler_kv", "latency_at_kv0", "kv_at_latency",
            "attention_rows", "TAIL_EXPONENT", "WAVE_FILL_3D", "LONE_STRAGGLER_2D_S", "DRAFT_LAYERS",
-           "NATT",
+           "NATT", "resolve_kv_lookup",
            "KERNEL_3D", "KERNEL_2D", "KERNEL_2D_DECODE", "KERNEL_MLA"]
 
 # the attention vector (attention_params): AITER's unified-attention grid and residency
@@ -154,6 +154,16 @@ def table_attention(table: "LatencyTable | None") -> np.ndarray:
     if table is None:
         return np.zeros(NATT)
     return attention_params(table.attention, table_model(table))
+
+
+def resolve_kv_lookup(kv_lookup: str, mla: bool) -> str:
+    """The lookup ``backend.kv_lookup`` names on a table: ``auto`` is ``fluid`` where the table
+    carries the MLA decode's occupancy (``mla``; it met as many or more checks than the
+    straggler rule on every DeepSeek live run compared, docs/backends.md, *The MLA fluid
+    lookup*) and ``straggler`` elsewhere; any other value is itself."""
+    if kv_lookup == "auto":
+        return "fluid" if mla else "straggler"
+    return kv_lookup
 
 
 @njit

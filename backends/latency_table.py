@@ -69,7 +69,7 @@ from typing import Any
 import numpy as np
 
 from backends.attention_kv import (ATT_DLAYERS, ATT_LAYERS, ATT_MLA, ATT_ON, attention_rows,
-                                   effective_kv, table_attention, verify_kv)
+                                   effective_kv, resolve_kv_lookup, table_attention, verify_kv)
 from backends.interp import interp_prefill
 from backends.jit import njit
 from backends.moe_prefill import block_costs, describe, moe_params, prefill_block_term
@@ -356,7 +356,7 @@ class TableExecutor:
         (``fluid`` on any other table is the engine's error to raise); ``straggler`` and ``mean``
         the straggler rule (``mean`` switches off the engine's compiled lookups only)."""
         mla = self._att is not None and bool(self._att[ATT_MLA])
-        self._fluid = kv_lookup in ("auto", "fluid") and mla
+        self._fluid = mla and resolve_kv_lookup(kv_lookup, mla) == "fluid"
 
     def _fluid_kv(self, kv_lens, bs: float, width: float, grid: Grid, kv: float) -> float:
         """The fluid lookup's KV of a launch (``kv`` where it does not apply), as

@@ -37,6 +37,7 @@ from dataclasses import dataclass, field, fields
 from pathlib import Path
 from typing import Any
 
+from backends.attention_kv import resolve_kv_lookup
 from simulator import controller_config, sglang
 from simulator.controller_config import ControllerConfig
 from simulator.registry import CONTROLLERS, VERIFY_POLICIES
@@ -398,15 +399,6 @@ class SimConfig:
         if self.backend.name not in ("profile", "roofline", "aiter"):
             raise SpecschedError(f"backend.name: unknown backend '{self.backend.name}' "
                                  "(choose from profile, roofline, aiter)")
-
-
-def resolve_kv_lookup(kv_lookup: str, mla: bool) -> str:
-    """The lookup ``backend.kv_lookup`` names for a model: ``auto`` is ``fluid`` on an MLA model
-    (it met as many or more checks than ``straggler`` on every DeepSeek live run compared;
-    docs/backends.md, *The MLA fluid lookup*) and ``straggler`` otherwise."""
-    if kv_lookup == "auto":
-        return "fluid" if mla else "straggler"
-    return kv_lookup
 
 
 def parse_overrides(values) -> dict[str, str]:

@@ -27,7 +27,6 @@ from typing import Any, Callable
 import numpy as np
 import simpy
 
-from backends.attention_kv import ATT_MLA, table_model
 from backends.latency_table import LatencyTable, extend_arrays
 from backends.moe_prefill import NPRM
 from backends.prefill_waves import NWPRM
@@ -37,7 +36,7 @@ from simulator import cache_ops
 from simulator import controller_config
 from simulator import controllers as K
 from simulator import core as C
-from simulator import sglang
+from simulator import sglang, startup
 from simulator.config import SimConfig
 from simulator.results import StepSink
 from traces.errors import SpecschedError
@@ -133,7 +132,7 @@ class Simulation:
             arrival=arrival,
             prompt=np.ascontiguousarray(trace.prompt_tokens, dtype=np.int64),
             output=np.ascontiguousarray(trace.output_tokens, dtype=np.int64),
-            mnt=self._max_new_tokens(trace, e, context_len, kv_capacity_tokens),
+            mnt=startup.max_new_tokens(trace, e, context_len, kv_capacity_tokens),
             off=np.ascontiguousarray(trace.step_offsets, dtype=np.int64),
             draft=np.ascontiguousarray(trace.draft_tokens, dtype=np.int16),
             acc=np.ascontiguousarray(trace.accepted_tokens, dtype=np.int16),
@@ -192,26 +191,11 @@ class Simulation:
         self.CF[C.CF_RATIO_INIT] = ratio0
         self.CF[C.CF_RATIO_MIN] = ratio_min
         self.CF[C.CF_RATIO_DECAY] = decay
-        asked = config.backend.kv_lookup
-        self.straggler_kv = (asked != "mean" and C.set_attention(
-            self.CF, getattr(self.table, "attention", None), table_model(self.table)))
-        # auto: fluid where the table carries the MLA decode's occupancy, else the straggler rule
-        mla_table = self.straggler_kv and self.CF[C.CF_ATT + ATT_MLA] != 0.0
-        if not self.straggler_kv:
-            self.kv_lookup = "mean"
-        elif asked == "auto":
-            self.kv_lookup = "fluid" if mla_table else "straggler"
-        else:
-            self.kv_lookup = asked
-        if self.table is not None and "fluid" in (asked, self.kv_lookup):
-            self._set_fluid()  # refuses an asked-for fluid on a table without the MLA occupancy
-        # an executor called per pass (one that hides its table) looks its passes up itself:
-        # tell it the lookup asked for, so both timing paths give a pass one latency
-        hook = getattr(executor, "set_kv_lookup", None)
-        if callable(hook):
-            hook(asked)
+        # backend.kv_lookup resolved on this table, the core's attention vector set for it
+        self.straggler_kv, self.kv_lookup = startup.set_kv_lookup(
+            self.CF, self.table, config.backend.kv_lookup, executor)
         self.tab = _table_tuple(self.table)
-        self._check_feasible(kv_capacity_tokens)
+        startup.check_feasible(trace, config, self.inp, kv_capacity_tokens)
         self._setup_radix(trace, e, kv_capacity_tokens // e.page_size)
         # ---- state
         R = self.replicas
@@ -318,105 +302,6 @@ class Simulation:
         self.router_tokens[r] += max(prompt - prefix * self.block, 0)
         self.routed[r] += 1
         return r
-
-    # ------------------------------------------------------------------ checks
-    @staticmethod
-    def _max_new_tokens(trace, e, context_len: int, capacity: int) -> np.ndarray:
-        """Each request's max_new_tokens: its trace column where given, else
-        ``engine.max_new_tokens``, else what SGLang gives a request whose client set none."""
-        n = len(trace.arrival_s)
-        page = e.page_size
-        capacity = capacity // page * page  # the pool's tokens (SGLang's token capacity)
-        # SGLang bounds every request's max_new_tokens by the context and the pool
-        bound = sglang.default_max_new_tokens(trace.prompt_tokens, context_len, capacity, page)
-        out = np.full(n, e.max_new_tokens, np.int64) if e.max_new_tokens else bound.copy()
-        col = getattr(trace, "max_new_tokens", None)
-        if col is not None:
-            given = np.asarray(col, dtype=np.float64)
-            have = np.isfinite(given)
-            out[have] = given[have].astype(np.int64)
-        out = np.minimum(out, bound)
-        # a request generated its recorded output, so its bound was at least that
-        return np.ascontiguousarray(np.maximum(out, np.asarray(trace.output_tokens, np.int64)))
-
-    def _set_fluid(self) -> None:
-        """``backend.kv_lookup = fluid``: the MLA fluid lookup's parameters in the attention
-        vector (``backends.mla_fluid``); refused on a table without the MLA decode's occupancy."""
-        from backends.attention_kv import ATT_FNSAT, ATT_FOVH
-        from backends.mla_fluid import FLUID_NSAT, FLUID_OVERHEAD
-
-        if not (self.straggler_kv and self.CF[C.CF_ATT + ATT_MLA] != 0.0):
-            raise SpecschedError("backend.kv_lookup = fluid: needs an MLA profile carrying the "
-                                 "decode kernel's occupancy (its attention metadata); this table "
-                                 "has none")
-        self.CF[C.CF_ATT + ATT_FNSAT] = FLUID_NSAT
-        self.CF[C.CF_ATT + ATT_FOVH] = FLUID_OVERHEAD
-
-    def _check_feasible(self, capacity_tokens: int) -> None:
-        e = self.config.engine
-        inp = self.inp
-        if capacity_tokens < e.page_size:
-            raise SpecschedError(f"the KV budget ({capacity_tokens} tokens) holds less than one "
-                                 f"page of {e.page_size} tokens")
-        widest = int(inp.draft.max()) + 1 if len(inp.draft) else 1  # no int64 copy: big traces
-        if e.max_draft:
-            widest = min(widest, e.max_draft + 1)
-        if e.policy == "fixed":
-            widest = max(widest, self.config.max_verify_width)
-        if e.policy == "bucket":
-            widest = max(widest, int(max(e.buckets)))
-        if widest > 64:
-            raise SpecschedError(f"a request proposes {widest - 1} drafts in one step; the engine "
-                                 "verifies at most 64 tokens per request (set engine.max_draft)",
-                                 path=getattr(self.trace, "path", None))
-        live = self.config.backend.name == "aiter"
-        if e.mla and live and e.policy not in ("fixed", "unsafe-derived"):
-            self._check_mla_widths()
-        page = e.page_size
-        need = ((inp.prompt + inp.output + widest + page - 1) // page) * page
-        worst = int(np.argmax(need))
-        if need[worst] > capacity_tokens:
-            rid = self._request_id(worst)
-            raise SpecschedError(
-                f"the KV budget ({capacity_tokens} tokens) is smaller than one request needs: "
-                f"request '{rid}' (row {worst}) needs {int(need[worst])} tokens "
-                f"(prompt {int(inp.prompt[worst])} + output {int(inp.output[worst])} + verify "
-                f"width {widest}, in pages of {page})", path=getattr(self.trace, "path", None))
-
-    def _request_id(self, row: int):
-        """The trace's request_id of ``row``, as a Python value."""
-        rid = self.trace.request_id[row]
-        return rid.as_py() if hasattr(rid, "as_py") else rid
-
-    def _check_mla_widths(self) -> None:
-        """Refuse, before anything runs, a live MLA run whose policy could launch a verify wider
-        than the AITER MLA decode kernels take (the executor would stop mid-run)."""
-        from simulator.config import MLA_WIDTHS
-
-        e = self.config.engine
-        inp = self.inp
-        if not len(inp.draft):
-            return
-        top = max(MLA_WIDTHS)
-        step = int(np.argmax(inp.draft))
-        drafts = int(inp.draft[step])
-        if e.max_draft:
-            drafts = min(drafts, e.max_draft)
-        width = drafts + 1
-        if e.policy == "bucket":
-            width = next((int(b) for b in sorted(e.buckets) if b >= width), int(max(e.buckets)))
-        if width <= top:
-            return
-        row = int(np.searchsorted(inp.off, step, side="right")) - 1
-        rid = self._request_id(row)
-        raise SpecschedError(
-            f"engine.policy '{e.policy}' on an MLA model would launch a verify of width {width}: "
-            f"request '{rid}' (row {row}, column draft_tokens) proposes {int(inp.draft[step])} "
-            f"drafts in one step, and AITER's MLA decode kernels take at most {top} query rows "
-            f"per request (1, 2 and 4; 3 is padded to 4), so the live executor would stop "
-            f"mid-run; set engine.max_draft {top - 1}"
-            + (f" and engine.buckets within {top}" if e.policy == "bucket" else ""),
-            path=getattr(self.trace, "path", None))
 
     # ------------------------------------------------------------------ running
     def compile(self) -> float:

@@ -16,7 +16,7 @@ import numpy as np
 import pyarrow as pa
 
 from backends.attention_kv import (ATT_DLAYERS, ATT_LAYERS, ATT_MLA, ATT_ON, attention_rows,
-                                   effective_kv, table_attention, verify_kv)
+                                   effective_kv, resolve_kv_lookup, table_attention, verify_kv)
 
 __all__ = ["col", "kinds_present", "lookup_points", "predict", "predict_steps",
            "measured_points", "grid_position", "AXES", "GRIDS", "KIND_ORDER"]
@@ -123,8 +123,7 @@ def lookup_points(steps: pa.Table, table=None, kv_lookup: str = "straggler"
             layers = att[ATT_LAYERS] if k == "verify" else att[ATT_DLAYERS]
             kv_ax[i] = verify_kv(kv_mean[i] * bs[i], kv_max[i], bs_ax[i], bs[i], rows, layers, att,
                                  *grid.axes, grid.values, bs_ax[i], w_ax[i])
-    if kv_lookup == "auto":  # as the engine resolves it: fluid on a table with the MLA occupancy
-        kv_lookup = "fluid" if att[ATT_ON] and att[ATT_MLA] else "straggler"
+    kv_lookup = resolve_kv_lookup(kv_lookup, bool(att[ATT_ON] and att[ATT_MLA]))  # as the engine
     fluid = (fluid_points(steps, table, att, kind, graph, bs_ax, w_ax, kv_ax)
              if kv_lookup == "fluid" else np.zeros(len(kind), dtype=bool))
     return {"kind": kind, "graph": graph, "bs": bs_ax, "width": w_ax, "kv": kv_ax,
