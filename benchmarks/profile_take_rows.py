@@ -10,6 +10,11 @@ hold every grid point of that kind the base has.
     python3 benchmarks/profile_take_rows.py BASE.parquet DONOR.parquet --kind prefill \\
         --note "why" -o OUT.parquet
 
+With ``--keep-level`` the donor's rows are first scaled, per KV (prefix) line, by the median of
+base / donor over the grid points both hold on that line: the donor then gives the shape between
+the base's points (a denser sweep on another GPU) at the base's level, and the note keeps each
+line's factor. A line the base lacks is refused.
+
 With ``--add-heldout`` instead of ``--kind`` it keeps every base row and adds the donor's
 held-out rows (a grid grown and given new held-out shapes keeps the shapes measured before it
 grew), leaving out any that the base holds or whose shape is now a point of the base's grid.
@@ -20,6 +25,7 @@ Refuses to write over ``base``, ``donor`` or an existing file.
 from __future__ import annotations
 
 import argparse
+import statistics
 import sys
 from pathlib import Path
 
@@ -63,8 +69,34 @@ def _noted(bm: dict, dm: dict, what: str, note: dict) -> dict:
     return meta
 
 
-def take_rows(base: str, donor: str, kind: str, note: str) -> tuple[pa.Table, dict]:
-    """``base``'s rows and metadata with its ``kind`` grid rows taken from ``donor``."""
+def level_factors(gone: pa.Table, donor: pa.Table) -> dict[int, float]:
+    """Per KV line of ``donor``'s rows: the median of base / donor latency over the shapes
+    both hold (``gone``: the base's rows of the kind); a donor line the base lacks is refused."""
+    base = {s: r for s, r in zip(_shapes(gone), gone.column("latency_s").to_pylist())}
+    ratios: dict[int, list[float]] = {}
+    for s, v in zip(_shapes(donor), donor.column("latency_s").to_pylist()):
+        ratios.setdefault(int(s[4]), [])
+        if s in base:
+            ratios[int(s[4])].append(base[s] / v)
+    lacking = sorted(k for k, v in ratios.items() if not v)
+    if lacking:
+        raise SpecschedError(f"--keep-level: the base has no point on the donor's KV line "
+                             f"{lacking[0]}, so no level to keep there")
+    return {k: statistics.median(v) for k, v in sorted(ratios.items())}
+
+
+def _scaled(rows: pa.Table, factors: dict[int, float]) -> pa.Table:
+    """``rows`` with latency_s, p10_s and p90_s multiplied by their KV line's factor."""
+    f = pa.array([factors[int(k)] for k in rows.column("kv_len").to_pylist()], pa.float64())
+    for c in ("latency_s", "p10_s", "p90_s"):
+        rows = rows.set_column(rows.column_names.index(c), c, pc.multiply(rows[c], f))
+    return rows
+
+
+def take_rows(base: str, donor: str, kind: str, note: str,
+              keep_level: bool = False) -> tuple[pa.Table, dict]:
+    """``base``'s rows and metadata with its ``kind`` grid rows taken from ``donor`` (with
+    ``keep_level``, scaled to the base's level per KV line: :func:`level_factors`)."""
     bt, bm, dt, dm = _read_pair(base, donor)
     is_kind = pc.equal(bt["kind"], kind)
     if SPLIT_FIELD in bt.column_names:
@@ -76,12 +108,18 @@ def take_rows(base: str, donor: str, kind: str, note: str) -> tuple[pa.Table, di
     if missing:
         raise SpecschedError(f"{donor}: lacks {len(missing)} of {base}'s {kind} grid points, "
                              f"e.g. {missing[0]}", path=donor)
+    factors = level_factors(gone, dk) if keep_level else None
+    if factors:
+        dk = _scaled(dk, factors)
     kept = bt.filter(pc.invert(is_kind))
     taken = dk.select([c for c in kept.column_names if c != SPLIT_FIELD])
     if SPLIT_FIELD in kept.column_names:
         taken = taken.append_column(SPLIT_FIELD, pa.array(["grid"] * len(taken)))
     rows = pa.concat_tables([kept, taken.cast(kept.schema)])
-    return rows, _noted(bm, dm, "rows_taken", {"kind": kind, "rows": len(taken), "why": note})
+    said = {"kind": kind, "rows": len(taken), "why": note}
+    if factors:
+        said["level_kept"] = {str(k): round(v, 6) for k, v in factors.items()}
+    return rows, _noted(bm, dm, "rows_taken", said)
 
 
 def add_heldout(base: str, donor: str, note: str) -> tuple[pa.Table, dict]:
@@ -108,18 +146,25 @@ def main(argv: list[str] | None = None) -> int:
     what.add_argument("--kind", help="the kind whose grid rows the donor gives")
     what.add_argument("--add-heldout", action="store_true",
                       help="keep every base row and add the donor's held-out rows")
+    ap.add_argument("--keep-level", action="store_true",
+                    help="with --kind: scale the donor's rows to the base's level per KV line")
     ap.add_argument("--note", required=True, help="why the rows are taken (kept in the notes)")
     ap.add_argument("-o", "--out", required=True)
     a = ap.parse_args(argv)
     try:
+        if a.keep_level and not a.kind:
+            raise SpecschedError("--keep-level goes with --kind (it scales the rows taken)")
         if Path(a.out).exists():
             raise SpecschedError(f"{a.out} exists; choose a new file", path=a.out)
         if a.add_heldout:
             rows, meta = add_heldout(a.base, a.donor, a.note)
             what = f"{meta['notes'][-1]['heldout_added']['rows']} held-out rows"
         else:
-            rows, meta = take_rows(a.base, a.donor, a.kind, a.note)
+            rows, meta = take_rows(a.base, a.donor, a.kind, a.note, a.keep_level)
             what = f"the {a.kind} grid rows"
+            if a.keep_level:
+                what += " at the base's level (" + ", ".join(
+                    f"KV {k}: x{v:.4f}" for k, v in meta["notes"][-1]["rows_taken"]["level_kept"].items()) + ")"
         write_profile(rows, a.out, meta, inputs=(a.base, a.donor))
     except SpecschedError as exc:
         print(f"error: {exc}", file=sys.stderr)

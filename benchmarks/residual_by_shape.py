@@ -46,8 +46,8 @@ def residuals(run: Path, table) -> dict[str, np.ndarray]:
     """The run's steps as columns, with ``resid`` (%) against ``table``."""
     steps = pq.read_table(run / "steps.parquet")
     pred, _ = predict_steps(steps, table)
-    out = {c: col(steps, c) for c in ("kind", "start_s", "bs_padded", "kv_mean", "graph",
-                                       "width")}
+    out = {c: col(steps, c) for c in ("kind", "start_s", "bs", "bs_padded", "kv_mean", "graph",
+                                       "width", "tokens")}
     out["resid"] = np.log(col(steps, "latency_s") / pred) * 100
     return out
 

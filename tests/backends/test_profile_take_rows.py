@@ -93,3 +93,48 @@ def test_add_heldout_keeps_the_base_and_adds_the_donors_new_shapes(tmp_path):
     note = read_profile(out)[1]["notes"][-1]["heldout_added"]
     assert (note["rows"], note["left_out"], note["why"]) == (1, 1, "why")
     assert note["from_gpu"]["uuid"] == "donor-gpu"
+
+
+def test_keep_level_gives_the_donors_shape_at_the_bases_level_per_kv_line(tmp_path, capsys):
+    """Donor prefill rows x2 on prefix line 0 and x3 on every other line, plus a point between
+    two of the base's tokens on each line (x2 / x3 of the base's value at its lower neighbour,
+    times 1.1). With --keep-level the factors are 1/2 and 1/3, worked out by hand: every base
+    point comes back at its own value and each new point at 1.1 times its lower neighbour's
+    base value; the note keeps the factors. Without a --kind it is refused."""
+    import profile_take_rows as m
+
+    base, donor, out = tmp_path / "b.parquet", tmp_path / "d.parquet", tmp_path / "o.parquet"
+    rows = _write(base, 1.0, "base-gpu")
+    pre = [r for r in rows if r["kind"] == "prefill"]
+    toks = sorted({r["tokens"] for r in pre})
+    mid = (toks[0] + toks[1]) // 2
+    assert toks[0] < mid < toks[1]
+    drows, extra = [], []
+    for r in rows:
+        if r["kind"] != "prefill":
+            drows.append(r)
+            continue
+        f = 2.0 if r["kv_len"] == 0 else 3.0
+        drows.append(dict(r, **{k: r[k] * f for k in ("latency_s", "p10_s", "p90_s")}))
+        if r["tokens"] == toks[0]:
+            extra.append(dict(r, tokens=mid, **{k: r[k] * f * 1.1 for k in ("latency_s", "p10_s", "p90_s")}))
+    m_, _ = roofline_profile_rows()
+    write_profile(drows + extra, donor, profile_metadata(m_, {"name": "H200", "uuid": "donor-gpu"}))
+    assert m.main([str(base), str(donor), "--kind", "prefill", "--keep-level", "--note", "dense",
+                   "-o", str(out)]) == 0
+    got = {(r["kv_len"], r["tokens"]): r["latency_s"] for r in pq.read_table(out).to_pylist()
+           if r["kind"] == "prefill"}
+    assert len(got) == len(pre) + len(extra)
+    for r in pre:
+        assert abs(got[(r["kv_len"], r["tokens"])] - r["latency_s"]) <= 1e-12 * r["latency_s"]
+        if r["tokens"] == toks[0]:
+            want = 1.1 * r["latency_s"]
+            assert abs(got[(r["kv_len"], mid)] - want) <= 1e-12 * want
+    kept = read_profile(out)[1]["notes"][-1]["rows_taken"]["level_kept"]
+    lines = sorted({r["kv_len"] for r in pre})
+    assert kept == {str(k): round(0.5 if k == 0 else 1 / 3, 6) for k in lines}
+    assert "KV 0: x0.5000" in capsys.readouterr().out
+    out2 = tmp_path / "o2.parquet"
+    assert m.main([str(base), str(donor), "--add-heldout", "--keep-level", "--note", "x",
+                   "-o", str(out2)]) == 2
+    assert not out2.exists() and capsys.readouterr().err.startswith("error:")
