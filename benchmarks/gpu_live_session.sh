@@ -36,13 +36,15 @@
 #   heldout8b    48 held-out shapes off the shipped Llama-3.1-8B profile's grid, measured now and
 #                written with the shipped rows (`profile --heldout-only --base`; about 1-2 min)
 #                                                             -> llama-3.1-8b__H200.parquet
-#   prefill8b-dense  Llama-3.1-8B prefills every 32 tokens from 32 to 1,536 (and the grid's tokens
-#                above) at the shipped prefix lines, in a profile of prefills alone
-#                (-> prefill8b_dense.parquet), then the shipped profile with those as its prefill
+#   prefill-dense:MODEL  llama-3.1-8b or llama-3.1-70b (the tp-8 shard): prefills every 32 tokens
+#                from 32 to 1,536 (and the grid's tokens above) at the shipped prefix lines, in a
+#                profile of prefills alone (-> prefill_dense_MODEL.parquet; about 71 s of prefills
+#                on the 8B, 113 s on the shard), then the shipped profile with those as its prefill
 #                rows at its own level per prefix line (`profile_take_rows.py --keep-level`):
-#                pooled over 15 live conversation runs, prefills between the grid's 128, 256,
-#                512, 768 and 1,024 tokens err -5.9 to +5.5% (benchmarks/prefill_between_grid.py;
-#                docs/backends.md, *Prefill between grid tokens*)  -> llama-3.1-8b__H200.parquet
+#                pooled over the shipped live conversation runs, the 8B's prefills between the
+#                grid's 128-1,024 tokens err -5.9 to +5.5%, the 70B's -1.3 to +2.9%
+#                (benchmarks/prefill_between_grid.py; docs/backends.md, *Prefill between grid
+#                tokens*)                                     -> MODEL__H200.parquet
 #   profile70b   `profile8b` for the Llama-3.1-70B tp-8 shard on a 14-size ladder x KV to 32k at 5
 #                points (80 layers; the whole grid and 40 held-out shapes took 424 s on 2026-12-02)
 #                                                             -> llama-3.1-70b__H200.parquet
@@ -250,8 +252,9 @@ BS="1,2,3,4,5,6,7,8,10,12,14,16,24,32,48,64,96,128,160,192,256"
 KV="128,512,2048,4096,8192,16384,32768"
 # the 70B shard has 80 layers: a 14 x 5 graph grid keeps its profile within one call
 BS70="1,2,3,4,6,8,12,16,24,32,48,64,128,256"
-# prefill8b-dense: every 32 tokens to 1,536, then the shipped grid's tokens above it
-PF8B_DENSE="$(seq -s, 32 32 1536),2048,3072,4096,6144,8192"
+# prefill-dense: every 32 tokens to 1,536 (the 70B's 1,088, 1,152 and 1,280 among them), then
+# the shipped grids' tokens above it
+PF_DENSE="$(seq -s, 32 32 1536),2048,3072,4096,6144,8192"
 KV70="128,512,2048,8192,32768"
 # its eager grid grown at the sizes where the shard's width-6 attention launch changes shape
 # (16 KV segments from 9 requests, two waves from 23; docs/backends.md) and by width 6
@@ -429,13 +432,14 @@ PY
         --bs "$BS" --kv-lens "$KV" -o "$out/llama-3.1-8b__H200.parquet" ;;
     heldout8b) job heldout8b 150 python3 -m specsched profile --model llama-3.1-8b --heldout-only --progress \
         --base backends/profiles/llama-3.1-8b__H200.parquet --heldout 48 -o "$out/llama-3.1-8b__H200.parquet" ;;
-    prefill8b-dense) job prefill8b-dense 240 bash -c "python3 -m specsched profile --model llama-3.1-8b \
-        --progress --bs 1 --widths 1 --kv-lens 128 --eager-bs 1 --eager-widths 1 --eager-kv-lens 512 \
-        --no-draft --no-extend --heldout 0 --prefill-tokens $PF8B_DENSE --prefill-prefix 0,2048,8192,16384 \
-        -o '$out/prefill8b_dense.parquet' && python3 benchmarks/profile_take_rows.py \
-        backends/profiles/llama-3.1-8b__H200.parquet '$out/prefill8b_dense.parquet' --kind prefill \
-        --keep-level --note 'prefills every 32 tokens to 1,536 (prefill8b-dense)' \
-        -o '$out/llama-3.1-8b__H200.parquet'" ;;
+    prefill-dense:*) m=${j#prefill-dense:}; tpo=$([ "$m" = llama-3.1-70b ] && echo "--tp 8")
+        job "prefill-dense-$m" 300 bash -c "python3 -m specsched profile --model $m $tpo --progress \
+        --bs 1 --widths 1 --kv-lens 128 --eager-bs 1 --eager-widths 1 --eager-kv-lens 512 \
+        --no-draft --no-extend --heldout 0 --prefill-tokens $PF_DENSE --prefill-prefix 0,2048,8192,16384 \
+        -o '$out/prefill_dense_$m.parquet' && python3 benchmarks/profile_take_rows.py \
+        backends/profiles/${m}__H200.parquet '$out/prefill_dense_$m.parquet' --kind prefill \
+        --keep-level --note 'prefills every 32 tokens to 1,536 (prefill-dense:$m)' \
+        -o '$out/${m}__H200.parquet'" ;;
     calibrate8b|calibrate8b:*) tag=${j#calibrate8b}; tag=${tag#:}
         job "calibrate8b${tag:+-$tag}" 150 python3 -m specsched calibrate --model llama-3.1-8b --progress \
         -o "$out/llama-3.1-8b__H200.calibrated${tag:+_$tag}.parquet" --budget-s 120 ;;
