@@ -300,9 +300,9 @@ def run_sweep(grid: SweepGrid, out: str | Path, *, jobs: int | None = None,
             status[p.name] = "done"
             outcome.skipped.append(p.name)
         elif state is False and not force:
-            raise SpecschedError(f"holds results of a different configuration or trace (the "
-                                 f"grid changed?); pass --force to recompute it, or use another "
-                                 f"output folder", path=str(folder))
+            raise SpecschedError("holds results of a different configuration or trace (the "
+                                 "grid changed?); pass --force to recompute it, or use another "
+                                 "output folder", path=str(folder))
         else:
             status[p.name] = "pending"
             todo.append(p)

@@ -85,8 +85,8 @@ def main(argv=None) -> int:
             flag = " *" if (c["offset_pct"] or 0) >= target / 2 else ""
             cells.append(f"{_pct(c['offset_pct'])} / {_pct(c['jitter_pct'])}{flag}")
         print(f"| {name} | " + " | ".join(cells) + " |")
-    print(f"\ncells: offset / jitter; * where a 1% offset moves the figure by half the target or "
-          f"more")
+    print("\ncells: offset / jitter; * where a 1% offset moves the figure by half the target or "
+          "more")
     if a.json:
         a.json.write_text(json.dumps({"model": a.model, "tp": a.tp, "policy": a.policy,
                                       "trace": a.trace.name, "by_limit": res}, indent=1))

@@ -2,10 +2,8 @@
 
 from __future__ import annotations
 
-import numpy as np
 from backends import roofline as R
 from backends.models import load_model
-from backends.profile import profile_metadata, write_profile
 
 
 def roofline_profile_rows(model="llama-3.1-8b", gpu="H200", *, skip_big=True, eager=True,

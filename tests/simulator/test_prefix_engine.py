@@ -10,8 +10,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from simulator import core as C
-from simulator import radix, run
+from simulator import run
 from simulator.config import SimConfig
 from simulator.engine import Simulation
 from tests.simulator.helpers import make_trace, table_executor, with_prefix
