@@ -24,16 +24,21 @@ if TYPE_CHECKING:
 __all__ = ["attention_params", "table_attention", "table_model", "attention_kernel",
            "kv_segments", "effective_kv", "verify_kv", "lone_straggler_kv", "latency_at_kv0", "kv_at_latency",
            "attention_rows", "TAIL_EXPONENT", "WAVE_FILL_3D", "LONE_STRAGGLER_2D_S", "DRAFT_LAYERS",
-           "NATT", "resolve_kv_lookup",
+           "NATT", "resolve_kv_lookup", "BS_INTERPS", "bs_waves",
            "KERNEL_3D", "KERNEL_2D", "KERNEL_2D_DECODE", "KERNEL_MLA"]
 
 # the attention vector (attention_params): AITER's unified-attention grid and residency
 (ATT_ON, ATT_KVH, ATT_BQ, ATT_TARGET, ATT_MINSEG, ATT_MAXSEG, ATT_S2D, ATT_S2DD, ATT_S3D,
  ATT_SMS, ATT_G2D, ATT_G2DD, ATT_G3D, ATT_LONE, ATT_LAYERS, ATT_DLAYERS, ATT_MLA,
- ATT_FNSAT, ATT_FOVH) = range(19)
+ ATT_FNSAT, ATT_FOVH, ATT_BSW) = range(20)
 #: ATT_FNSAT / ATT_FOVH: the MLA fluid lookup's parameters (``backends.mla_fluid``; 0: off), set
 #: by the engine under ``backend.kv_lookup = fluid``
-NATT = 19
+#: ATT_BSW: 1 where batch sizes between grid points are placed by the attention kernel's waves
+#: (``backends.mla_waves``), 0 where they take the line; ``backend.bs_interp`` (:func:`bs_waves`)
+NATT = 20
+#: ``backend.bs_interp``: ``auto`` (waves on an MLA profile, the line on unified attention),
+#: ``waves`` (both), ``line`` (neither)
+BS_INTERPS = ("auto", "waves", "line")
 _ATT_KEYS = ("sms", "kv_heads", "block_q", "target_programs", "min_segments", "max_segments",
              "slots_per_sm")
 _MLA_KEYS = ("sms", "head_groups", "target_programs", "min_splits", "max_splits", "slots_per_sm")
@@ -110,6 +115,7 @@ def attention_params(att: dict[str, Any] | None, model: Any = None) -> np.ndarra
     a[ATT_G2D], a[ATT_G2DD], a[ATT_G3D] = tail["2d"], tail["2d_decode"], tail["3d"]
     lone = att.get("lone_straggler_2d_s")
     a[ATT_LONE] = LONE_STRAGGLER_2D_S if lone is None else float(lone)
+    a[ATT_BSW] = bs_waves("auto", False)
     layers = model.get("layers") if isinstance(model, dict) else getattr(model, "layers", None)
     if layers:
         a[ATT_LAYERS] = float(layers)
@@ -134,6 +140,7 @@ def _mla_params(att: dict[str, Any], a: np.ndarray) -> np.ndarray:
     a[ATT_S3D] = sms * float(att["slots_per_sm"]["mla_decode"])
     a[ATT_SMS] = sms
     a[ATT_G3D] = _tail_exponents(att)["mla"]
+    a[ATT_BSW] = bs_waves("auto", True)
     return a
 
 
@@ -164,6 +171,18 @@ def resolve_kv_lookup(kv_lookup: str, mla: bool) -> str:
     if kv_lookup == "auto":
         return "fluid" if mla else "straggler"
     return kv_lookup
+
+
+def bs_waves(bs_interp: str, mla: bool) -> float:
+    """``att[ATT_BSW]`` for ``backend.bs_interp`` on a table: ``auto`` places batch sizes between
+    grid points by the kernel's waves on an MLA profile (its decode's split rounding: docs/
+    backends.md, *Batch sizes between grid points on the MLA path*) and takes the line on
+    unified attention, where placing them by the 3D kernel's waves is a what-if (docs/
+    backends.md, *Batch sizes between grid points on unified attention*); ``waves`` and
+    ``line`` are themselves."""
+    if bs_interp not in BS_INTERPS:
+        raise ValueError(f"bs_interp: {bs_interp!r} is not one of {', '.join(BS_INTERPS)}")
+    return 1.0 if bs_interp == "waves" or (bs_interp == "auto" and mla) else 0.0
 
 
 @njit

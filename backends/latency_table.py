@@ -68,8 +68,9 @@ from typing import Any
 
 import numpy as np
 
-from backends.attention_kv import (ATT_DLAYERS, ATT_LAYERS, ATT_MLA, ATT_ON, attention_rows,
-                                   effective_kv, resolve_kv_lookup, table_attention, verify_kv)
+from backends.attention_kv import (ATT_BSW, ATT_DLAYERS, ATT_LAYERS, ATT_MLA, ATT_ON,
+                                   attention_rows, bs_waves, effective_kv, resolve_kv_lookup,
+                                   table_attention, verify_kv)
 from backends.interp import interp_prefill
 from backends.jit import njit
 from backends.moe_prefill import block_costs, describe, moe_params, prefill_block_term
@@ -284,6 +285,14 @@ class LatencyTable:
         if extra:
             object.__setattr__(self, "source", {**self.source, **extra})
 
+    def set_bs_interp(self, bs_interp: str) -> None:
+        """Place batch sizes between grid points as ``backend.bs_interp`` says
+        (``backends.attention_kv.bs_waves``); in place, so an executor holding this table's
+        attention vector follows. A table without attention occupancy keeps the line."""
+        att = self._att_vec
+        if att[ATT_ON]:
+            att[ATT_BSW] = bs_waves(bs_interp, bool(att[ATT_MLA]))
+
     def verify_s(self, bs: float, width: float, kv: float, graph: bool) -> tuple[float, bool]:
         g = self.verify_graph if graph else self.verify_eager
         value, outside = interp3_waves(g.axes[0], g.axes[1], g.axes[2], g.values, bs, width, kv,
@@ -357,6 +366,10 @@ class TableExecutor:
         the straggler rule (``mean`` switches off the engine's compiled lookups only)."""
         mla = self._att is not None and bool(self._att[ATT_MLA])
         self._fluid = mla and resolve_kv_lookup(kv_lookup, mla) == "fluid"
+
+    def set_bs_interp(self, bs_interp: str) -> None:
+        """The engine's ``backend.bs_interp``, on this executor's table."""
+        self._table.set_bs_interp(bs_interp)
 
     def _fluid_kv(self, kv_lens, bs: float, width: float, grid: Grid, kv: float) -> float:
         """The fluid lookup's KV of a launch (``kv`` where it does not apply), as

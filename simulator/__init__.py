@@ -74,6 +74,7 @@ def run(trace, config: SimConfig, executor: Executor, *, kv_capacity_tokens: int
         "config": config.to_dict(),
         "engine_core": jit_status(),
         "kv_lookup": sim.kv_lookup if sim.table is not None else None,
+        "bs_interp": sim.bs_interp if sim.table is not None else None,
         "what_if": config.what_ifs,
         "speculative": bool(sim.CI[C.C_SPEC]),
         "controller": sim.controller_stats(summary.get("duration_s") or 0.0),

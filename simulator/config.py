@@ -37,7 +37,7 @@ from dataclasses import dataclass, field, fields
 from pathlib import Path
 from typing import Any
 
-from backends.attention_kv import resolve_kv_lookup
+from backends.attention_kv import BS_INTERPS, resolve_kv_lookup
 from simulator import controller_config, sglang
 from simulator.controller_config import ControllerConfig
 from simulator.registry import CONTROLLERS, VERIFY_POLICIES
@@ -224,6 +224,10 @@ class BackendConfig:
                                 "the decode's programs in launch order sharing the bandwidth; "
                                 "backends/mla_fluid.py), mean, or auto: fluid on an MLA profile "
                                 "carrying its decode kernel's occupancy, straggler otherwise")
+    bs_interp: str = _f("auto", "batch sizes between a profile's grid points: auto (placed by "
+                                "the attention kernel's waves on an MLA profile, the line "
+                                "elsewhere), waves (also on AITER's unified attention, by its 3D "
+                                "kernel's waves: a what-if; backends/dense_waves.py) or line")
     capture: str = _f("all", "aiter only: when the live executor captures its CUDA graphs: all (at "
                              "start-up, in SGLang's order: verify graphs from the largest batch "
                              "size down, then draft, then draft-extend) or lazy (each on first "
@@ -396,6 +400,9 @@ class SimConfig:
         if self.backend.kv_lookup not in KV_LOOKUPS:
             raise SpecschedError(f"backend.kv_lookup: must be auto, straggler, mean or fluid (got "
                                  f"'{self.backend.kv_lookup}')")
+        if self.backend.bs_interp not in BS_INTERPS:
+            raise SpecschedError(f"backend.bs_interp: must be {', '.join(BS_INTERPS)} (got "
+                                 f"'{self.backend.bs_interp}')")
         if self.backend.name not in ("profile", "roofline", "aiter"):
             raise SpecschedError(f"backend.name: unknown backend '{self.backend.name}' "
                                  "(choose from profile, roofline, aiter)")

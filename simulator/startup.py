@@ -72,6 +72,22 @@ def set_kv_lookup(CF: np.ndarray, table, asked: str, executor: Any) -> tuple[boo
     return occupancy, used
 
 
+def set_bs_interp(CF: np.ndarray, table, asked: str, executor: Any) -> str:
+    """Set where batch sizes between grid points are placed (``backend.bs_interp``) in the
+    core's attention vector, on ``table`` and on an executor called per pass; returns what the
+    lookups do: ``waves`` or ``line`` (``line`` without attention occupancy)."""
+    from backends.attention_kv import ATT_BSW, ATT_ON, bs_waves
+
+    att = CF[C.CF_ATT:]
+    if att[ATT_ON]:
+        att[ATT_BSW] = bs_waves(asked, bool(att[ATT_MLA]))
+    for obj in (table, executor):
+        hook = getattr(obj, "set_bs_interp", None)
+        if callable(hook):
+            hook(asked)
+    return "waves" if att[ATT_ON] and att[ATT_BSW] else "line"
+
+
 def request_id(trace, row: int):
     """The trace's request_id of ``row``, as a Python value."""
     rid = trace.request_id[row]

@@ -50,6 +50,12 @@ class ScaledExecutor:
         if callable(hook):
             hook(kv_lookup)
 
+    def set_bs_interp(self, bs_interp: str) -> None:
+        """The engine's ``backend.bs_interp``, passed on to ``inner`` (if it looks passes up)."""
+        hook = getattr(self.inner, "set_bs_interp", None)
+        if callable(hook):
+            hook(bs_interp)
+
     def describe(self) -> dict[str, Any]:
         return {**self.inner.describe(), "latency_factor": self.factor}
 

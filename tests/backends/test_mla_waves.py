@@ -6,16 +6,15 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from backends.attention_kv import attention_params
+from backends.attention_kv import NATT, attention_params
 from backends.interp import interp2, interp3
 from backends.mla_waves import decode_wave_cost, interp2_waves, interp3_waves
 
 MLA = attention_params({"kernel": "mla_decode", "sms": 132, "head_groups": 1,
                         "target_programs": 264, "min_splits": 2, "max_splits": 16,
                         "slots_per_sm": {"mla_decode": 2}})
-DENSE = attention_params({"sms": 132, "kv_heads": 8, "block_q": 4, "target_programs": 528,
-                          "min_segments": 16, "max_segments": 128,
-                          "slots_per_sm": {"2d": 8, "2d_decode": 6, "3d": 8}})
+#: a profile without attention metadata (an older one): plain interpolation everywhere
+NONE = np.zeros(NATT)
 
 
 def test_the_wave_cost_is_waves_over_splits():
@@ -50,7 +49,7 @@ def test_grid_points_other_profiles_and_the_outside_are_plain_interpolation():
     for bs, kv in ((4.0, 10000.0), (6.0, 7000.0), (8.0, 10000.0), (3.0, 5000.0)):
         assert interp3_waves(a0, a1, a2, v, bs, 4.0, kv, 4.0, MLA) == interp3(
             a0, a1, a2, v, bs, 4.0, kv)
-    assert interp3_waves(a0, a1, a2, v, 5.0, 4.0, 10000.0, 4.0, DENSE) == interp3(
+    assert interp3_waves(a0, a1, a2, v, 5.0, 4.0, 10000.0, 4.0, NONE) == interp3(
         a0, a1, a2, v, 5.0, 4.0, 10000.0)
     assert interp3_waves(a0, a1, a2, v, 8.0, 4.0, 10000.0, 4.0, MLA)[1]  # beyond: flagged
 
@@ -61,7 +60,7 @@ def test_draft_steps_take_one_row_per_request():
     v = np.array([[1e-3, 1e-3 + 40e-3 / 16], [1e-3, 1e-3 + 40e-3 / 11]])
     got, _ = interp2_waves(a0, a1, v, 20.0, 10000.0, MLA)
     assert got == pytest.approx(1e-3 + 40e-3 * 2 / 14)
-    assert interp2_waves(a0, a1, v, 20.0, 10000.0, DENSE) == interp2(a0, a1, v, 20.0, 10000.0)
+    assert interp2_waves(a0, a1, v, 20.0, 10000.0, NONE) == interp2(a0, a1, v, 20.0, 10000.0)
 
 
 def test_width_3_counts_the_4_rows_the_kernels_run():

@@ -110,6 +110,9 @@ class LiveLike:
     def set_kv_lookup(self, kv_lookup):
         self.inner.set_kv_lookup(kv_lookup)
 
+    def set_bs_interp(self, bs_interp):
+        self.inner.set_bs_interp(bs_interp)
+
     def prefill(self, batch):
         self.calls += 1
         return self.inner.prefill(batch)

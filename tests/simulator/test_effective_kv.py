@@ -219,18 +219,44 @@ def test_the_table_executor_looks_batches_up_as_the_fast_path_does(att_profile):
     """Called per batch (the engine's live path, and fidelity's offset and jitter runs), a
     profile executor with attention metadata gives every pass the latency the compiled fast path
     gives it under the straggler rule and under auto (the fluid lookup on the MLA profile), the
-    engine telling it which (``set_kv_lookup``; ``mean`` switches off the compiled lookups only)."""
+    engine telling it which (``set_kv_lookup``; ``mean`` switches off the compiled lookups only),
+    with batch sizes between grid points on the line or by waves (``backend.bs_interp``, which
+    the engine tells it too: ``set_bs_interp``)."""
     from backends.profile import ProfileExecutor
     from simulator import SimConfig, run
     from tests.simulator.helpers import LiveLike
 
     path, trace = att_profile
-    for lookup in ("auto", "straggler"):
-        cfg = SimConfig.load(None, {"backend.kv_lookup": lookup})
+    for lookup, bsi in (("auto", "auto"), ("straggler", "auto"), ("auto", "waves"),
+                        ("straggler", "line")):
+        cfg = SimConfig.load(None, {"backend.kv_lookup": lookup, "backend.bs_interp": bsi})
         fast = run(trace, cfg, ProfileExecutor(path), kv_capacity_tokens=400_000)
         live = LiveLike(ProfileExecutor(path))
         slow = run(trace, cfg, live, kv_capacity_tokens=400_000)
         assert live.calls > 0
-        assert fast.requests.equals(slow.requests), lookup
+        assert fast.requests.equals(slow.requests), (lookup, bsi)
         np.testing.assert_array_equal(fast.steps.column("latency_s").to_numpy(),
                                       slow.steps.column("latency_s").to_numpy())
+
+
+def test_bs_interp_waves_moves_launches_between_grid_batch_sizes(att_profile):
+    """``backend.bs_interp``: ``auto`` is the line on unified attention and waves on the MLA
+    decode (the summary says which); ``waves`` changes some passes of the unified-attention run
+    (batch sizes between the roofline grid's 1, 2, 4, 8, ... at several KV) and none of the MLA
+    run, where it already was; ``line`` changes some of the MLA run's."""
+    from backends.profile import ProfileExecutor
+    from simulator import SimConfig, run
+
+    path, trace = att_profile
+    mla = "mla" in str(ProfileExecutor(path).latency_table().attention.get("kernel", ""))
+    lat, said = {}, {}
+    for bsi in ("auto", "waves", "line"):
+        res = run(trace, SimConfig.load(None, {"backend.bs_interp": bsi}), ProfileExecutor(path),
+                  kv_capacity_tokens=400_000)
+        lat[bsi] = res.steps.column("latency_s").to_numpy()
+        said[bsi] = res.summary["bs_interp"]
+    assert said == {"auto": "waves" if mla else "line", "waves": "waves", "line": "line"}
+    same = "waves" if mla else "line"
+    other = "line" if mla else "waves"
+    np.testing.assert_array_equal(lat["auto"], lat[same])
+    assert len(lat["auto"]) != len(lat[other]) or np.any(lat["auto"] != lat[other])
