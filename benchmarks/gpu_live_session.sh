@@ -26,6 +26,14 @@
 #                9-26 requests (the long-context pad run's worst band), widths 4 and 8 beside
 #                (`bench_aiter_straggler.py --tp 8 --eager`; 175 s on 2026-12-02, h200-2026-12-02f;
 #                benchmarks/straggler_vs_profile.py compares it with the profile) -> straggler70b.json
+#   bswaves70b   eager verify on the 70B tp-8 shard at batch sizes between its eager grid's (13-15
+#                and 17-19 at width 8, 13-15 and 17-21 at width 6, where the 3D kernel's second
+#                wave starts at 16 and 22 requests), each with its uniform batches at five KV:
+#                judges `backend.bs_interp = waves` against the line on shapes neither was built
+#                from (`straggler_vs_profile.py --bs-interp waves|line`) -> bswaves70b.json
+#   bswaves8b    the same for the 8B's eager verify at 9, 11, 13, 15, 18, 20 and 28 requests
+#                (widths 4 and 8), between the ladder sizes its eager grid takes from the graphs
+#                                                             -> bswaves8b.json
 #   rates        benchmarks/bench_aiter_rates.py: V2-Lite's kernel classes alone (GEMM, fused
 #                MoE, MLA decode, element-wise, flash, launch floor; the MLA decode
 #                by launch size and flash by q x prefix: the curves)  -> rates.json
@@ -283,6 +291,14 @@ CASES70B="verify:9:6:8000:25000:1,verify:10:6:8000:25000:1,verify:11:6:8000:2500
 verify:12:6:8000:25000:1,verify:16:6:8000:25000:1,verify:19:6:8000:25000:1,verify:20:6:8000:25000:1,\
 verify:22:6:8000:25000:1,verify:23:6:8000:25000:1,verify:24:6:8000:25000:1,verify:26:6:8000:25000:1,\
 verify:16:6:8000:16000:2,verify:10:4:8000:25000:1,verify:20:8:8000:25000:1,verify:14:8:8000:25000:1"
+# bswaves70b / bswaves8b: batch sizes between the eager grids' (each case also times its uniform
+# batches at five KV lengths, which straggler_vs_profile.py sets beside the profile's lookups)
+CASES_BSW70B="verify:13:8:8000:25000:1,verify:14:8:8000:16000:1,verify:15:8:8000:25000:1,\
+verify:17:8:8000:25000:1,verify:18:8:8000:16000:1,verify:19:8:8000:25000:1,\
+verify:13:6:8000:25000:1,verify:15:6:8000:25000:1,verify:17:6:8000:25000:1,\
+verify:18:6:8000:16000:1,verify:21:6:8000:25000:1"
+CASES_BSW8B="verify:9:8:4000:12000:1,verify:11:8:4000:12000:1,verify:13:4:4000:12000:1,\
+verify:15:4:4000:12000:1,verify:18:4:4000:12000:1,verify:20:8:2000:8000:1,verify:28:4:2000:8000:1"
 # a schedule that switches on the conversation sample (k is capped at num_draft_tokens - 1 = 3,
 # as vLLM caps it at num_speculative_tokens; batches there are mostly 1-7 requests)
 SCHEDULE=${SCHEDULE:-1-2:3,3-4096:1}
@@ -405,6 +421,10 @@ PY
         --cases "$CASES3D" ;;
     straggler70b) job straggler70b 300 python3 benchmarks/bench_aiter_straggler.py --model llama-3.1-70b \
         --tp 8 --eager --json "$out/straggler70b.json" --cases "$CASES70B" ;;
+    bswaves70b) job bswaves70b 300 python3 benchmarks/bench_aiter_straggler.py --model llama-3.1-70b \
+        --tp 8 --eager --json "$out/bswaves70b.json" --cases "$CASES_BSW70B" ;;
+    bswaves8b) job bswaves8b 300 python3 benchmarks/bench_aiter_straggler.py --model llama-3.1-8b \
+        --eager --json "$out/bswaves8b.json" --cases "$CASES_BSW8B" ;;
     straggler-mla) job straggler-mla 300 python3 benchmarks/bench_aiter_straggler.py --model deepseek-v2-lite \
         --json "$out/straggler_mla.json" --cases "$CASESMLA" ;;
     straggler8b-eager) job straggler8b-eager 300 python3 benchmarks/bench_aiter_straggler.py --eager \

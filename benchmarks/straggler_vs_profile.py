@@ -154,6 +154,8 @@ def main() -> None:
     ap.add_argument("--profile", default=None, help="profile parquet (default: the shipped one)")
     ap.add_argument("--eager", action="store_true",
                     help="the cases were eager launches (a JSON that does not say so itself)")
+    ap.add_argument("--bs-interp", choices=("auto", "waves", "line"), default="auto",
+                    help="batch sizes between the profile's grid points, as backend.bs_interp")
     ap.add_argument("--fit-tail", action="store_true",
                     help="fit the 3D split-KV kernel's tail exponent to the cases that run it")
     args = ap.parse_args()
@@ -166,6 +168,7 @@ def main() -> None:
     model = load_model(args.model, tp=args.tp)
     path = args.profile or default_profile(model.name, "H200")
     table = ProfileExecutor(path, model=model).latency_table()
+    table.set_bs_interp(args.bs_interp)
     if any("comm_s" not in c for c in cases):
         print("warning: no comm_s recorded: measured times lack the modelled all-reduce "
               "(exact only at tp 1)", file=sys.stderr)
