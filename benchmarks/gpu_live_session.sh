@@ -148,8 +148,8 @@
 #                about 8k, the straggler 15k-23k), shaped like the long-context runs' worst band:
 #                there the residual follows the decode's wave count, -5.5 to +0.7% on one-wave
 #                launches and +3.7 to +6.0% where a second wave holds 6-22 of 264 programs, the
-#                same within 0.5 points on three GPUs (docs/aiter_mla.md)
-#                                                             -> straggler_mla_draft.json
+#                same within 0.5 points on three GPUs (docs/aiter_mla.md); the two-wave sizes
+#                also with the straggler last in the launch  -> straggler_mla_draft.json
 #   straggler-mla-order  the MLA decode straggler cases with the long rows first and last in the
 #                launch (CASESMLA_ORDER; 46 s on 2026-12-03, h200-2026-12-03c: the same rows 12-32%
 #                slower with the long ones last)                    -> straggler_mla_order.json
@@ -331,7 +331,8 @@ verify:22:6:8300:25200:2"
 # straggler-mla-draft: the V2-Lite long-context runs' draft band, one- and two-wave launches
 CASESMLA_DRAFT="draft:10:1:7400:15200:1,draft:12:1:7200:15700:1,draft:14:1:7100:15600:1,\
 draft:16:1:7300:11200:1,draft:18:1:8500:23800:1,draft:20:1:8600:21300:1,draft:24:1:7700:16200:1,\
-draft:26:1:8800:22900:1,draft:28:1:8600:21900:1,draft:32:1:9100:20900:1"
+draft:26:1:8800:22900:1,draft:28:1:8600:21900:1,draft:32:1:9100:20900:1,\
+draft:18:1:8500:23800:1:last,draft:26:1:8800:22900:1:last,draft:28:1:8600:21900:1:last"
 CASESMLA_ORDER="verify:20/19:4:7000:11250:1:first,verify:20/19:4:7000:11250:1:last,\
 verify:20:4:8000:23000:1:first,verify:20:4:8000:23000:1:last,verify:14:4:9000:18000:2:first,\
 verify:14:4:9000:18000:2:last,verify:24:4:9000:18000:2:first,verify:24:4:9000:18000:2:last,\
