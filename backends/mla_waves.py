@@ -94,17 +94,15 @@ def interp3_waves(a0, a1, a2, v, bs, width, kv, rows_per_seq, att):
     if i < 0:
         return value, outside
     b0, b1 = a0[i], a0[i + 1]
+    base0 = interp3(a0, a1, a2, v, b0, width, a2[0])[0]
+    base1 = interp3(a0, a1, a2, v, b1, width, a2[0])[0]
+    full0 = interp3(a0, a1, a2, v, b0, width, kv)[0]
+    full1 = interp3(a0, a1, a2, v, b1, width, kv)[0]
     if att[ATT_MLA] == 0.0:
         s = wave_position(b0, b1, bs, t, rows_per_seq, False, att)
-        return _placed(t, s, interp3(a0, a1, a2, v, b0, width, a2[0])[0],
-                       interp3(a0, a1, a2, v, b1, width, a2[0])[0],
-                       interp3(a0, a1, a2, v, b0, width, kv)[0],
-                       interp3(a0, a1, a2, v, b1, width, kv)[0]), outside
+        return _placed(t, s, base0, base1, full0, full1), outside
     rps = kernel_rows(rows_per_seq)
-    return _blend(t, interp3(a0, a1, a2, v, b0, width, a2[0])[0],
-                  interp3(a0, a1, a2, v, b1, width, a2[0])[0],
-                  interp3(a0, a1, a2, v, b0, width, kv)[0],
-                  interp3(a0, a1, a2, v, b1, width, kv)[0],
+    return _blend(t, base0, base1, full0, full1,
                   decode_wave_cost(b0 * rps, att), decode_wave_cost(b1 * rps, att),
                   decode_wave_cost(bs * rps, att)), outside
 
@@ -119,11 +117,11 @@ def interp2_waves(a0, a1, v, bs, kv, att):
     if i < 0:
         return value, outside
     b0, b1 = a0[i], a0[i + 1]
+    base0, base1 = interp2(a0, a1, v, b0, a1[0])[0], interp2(a0, a1, v, b1, a1[0])[0]
+    full0, full1 = interp2(a0, a1, v, b0, kv)[0], interp2(a0, a1, v, b1, kv)[0]
     if att[ATT_MLA] == 0.0:
-        s = wave_position(b0, b1, bs, t, 1.0, True, att)
-        return _placed(t, s, interp2(a0, a1, v, b0, a1[0])[0], interp2(a0, a1, v, b1, a1[0])[0],
-                       interp2(a0, a1, v, b0, kv)[0], interp2(a0, a1, v, b1, kv)[0]), outside
-    return _blend(t, interp2(a0, a1, v, b0, a1[0])[0], interp2(a0, a1, v, b1, a1[0])[0],
-                  interp2(a0, a1, v, b0, kv)[0], interp2(a0, a1, v, b1, kv)[0],
+        return _placed(t, wave_position(b0, b1, bs, t, 1.0, True, att), base0, base1, full0,
+                       full1), outside
+    return _blend(t, base0, base1, full0, full1,
                   decode_wave_cost(b0, att), decode_wave_cost(b1, att),
                   decode_wave_cost(bs, att)), outside

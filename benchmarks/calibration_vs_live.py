@@ -29,6 +29,8 @@ import math
 import sys
 from pathlib import Path
 
+import numpy as np
+
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from backends.calibrate import fit_factors, group_name  # noqa: E402
@@ -163,8 +165,6 @@ def main(argv=None) -> int:
 def on_grid_prefill(s, a: int, b: int, grid) -> tuple[float, int] | None:
     """Median residual and count of steps ``a:b``'s single-request prefix-0 prefills within 1%
     of a grid token; ``None`` under ``MIN_NEAR`` of them."""
-    import numpy as np
-
     m = np.zeros(len(s["kind"]), bool)
     m[a:b] = True
     m &= single_prefills(s)

@@ -194,8 +194,7 @@ class Simulation:
         # backend.kv_lookup resolved on this table, the core's attention vector set for it
         self.straggler_kv, self.kv_lookup = startup.set_kv_lookup(
             self.CF, self.table, config.backend.kv_lookup, executor)
-        self.bs_interp = startup.set_bs_interp(self.CF, self.table, config.backend.bs_interp,
-                                               executor)
+        self.bs_interp = startup.set_bs_interp(self.CF, config.backend.bs_interp, executor)
         self.tab = _table_tuple(self.table)
         startup.check_feasible(trace, config, self.inp, kv_capacity_tokens)
         self._setup_radix(trace, e, kv_capacity_tokens // e.page_size)

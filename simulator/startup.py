@@ -6,6 +6,8 @@
 - :func:`set_kv_lookup`: ``backend.kv_lookup`` resolved on the table (``auto``: the MLA fluid
   lookup on an MLA profile, the straggler rule elsewhere), written into the core's attention
   vector, and passed to an executor that looks passes up itself.
+- :func:`set_bs_interp`: ``backend.bs_interp`` the same way (where batch sizes between grid
+  points are placed).
 - :func:`check_feasible`: a run that cannot work is refused here, naming the request, before
   anything is simulated or measured: a KV budget too small for one request, a verify wider
   than 64 tokens, and on a live MLA run a launch wider than its decode kernels take
@@ -24,7 +26,7 @@ from simulator import sglang
 from simulator.config import MLA_WIDTHS, SimConfig
 from traces.errors import SpecschedError
 
-__all__ = ["max_new_tokens", "set_kv_lookup", "check_feasible", "check_mla_widths"]
+__all__ = ["max_new_tokens", "set_kv_lookup", "set_bs_interp", "check_feasible", "check_mla_widths"]
 
 
 def max_new_tokens(trace, e, context_len: int, capacity: int) -> np.ndarray:
@@ -66,26 +68,30 @@ def set_kv_lookup(CF: np.ndarray, table, asked: str, executor: Any) -> tuple[boo
                                  "has none")
         CF[C.CF_ATT + ATT_FNSAT] = FLUID_NSAT
         CF[C.CF_ATT + ATT_FOVH] = FLUID_OVERHEAD
-    hook = getattr(executor, "set_kv_lookup", None)
-    if callable(hook):
-        hook(asked)
+    _tell(executor, "set_kv_lookup", asked)
     return occupancy, used
 
 
-def set_bs_interp(CF: np.ndarray, table, asked: str, executor: Any) -> str:
+def set_bs_interp(CF: np.ndarray, asked: str, executor: Any) -> str:
     """Set where batch sizes between grid points are placed (``backend.bs_interp``) in the
-    core's attention vector, on ``table`` and on an executor called per pass; returns what the
+    core's attention vector, and tell the executor (a table executor sets its table, which
+    ``fidelity`` looks steps up on; a wrapper called per pass passes it on); returns what the
     lookups do: ``waves`` or ``line`` (``line`` without attention occupancy)."""
     from backends.attention_kv import ATT_BSW, ATT_ON, bs_waves
 
     att = CF[C.CF_ATT:]
     if att[ATT_ON]:
         att[ATT_BSW] = bs_waves(asked, bool(att[ATT_MLA]))
-    for obj in (table, executor):
-        hook = getattr(obj, "set_bs_interp", None)
-        if callable(hook):
-            hook(asked)
+    _tell(executor, "set_bs_interp", asked)
     return "waves" if att[ATT_ON] and att[ATT_BSW] else "line"
+
+
+def _tell(executor: Any, hook: str, value: str) -> None:
+    """Call ``executor.<hook>(value)`` where the executor has that hook (a backend setting an
+    executor that looks passes up itself must follow)."""
+    f = getattr(executor, hook, None)
+    if callable(f):
+        f(value)
 
 
 def request_id(trace, row: int):

@@ -46,15 +46,16 @@ class ScaledExecutor:
 
     def set_kv_lookup(self, kv_lookup: str) -> None:
         """The engine's ``backend.kv_lookup``, passed on to ``inner`` (if it looks passes up)."""
-        hook = getattr(self.inner, "set_kv_lookup", None)
-        if callable(hook):
-            hook(kv_lookup)
+        self._pass_on("set_kv_lookup", kv_lookup)
 
     def set_bs_interp(self, bs_interp: str) -> None:
         """The engine's ``backend.bs_interp``, passed on to ``inner`` (if it looks passes up)."""
-        hook = getattr(self.inner, "set_bs_interp", None)
-        if callable(hook):
-            hook(bs_interp)
+        self._pass_on("set_bs_interp", bs_interp)
+
+    def _pass_on(self, hook: str, value: str) -> None:
+        f = getattr(self.inner, hook, None)
+        if callable(f):
+            f(value)
 
     def describe(self) -> dict[str, Any]:
         return {**self.inner.describe(), "latency_factor": self.factor}
