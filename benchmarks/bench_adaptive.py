@@ -81,7 +81,7 @@ def main() -> int:
         return 2
     from analysis.parallel import make_backend
     from analysis.runner import RunSpec
-    from analysis.tune_cli import parse_thresholds
+    from analysis.cli_tune import parse_thresholds
     from analysis.tune_spec import _config, score, tune_spec
     from simulator.config import SimConfig
 

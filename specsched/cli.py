@@ -28,10 +28,10 @@ COMMANDS: dict[str, tuple[str, str, str]] = {
     "calibrate": ("backends.cli_calibrate", "calibrate", "Fit a recorded profile to this machine's GPU from a few anchors."),
     "fidelity": ("analysis.cli", "fidelity", "Compare the profile backend with live GPU replay."),
     "report": ("analysis.cli", "report", "Summarise results folders as one HTML report."),
-    "plan": ("analysis.cli", "plan", "Find the highest rate one replica sustains under an SLO."),
-    "uniformity": ("analysis.cli", "uniformity", "How often verify batches mix widths, and what each remedy costs."),
+    "plan": ("analysis.cli_plan", "plan", "Find the highest rate one replica sustains under an SLO."),
+    "uniformity": ("analysis.cli_uniformity", "uniformity", "How often verify batches mix widths, and what each remedy costs."),
     "sweep": ("analysis.cli", "sweep", "Run a grid of simulations locally or on Ray."),
-    "tune-spec": ("analysis.tune_cli", "tune_spec_cmd", "Tune the speculation controller for a trace under an SLO."),
+    "tune-spec": ("analysis.cli_tune", "tune_spec_cmd", "Tune the speculation controller for a trace under an SLO."),
 }
 
 

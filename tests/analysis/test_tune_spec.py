@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from analysis.tune_cli import parse_thresholds
+from analysis.cli_tune import parse_thresholds
 from analysis.tune_spec import canonical
 from traces.errors import SpecschedError
 

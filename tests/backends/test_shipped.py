@@ -152,7 +152,7 @@ def _help(command) -> str:
 
 
 def test_help_lists_each_shipped_profile_with_its_status():
-    from analysis.cli import plan
+    from analysis.cli_plan import plan
     from analysis.fidelity import fidelity
     from simulator.cli import simulate
 

@@ -8,7 +8,7 @@ import sys
 
 import click
 
-from analysis.cli import _build_config, _check_trace, _config_options, _show_progress
+from analysis.cli_options import _build_config, _check_trace, _config_options, _show_progress
 from traces.errors import SpecschedError
 
 __all__ = ["tune_spec_cmd", "parse_thresholds"]
