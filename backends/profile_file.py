@@ -235,7 +235,9 @@ def read_profile(path: "str | Path") -> tuple[pa.Table, dict[str, Any]]:
         raise SpecschedError("no such profile file", path=where)
     from traces.sniff import expect_parquet
 
-    expect_parquet(path, "a profile parquet")
+    expect_parquet(path, "a profile parquet",
+                   hint="profiles are written by `specsched profile` or `specsched calibrate` on a "
+                        "GPU (the shipped ones are in backends/profiles/)")
     try:
         raw = pq.read_table(path)
     except (pa.ArrowInvalid, OSError) as exc:

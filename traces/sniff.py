@@ -80,16 +80,20 @@ def _common(path, kind: str, wanted: str) -> None:
         raise _refuse(path, f"this is UTF-16 text, not {wanted}: save it as UTF-8")
 
 
-def expect_parquet(path: str | Path, wanted: str = "a parquet trace") -> None:
-    """Refuse a file that is plainly not parquet (CSV, JSON lines, an LFS pointer, ...)."""
+def expect_parquet(path: str | Path, wanted: str = "a parquet trace", hint: str | None = None
+                   ) -> None:
+    """Refuse a file that is plainly not parquet (CSV, JSON lines, an LFS pointer, ...).
+    ``hint`` replaces the advice given for a text or JSON file (by default: how to convert a
+    request log into a trace)."""
     kind = kind_of(path)
     _common(path, kind, wanted)
     if kind == "text":
-        raise _refuse(path, f"this is a text file (CSV?), not {wanted}: convert a request log "
-                            "with `specsched trace convert --from azure|burstgpt|vidur`")
+        raise _refuse(path, f"this is a text file (CSV?), not {wanted}: " + (
+            hint or "convert a request log with `specsched trace convert --from "
+                    "azure|burstgpt|vidur`"))
     if kind == "json":
-        raise _refuse(path, f"this is JSON, not {wanted}: convert a Mooncake log with "
-                            "`specsched trace convert --from mooncake`")
+        raise _refuse(path, f"this is JSON, not {wanted}: " + (
+            hint or "convert a Mooncake log with `specsched trace convert --from mooncake`"))
 
 
 def expect_csv(path: str | Path, fmt: str) -> None:

@@ -147,8 +147,10 @@ def test_duplicates_and_missing_pieces(tmp_path):
 def test_reading_bad_files(tmp_path):
     p = tmp_path / "notparquet.parquet"
     p.write_text("hello")
-    with pytest.raises(SpecschedError, match="this is a text file .*, not a profile parquet"):
+    with pytest.raises(SpecschedError, match="this is a text file .*, not a profile parquet: "
+                       "profiles are written by `specsched profile`") as info:
         load_profile(p)
+    assert "trace convert" not in str(info.value)  # a trace's advice is no help for a profile
     q = tmp_path / "noversion.parquet"
     pq.write_table(pa.table({"a": [1]}), q)
     with pytest.raises(SpecschedError, match="profile_version"):
