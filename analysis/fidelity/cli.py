@@ -12,15 +12,18 @@ from analysis.fidelity.offset import OFFSET_PCT
 from analysis.fidelity.render import render_markdown
 from backends.shipped import shipped_help
 from analysis.fidelity.run import run_fidelity
+from traces.errors import SpecschedError
 
 __all__ = ["fidelity"]
 
 
 @click.command("fidelity")
-@click.option("--trace", "trace_path", required=True, type=click.Path(dir_okay=False),
-              help="Trace parquet to replay (e.g. a sample under traces/samples/).")
-@click.option("--model", required=True,
-              help=f"Model preset or config.json path ({shipped_help()}).")
+@click.option("--trace", "trace_path", type=click.Path(dir_okay=False),
+              help="Trace parquet to replay (e.g. a sample under traces/samples/); with "
+                   "--reference-run, default: the trace that run recorded.")
+@click.option("--model",
+              help=f"Model preset or config.json path ({shipped_help()}); with --reference-run, "
+                   "default: the run's model.")
 @click.option("--out", "out_dir", type=click.Path(file_okay=False),
               help="Folder for reference/, profile/, fidelity.json and fidelity.md "
                    "(default runs/fidelity__<trace>__<model>).")
@@ -62,9 +65,10 @@ def fidelity(trace_path, model, out_dir, reference, gpu, profile, config_path, s
     """Compare the profile backend with live GPU replay on one trace.
 
     \b
-    Example (on a GPU machine):
+    Examples:
       specsched fidelity --trace traces/samples/azure_conv_eagle_2k.parquet \\
-          --model llama-3.1-8b --out runs/fidelity
+          --model llama-3.1-8b --out runs/fidelity            # on a GPU machine
+      specsched fidelity --reference-run runs/live_conv --out runs/fid  # any CPU: a recorded run
 
     Runs the trace with the live aiter executor and with the profile executor, predicts every
     live step with the profile at the same shape (MAPE overall, off the grid and by axis, by
@@ -78,6 +82,14 @@ def fidelity(trace_path, model, out_dir, reference, gpu, profile, config_path, s
     from simulator.config import parse_overrides
 
     overrides: dict[str, Any] = parse_overrides(sets)
+    if reference_run is not None and (trace_path is None or model is None):
+        from analysis.fidelity.runs import recorded_inputs
+
+        trace_path, model = recorded_inputs(reference_run, trace_path, model)
+    missing = [o for o, v in (("--trace", trace_path), ("--model", model)) if v is None]
+    if missing:
+        raise SpecschedError(f"{' and '.join(missing)}: required unless --reference-run gives "
+                             "them (a recorded run's summary.json names its trace and model)")
     if out_dir is None:
         out_dir = Path("runs") / f"fidelity__{Path(trace_path).stem}__{Path(model).stem}"
     report = run_fidelity(trace_path, model, out_dir=out_dir, reference=reference, gpu=gpu,

@@ -82,6 +82,27 @@ def load_recorded(folder: str | Path) -> tuple[dict, pa.Table]:
     return run.summary, run.steps
 
 
+def recorded_inputs(folder: str | Path, trace_path: str | None, model: str | None
+                    ) -> tuple[str, str]:
+    """(trace, model) of a comparison with a recorded run: each given one as it is, a missing one
+    from the run's summary.json (its trace's path as recorded, relative to the current folder,
+    and its model), refused when the summary has none or the recorded trace is not there."""
+    summary, _ = load_recorded(folder)
+    if model is None:
+        model = summary.get("model") or ((summary.get("config") or {}).get("model") or {}).get("name")
+        if not model:
+            raise SpecschedError("summary.json names no model: give --model", path=str(folder))
+    if trace_path is None:
+        recorded = (summary.get("trace") or {}).get("path")
+        if not recorded:
+            raise SpecschedError("summary.json names no trace: give --trace", path=str(folder))
+        if not Path(recorded).is_file():
+            raise SpecschedError(f"the recorded run replayed {recorded}, which is not there from "
+                                 f"this folder: give --trace", path=str(folder))
+        trace_path = str(recorded)
+    return str(trace_path), str(model)
+
+
 def recorded_limit(summary: dict, folder: str | Path) -> int | None:
     """How many of the trace's first requests a recorded run replayed, when it replayed only the
     first ones (``simulate --limit``, which notes "the first N of M requests" in the summary's

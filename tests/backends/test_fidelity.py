@@ -172,6 +172,42 @@ def test_recorded_reference_run_gives_the_same_report(setup):
                      profile=str(setup / "p.parquet"), reference_run=setup)
 
 
+def test_a_recorded_run_names_its_own_trace_and_model(setup, tmp_path, monkeypatch):
+    """`fidelity --reference-run RUN` alone takes the trace and model RUN's summary.json
+    recorded; without a recorded run both are asked for; a recorded trace that is not there is
+    refused, naming it."""
+    import shutil
+
+    from specsched.cli import cli as cli_main
+
+    trace = tmp_path / "t.parquet"
+    shutil.copy(setup / "t.parquet", trace)
+    monkeypatch.chdir(tmp_path)
+    r = CliRunner().invoke(cli_main, ["simulate", "--trace", "t.parquet", "--backend", "roofline",
+                                      "--model", "llama-3.1-8b", "--no-report", "--out", "rec"],
+                           standalone_mode=False)
+    assert r.exception is None, r.output
+    common = ["--reference", "roofline", "--profile", str(setup / "p.parquet"), "--json",
+              "--jitter-runs", "0", "--offset-pct", "0", "--reference-run", "rec"]
+    r = CliRunner().invoke(fidelity, [*common, "--out", "a"], standalone_mode=False)
+    assert r.exception is None, r.output
+    short = json.loads(r.output)
+    r = CliRunner().invoke(fidelity, [*common, "--out", "b", "--trace", "t.parquet",
+                                      "--model", "llama-3.1-8b"], standalone_mode=False)
+    assert r.exception is None, r.output
+    full = json.loads(r.output)
+    assert short["model"] == "llama-3.1-8b"
+    assert short["steps"] == full["steps"] and short["runs"] == full["runs"]
+    r = CliRunner().invoke(fidelity, ["--reference", "roofline", "--model", "llama-3.1-8b",
+                                      "--out", "c"], standalone_mode=False)
+    assert isinstance(r.exception, SpecschedError) and "--trace: required unless" in str(r.exception)
+    trace.rename(tmp_path / "moved.parquet")
+    r = CliRunner().invoke(fidelity, [*common, "--out", "d"], standalone_mode=False)
+    assert isinstance(r.exception, SpecschedError)
+    assert "replayed t.parquet, which is not there" in str(r.exception)
+    assert not (tmp_path / "c").exists() and not (tmp_path / "d").exists()
+
+
 def test_a_recorded_run_of_the_first_requests_is_compared_over_those_requests(setup):
     """A run recorded with `simulate --limit 100` is compared over the trace's first 100
     requests without restating --limit; a --limit that contradicts it is refused."""
