@@ -17,9 +17,16 @@ then as a count, then the latest path), ``none`` where there is none.
     python benchmarks/fidelity_table.py --calibrated-only --json /tmp/fidelity_rows.json
     python benchmarks/fidelity_table.py --docs docs/backends.md   # rewrite the docs' table
 
+A third table, the coverage matrix (:func:`matrix`), has one row per shipped model and one column
+per trace (conversation, long-context) and policy (``fixed``, SGLang's default, and the what-ifs
+``split``, ``bucket``, ``pad``): the best report against today's shipped profile with no backend
+what-if, ``✓`` when it met every check, and the best against a calibrated profile (``cal``);
+``-`` where no live run of that kind has been compared.
+
 ``--docs FILE`` writes the summary table into FILE between the lines :data:`BEGIN` and
-:data:`END`; ``tests/backends/test_fidelity_table.py`` checks that docs/backends.md holds what the
-shipped reports give, so a new report cannot leave the docs' table behind.
+:data:`END`, and the matrix between :data:`MATRIX_BEGIN` and :data:`MATRIX_END` when FILE has
+them; ``tests/backends/test_fidelity_table.py`` checks that docs/backends.md holds what the
+shipped reports give, so a new report cannot leave the docs' tables behind.
 
 A report that cannot be read or lacks a key prints ``error: FILE: ...`` and exits 2.
 """
@@ -43,6 +50,10 @@ TRACE_KINDS = (("conv", "conversation"), ("long", "long-context"), ("code", "cod
 KINDS = ("calibrated", "shipped")
 BEGIN = "<!-- fidelity_table.py --docs: begin -->"
 END = "<!-- fidelity_table.py --docs: end -->"
+MATRIX_BEGIN = "<!-- fidelity_table.py --matrix: begin -->"
+MATRIX_END = "<!-- fidelity_table.py --matrix: end -->"
+MATRIX_TRACES = ("conversation", "long-context")
+MATRIX_POLICIES = ("fixed", "split", "bucket", "pad")
 
 
 class BadReport(Exception):
@@ -232,22 +243,70 @@ def render_summary(summary: list[dict], results: Path, kinds=KINDS) -> str:
     return "\n".join(lines) + "\n"
 
 
-def docs_block(text: str, path: Path) -> tuple[int, int]:
-    """Where the table goes in a document's text: (end of the BEGIN line, start of END)."""
-    i, j = text.find(BEGIN), text.find(END)
+def shipped_models() -> list[str]:
+    """The models of the shipped profiles (``<model>__<gpu>.parquet``), sorted."""
+    return sorted({f.name.split("__")[0] for f in PROFILES_DIR.glob("*__*.parquet")})
+
+
+def matrix(rows: list[dict], models: list[str]) -> dict[tuple[str, str, str], dict]:
+    """(model, trace, policy) -> {"shipped": best row or None, "calibrated": best row or None,
+    "reports": how many}, over the reports with no backend what-if and, for ``shipped``, today's
+    profile (:func:`score` ranks them)."""
+    out = {}
+    for m in models:
+        for t in MATRIX_TRACES:
+            for pol in MATRIX_POLICIES:
+                rs = [r for r in rows if (r["model"], r["trace"], r["policy"]) == (m, t, pol)
+                      and r["what_ifs"] == []]
+                ship = [r for r in rs if r["profile"] == "shipped" and r["profile_current"]]
+                cal = [r for r in rs if r["profile"] == "calibrated"]
+                out[(m, t, pol)] = {"shipped": max(ship, key=score) if ship else None,
+                                    "calibrated": max(cal, key=score) if cal else None,
+                                    "reports": len(ship) + len(cal)}
+    return out
+
+
+def render_matrix(cells: dict[tuple[str, str, str], dict], models: list[str]) -> str:
+    """The coverage matrix as a markdown table (module docstring)."""
+    def cell(c: dict) -> str:
+        parts = []
+        for kind, label in (("shipped", ""), ("calibrated", "cal ")):
+            b = c[kind]
+            if b is not None:
+                parts.append(f"{label}{b['met']}/{b['checks']}"
+                             + (" ✓" if b["met"] == b["checks"] else ""))
+        return " · ".join(parts) or "-"
+
+    cols = [(t, p) for t in MATRIX_TRACES for p in MATRIX_POLICIES]
+    lines = ["| model | " + " | ".join(f"{t} `{p}`" for t, p in cols) + " |",
+             "|---|" + "---|" * len(cols)]
+    for m in models:
+        lines.append(f"| {m} | " + " | ".join(cell(cells[(m, t, p)]) for t, p in cols) + " |")
+    return "\n".join(lines) + "\n"
+
+
+def docs_block(text: str, path: Path, begin: str = BEGIN, end: str = END) -> tuple[int, int]:
+    """Where a table goes in a document's text: (end of the begin line, start of the end line)."""
+    i, j = text.find(begin), text.find(end)
     if i < 0 or j < i:
-        raise BadReport(f"{path}: lacks the lines '{BEGIN}' and '{END}' (in that order)")
+        raise BadReport(f"{path}: lacks the lines '{begin}' and '{end}' (in that order)")
     return text.index("\n", i) + 1, j
 
 
-def write_docs(path: Path, table: str) -> None:
+def write_docs(path: Path, table: str, matrix_table: str | None = None) -> None:
+    """Write ``table`` between the summary markers and, when ``path`` has the matrix markers,
+    ``matrix_table`` between those."""
     try:
         text = path.read_text()
     except OSError as exc:
         raise BadReport(f"{path}: cannot be read ({exc.strerror})") from None
     i, j = docs_block(text, path)
+    text = text[:i] + table + text[j:]
+    if matrix_table is not None and MATRIX_BEGIN in text:
+        i, j = docs_block(text, path, MATRIX_BEGIN, MATRIX_END)
+        text = text[:i] + matrix_table + text[j:]
     try:
-        path.write_text(text[:i] + table + text[j:])
+        path.write_text(text)
     except OSError as exc:
         raise BadReport(f"{path}: cannot be written ({exc.strerror})") from None
 
@@ -268,7 +327,9 @@ def main(argv=None) -> int:
     try:
         rows = load_rows(args.results)
         if args.docs:
-            write_docs(args.docs, render_summary(summarize(rows), args.results))
+            models = shipped_models()
+            write_docs(args.docs, render_summary(summarize(rows), args.results),
+                       render_matrix(matrix(rows, models), models))
             print(f"wrote the summary of {len(rows)} reports into {args.docs}")
             return 0
     except BadReport as exc:
@@ -279,6 +340,9 @@ def main(argv=None) -> int:
     if args.calibrated_only:
         rows = [r for r in rows if r["profile"] == "calibrated"]
     sys.stdout.write(render(rows, summary, args.results, kinds))
+    if not args.calibrated_only:
+        models = shipped_models()
+        sys.stdout.write("\n" + render_matrix(matrix(rows, models), models))
     if args.json:
         try:
             args.json.write_text(json.dumps({"rows": rows, "summary": summary}, indent=2,

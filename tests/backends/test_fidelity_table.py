@@ -124,6 +124,26 @@ def test_rows_and_summary_worked_by_hand(tmp_path, capsys):
         f"{r}/d2/fidelity_conv_calibrated.md", None]
 
 
+def test_coverage_matrix_worked_by_hand(tmp_path):
+    """The matrix keeps default runs only: d1 (4 of 4, today's shipped file) outranks d3 (3 of 4)
+    in the conversation `fixed` cell, d2 is its calibrated best (2 of 4); d4 is a what-if on an
+    earlier file, so long-context `split` stays empty, as does every cell of a model no report
+    names."""
+    import fidelity_table as ft
+
+    rows = ft.load_rows(_results(tmp_path))
+    cells = ft.matrix(rows, ["llama-3.1-8b", "other"])
+    conv = cells[("llama-3.1-8b", "conversation", "fixed")]
+    assert Path(conv["shipped"]["report"]).parent.name == "d1" and conv["reports"] == 3
+    assert Path(conv["calibrated"]["report"]).parent.name == "d2"
+    assert cells[("llama-3.1-8b", "long-context", "split")] == {
+        "shipped": None, "calibrated": None, "reports": 0}
+    table = ft.render_matrix(cells, ["llama-3.1-8b", "other"]).splitlines()
+    assert table[0].startswith("| model | conversation `fixed` | conversation `split` |")
+    assert table[2] == "| llama-3.1-8b | 4/4 ✓ · cal 2/4 | - | - | - | - | - | - | - |"
+    assert table[3] == "| other | - | - | - | - | - | - | - | - |"
+
+
 def test_calibrated_only_keeps_the_gap(tmp_path, capsys):
     import fidelity_table as ft
 
@@ -203,5 +223,11 @@ def test_the_docs_table_is_what_the_shipped_reports_give():
     doc = ROOT / "docs" / "backends.md"
     text = doc.read_text()
     i, j = ft.docs_block(text, doc)
-    want = ft.render_summary(ft.summarize(ft.load_rows(results)), results)
+    rows = ft.load_rows(results)
+    want = ft.render_summary(ft.summarize(rows), results)
     assert text[i:j] == want, "run: python benchmarks/fidelity_table.py --docs docs/backends.md"
+    i, j = ft.docs_block(text, doc, ft.MATRIX_BEGIN, ft.MATRIX_END)
+    models = ft.shipped_models()
+    assert models == ["deepseek-v2-lite", "deepseek-v3", "llama-3.1-70b", "llama-3.1-8b"]
+    assert text[i:j] == ft.render_matrix(ft.matrix(rows, models), models), \
+        "run: python benchmarks/fidelity_table.py --docs docs/backends.md"
