@@ -181,6 +181,12 @@
 #                attention, MLA flash forward) hold backends/prefill_waves.py's slots per SM
 #   moe-prefill-sweep  the 2026-12-03 sweep: DeepSeek-V2-Lite at prefixes 0 and 16,384
 #                                                             -> moe_prefill_sweep.json
+#   live-longmlap:MODEL:POLICY[:N]  the long-context sample on deepseek-v2-lite or deepseek-v3
+#                under --policy POLICY (split, bucket, pad) with engine.max_draft 3 (the MLA decode
+#                kernels take at most 4 rows a request); not yet run. The fixed runs took 512 s
+#                (V2-Lite, two calls); plan a call each, carrying the journal
+#   live-v3p:POLICY:N  the first N conversation requests on the DeepSeek-V3 shard under --policy
+#                POLICY with engine.max_draft 3; not yet run (live-v3:400 took two calls)
 #   live-longv2lite[:N]  live run of the long-context sample on DeepSeek-V2-Lite, fixed policy
 #                (119 requests in 341 s, the last 81 in 171 s from its journal; done:
 #                h200-2026-12-02f/live_longv2lite)
@@ -547,6 +553,13 @@ PY
         --eager-bs 1,16,48 --eager-kv-lens 512,2048,8192,16384,32768 \
         --prefill-tokens 64,128,256,512,768,1024,2048,3072,4096,8192 \
         --prefill-prefix 0,8192,16384,32768 -o "$out/deepseek-v2-lite__H200.parquet" ;;
+    live-longmlap:*) spec=${j#live-longmlap:}; m=${spec%%:*}; pol=${spec#*:}; n=""
+        [[ $pol == *:* ]] && { n=${pol#*:}; pol=${pol%%:*}; }
+        case "$m" in deepseek-v2-lite) tag=longv2lite ;; deepseek-v3) tag=longv3 ;;
+          *) echo "live-longmlap: MODEL must be deepseek-v2-lite or deepseek-v3, not $m" >&2; continue ;; esac
+        MODEL=$m live "${tag}_${pol}$n" "$LONG" "$n" --policy "$pol" --set engine.max_draft=3 ;;
+    live-v3p:*) pol=${j#live-v3p:}; n=${pol#*:}; pol=${pol%%:*}
+        MODEL=deepseek-v3 live "v3_${pol}$n" "$CONV" "$n" --policy "$pol" --set engine.max_draft=3 ;;
     live-longv2lite|live-longv2lite:*) n=${j#live-longv2lite}; n=${n#:}
         MODEL=deepseek-v2-lite live "longv2lite$n" "$LONG" "$n" --policy fixed ;;
     live-v2lite:*) MODEL=deepseek-v2-lite live "v2lite${j#live-v2lite:}" "$CONV" "${j#live-v2lite:}" \
