@@ -89,7 +89,8 @@
 #                                                  -> llama-3.1-8b__H200.calibrated[_TAG].parquet
 #   calibrate70b the same for the Llama-3.1-70B tp-8 shard  -> llama-3.1-70b__H200.calibrated.parquet
 #   calibrate-conv:MODEL:POLICY:N  `specsched calibrate --trace` of the shipped profile of MODEL
-#                (llama-3.1-8b, llama-3.1-70b at tp 8), its anchors chosen where the first N
+#                (llama-3.1-8b, llama-3.1-70b at tp 8, the DeepSeek models with engine.max_draft 3
+#                as their live-*p runs), its anchors chosen where the first N
 #                conversation requests under --policy POLICY spend their time; run it beside
 #                calibrate8b / calibrate70b and before the live run of the same requests to see
 #                which set of anchors tracks the run (done for four runs: h200-2026-12-04f)
@@ -486,6 +487,8 @@ PY
         --progress -o "$out/llama-3.1-70b__H200.calibrated.parquet" --budget-s 120 ;;
     calibrate-conv:*) spec=${j#calibrate-conv:}; m=${spec%%:*}; rest=${spec#*:}; pol=${rest%%:*}
         n=${rest#*:}; tpopt=""; [ "$m" = llama-3.1-70b ] && tpopt="--tp 8"
+        # the MLA models' live runs under a policy cap drafts at 3 (live-v2litep, live-v3p)
+        [[ $m == deepseek-* ]] && tpopt="--set engine.max_draft=3"
         job "calibrate-conv-$m-$pol$n" 150 python3 -m specsched calibrate --model "$m" $tpopt \
         --progress --trace "$CONV" --limit "$n" --set "engine.policy=$pol" --budget-s 120 \
         -o "$out/${m}__H200.calibrated_conv_${pol}${n}.parquet" ;;
