@@ -16,7 +16,7 @@ from backends.shipped import shipped_help
 from simulator.config import parse_overrides
 from traces.errors import SpecschedError
 
-__all__ = ["_config_options", "_build_config", "_check_trace", "_show_progress", "_echo_json",
+__all__ = ["_config_options", "_parallel_options", "_build_config", "_check_trace", "_show_progress", "_echo_json",
            "_fmt_s", "_console", "_fmt_count", "_fmt_pct"]
 
 
@@ -41,6 +41,14 @@ def _config_options(fn):
     for o in reversed(opts):
         fn = o(fn)
     return fn
+
+
+def _parallel_options(fn):
+    """``--jobs`` and ``--ray``: where the command's simulations run."""
+    fn = click.option("--ray", "ray_address", metavar="ADDRESS",
+                      help="Run the simulations on a Ray cluster ('local' starts one here).")(fn)
+    return click.option("--jobs", type=int,
+                        help="Simulations at once (default: one per CPU).")(fn)
 
 
 def _build_config(config_path, backend, model, gpu, profile_path, seed, sets, extra=None):

@@ -5,7 +5,7 @@ from __future__ import annotations
 import click
 
 from analysis.cli_options import (_build_config, _check_trace, _config_options, _console,
-                                  _echo_json, _fmt_pct, _fmt_s, _show_progress)
+                                  _echo_json, _fmt_pct, _fmt_s, _parallel_options, _show_progress)
 from traces.errors import SpecschedError
 
 __all__ = ["plan"]
@@ -25,9 +25,7 @@ __all__ = ["plan"]
                    "any configuration key (repeatable; ';' separates axes in one option).")
 @click.option("--tolerance", type=float, default=0.02, show_default=True,
               help="Relative precision of the rate (the answer is within it of the boundary).")
-@click.option("--jobs", type=int, help="Simulations at once (default: one per CPU).")
-@click.option("--ray", "ray_address", metavar="ADDRESS",
-              help="Run the simulations on a Ray cluster ('local' starts one here).")
+@_parallel_options
 @click.option("--json", "as_json", is_flag=True, help="Print the result as JSON.")
 @click.option("--progress/--no-progress", default=None,
               help="Show each simulation on stderr (default: when stderr is a terminal).")

@@ -7,7 +7,8 @@ from pathlib import Path
 import click
 
 from analysis.cli_options import (_build_config, _check_trace, _config_options, _console,
-                                  _echo_json, _fmt_count, _fmt_pct, _fmt_s, _show_progress)
+                                  _echo_json, _fmt_count, _fmt_pct, _fmt_s, _parallel_options,
+                                  _show_progress)
 from simulator.registry import VERIFY_POLICIES
 from traces.errors import SpecschedError
 
@@ -25,9 +26,7 @@ __all__ = ["uniformity"]
 @click.option("--out", "out_dir", type=click.Path(file_okay=False),
               help="Also keep each policy's results folder under this folder (written as a "
                    "whole; it replaces only a folder specsched wrote).")
-@click.option("--jobs", type=int, help="Simulations at once (default: one per CPU).")
-@click.option("--ray", "ray_address", metavar="ADDRESS",
-              help="Run the simulations on a Ray cluster ('local' starts one here).")
+@_parallel_options
 @click.option("--json", "as_json", is_flag=True, help="Print the result as JSON.")
 @click.option("--progress/--no-progress", default=None,
               help="Report each finished policy on stderr (default: when stderr is a terminal).")
