@@ -55,10 +55,12 @@ def test_a_report_off_todays_lookup_is_rerun_with_its_backend_setting():
     rule = json.loads((res / "h200-2026-12-03f/fidelity_v2lite400.json").read_text())
     dense = json.loads((res / "h200-2026-12-04b/fidelity_long_fixed.json").read_text())
     assert rule["config"]["backend"]["kv_lookup"] == "straggler"
-    assert dense["config"]["backend"]["kv_lookup"] == "straggler"
+    assert dense["config"]["backend"]["kv_lookup"] == "auto"  # written again since auto existed
+    older = json.loads(json.dumps(dense))  # as it was recorded before "auto" (2026-12-04)
+    older["config"]["backend"]["kv_lookup"] = "straggler"
     assert backend_overrides(fluid) == {}
     assert backend_overrides(rule) == {"kv_lookup": "straggler"}
-    assert backend_overrides(dense) == {}
+    assert backend_overrides(dense) == {} and backend_overrides(older) == {}
 
 
 def test_calibrated_adds_the_reports_on_kept_calibrated_profiles():
