@@ -21,6 +21,7 @@ from pathlib import Path
 from types import MappingProxyType
 from typing import Any, Mapping
 
+from backends.sglang_memory import sglang_mem_fraction_static
 from traces.errors import SpecschedError
 
 __all__ = ["ModelShape", "load_model", "PRESETS", "sglang_mem_fraction_static",
@@ -269,19 +270,27 @@ class ModelShape:
     # ---- memory ----------------------------------------------------------------------------
     def kv_capacity_tokens(self, gpu: Any = "H200", mem_fraction: float | None = None, *,
                            context_reserve_bytes: int = CONTEXT_RESERVE_BYTES,
-                           speculative: bool = True) -> int:
+                           speculative: bool = True, chunked_prefill_size: int | None = None,
+                           cuda_graph_max_bs: int | None = None,
+                           max_running_requests: int | None = None) -> int:
         """KV tokens one replica's pool holds, sized the way SGLang does.
 
-        ``memory * mem_fraction_static - weights - context_reserve``, divided by
-        :attr:`kv_bytes_per_token`.  SGLang's ``1 - mem_fraction_static`` is the reserve for
-        activations and CUDA graphs (and, with EAGLE, the draft model and its KV pool, which SGLang
-        allocates after the target's and sizes to the same token count).  ``mem_fraction=None``
-        uses SGLang's default for this GPU (:func:`sglang_mem_fraction_static`).
+        ``memory * mem_fraction_static - weights - context_reserve``, divided by the bytes a
+        token takes: :attr:`kv_bytes_per_token`, and with ``speculative`` the draft model's
+        layers at the target's per-layer size too (SGLang sizes the target's pool with the draft
+        pool's bytes in each token's cell and gives the draft pool the same token count:
+        ``model_executor/pool_configurator.py``). ``mem_fraction=None`` uses SGLang's default for
+        this GPU, model and settings (:func:`backends.sglang_memory.sglang_mem_fraction_static`,
+        with the AITER attention backend); the other keywords are settings given explicitly.
         """
         from backends.hardware import get_gpu
 
         sheet = get_gpu(gpu)
-        frac = (sglang_mem_fraction_static(sheet.memory_bytes, tp=self.tp, speculative=speculative)
+        frac = (sglang_mem_fraction_static(
+                    sheet.memory_bytes, tp=self.tp, chunked_prefill_size=chunked_prefill_size,
+                    cuda_graph_max_bs=cuda_graph_max_bs,
+                    max_running_requests=max_running_requests, mla=self.is_mla,
+                    nvidia=sheet.vendor == "NVIDIA", context_len=self.context_len)
                 if mem_fraction is None else float(mem_fraction))
         if not 0.0 < frac <= 1.0:
             raise SpecschedError(f"mem_fraction must be in (0, 1], got {frac}")
@@ -292,7 +301,10 @@ class ModelShape:
                 f"{self.weight_bytes_per_gpu / 2**30:.1f} GiB of weights per GPU, "
                 f"{sheet.memory_bytes * frac / 2**30:.1f} GiB usable at mem_fraction_static "
                 f"{frac:.3f}; raise tp")
-        return int(free // self.kv_bytes_per_token)
+        cell = self.kv_bytes_per_token
+        if speculative:
+            cell += int(cell * self.draft.layers / self.layers)
+        return int(free // cell)
 
     # ---- serialisation ---------------------------------------------------------------------
     def as_dict(self) -> dict[str, Any]:
@@ -352,42 +364,6 @@ def _check_shape(m: ModelShape) -> None:
 
 
 # ---- SGLang's memory default ---------------------------------------------------------------
-def sglang_mem_fraction_static(gpu_memory_bytes: int, *, tp: int = 1, pp: int = 1,
-                               chunked_prefill_size: int | None = None,
-                               cuda_graph_max_bs: int | None = None,
-                               speculative: bool = True) -> float:
-    """SGLang's default ``--mem-fraction-static`` for a GPU of this memory size.
-
-    Mirrors ``ServerArgs._handle_gpu_memory_settings`` (SGLang v0.5 series,
-    python/sglang/srt/server_args.py): pick ``chunked_prefill_size`` and ``cuda_graph_max_bs``
-    by GPU memory (in MiB: < 20 GiB -> 2048/8, < 35 -> 2048/24 (80 at tp >= 4), < 60 -> 4096/32
-    (160), < 90 -> 8192/256 (512), < 160 -> 8192/256 (512), else 16384/512), then reserve
-    ``512 + max(chunk, 2048) * 1.5 + max_bs * 2 + tp * pp / 8 * 1024`` MiB, at least 10 GiB on
-    GPUs above 60 GiB, plus 2 GiB for EAGLE's draft model and graphs; the fraction is
-    ``round((memory - reserved) / memory, 3)``.  Data-parallel attention and piecewise CUDA
-    graphs (which add more) are not modelled.
-    """
-    mem = gpu_memory_bytes / (1 << 20)
-    if mem < 20 * 1024:
-        chunk, max_bs = 2048, 8
-    elif mem < 35 * 1024:
-        chunk, max_bs = 2048, (24 if tp < 4 else 80)
-    elif mem < 60 * 1024:
-        chunk, max_bs = 4096, (32 if tp < 4 else 160)
-    elif mem < 160 * 1024:
-        chunk, max_bs = 8192, (256 if tp < 4 else 512)
-    else:
-        chunk, max_bs = 16384, 512
-    chunk = chunk if chunked_prefill_size is None else chunked_prefill_size
-    max_bs = max_bs if cuda_graph_max_bs is None else cuda_graph_max_bs
-    reserved = 512 + max(chunk, 2048) * 1.5 + max_bs * 2 + tp * pp / 8 * 1024
-    if mem > 60 * 1024:
-        reserved = max(reserved, 10 * 1024)
-    if speculative:
-        reserved += 2 * 1024
-    return round((mem - reserved) / mem, 3)
-
-
 # ---- loading -------------------------------------------------------------------------------
 def load_model(name_or_path: "str | Path | ModelShape", *, tp: int | None = None,
                draft_kind: str | None = None) -> ModelShape:

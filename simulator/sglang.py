@@ -11,6 +11,8 @@ from __future__ import annotations
 from dataclasses import replace
 from typing import TYPE_CHECKING
 
+from backends.sglang_memory import gpu_memory_defaults
+
 if TYPE_CHECKING:
     from simulator.config import EngineConfig
 
@@ -60,22 +62,6 @@ def capture_ladder(max_bs: int, pool_size: int) -> tuple[int, ...]:
     if ladder and ladder[-1] > pool_size:
         kept.append(pool_size)
     return tuple(sorted(set(kept)))
-
-
-def gpu_memory_defaults(memory_bytes: int, tp: int = 1) -> tuple[int, int]:
-    """``(chunked_prefill_size, cuda_graph_max_bs)`` for a GPU of this memory
-    (``arg_groups/memory_hook.py::handle_gpu_memory_settings``, thresholds in GiB)."""
-    gib = memory_bytes / (1 << 30)
-    big_tp = tp >= 4
-    if gib < 20:
-        return 2048, 8
-    if gib < 35:
-        return 4096, 160 if big_tp else 48
-    if gib < 60:
-        return 4096, 160 if big_tp else 32
-    if gib < 160:
-        return 8192, 512 if big_tp else 256
-    return 16384, 512
 
 
 def new_token_ratio_params(conservativeness: float = 1.0) -> tuple[float, float, float]:

@@ -33,6 +33,7 @@ def prepare(config: SimConfig, *, executor: Any = None) -> Prepared:
     from simulator.sglang import resolve_engine
 
     model = load_model(config.model.name, tp=config.model.tp or None)
+    config_in = config
     if model.is_mla != config.engine.mla:
         config = config.replace({"engine.mla": model.is_mla})  # re-checks fixed widths for MLA
     # SGLang's defaults that depend on the GPU and the model, made concrete (summary.json shows them)
@@ -40,8 +41,15 @@ def prepare(config: SimConfig, *, executor: Any = None) -> Prepared:
                             tp=model.tp)
     if engine != config.engine:
         config = replace(config, engine=engine)
+    # SGLang sizes its pool from the settings given explicitly (its speculative hook's 48
+    # running requests come after the memory hook): the configuration's before resolving
+    given = config_in.engine
     capacity = config.engine.kv_capacity_tokens or model.kv_capacity_tokens(
-        config.backend.gpu, config.engine.mem_fraction or None)
+        config.backend.gpu, config.engine.mem_fraction or None,
+        speculative=config.engine.speculative,
+        chunked_prefill_size=config.engine.chunked_prefill_size,
+        cuda_graph_max_bs=given.cuda_graph_max_bs or None,
+        max_running_requests=given.max_running or None)
     if executor is None:
         opts: dict[str, Any] = {}
         if config.backend.name == "aiter":

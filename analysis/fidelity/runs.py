@@ -151,6 +151,12 @@ def recorded_config(summary: dict, folder: str | Path) -> tuple[dict[str, Any], 
         out[key] = ADDED_KEYS.get(key, today[key])
         notes.append(f"{key} not recorded: {out[key]!r}"
                      + (" (as runs before it behaved)" if key in ADDED_KEYS else " (today's default)"))
+    # the KV pool the run accounted with, not today's default rule for it (which follows SGLang's
+    # and may have changed since the recording)
+    cap = summary.get("kv_capacity_tokens")
+    if not out.get("engine.kv_capacity_tokens") and isinstance(cap, int) and cap > 0:
+        out["engine.kv_capacity_tokens"] = cap
+        notes.append(f"engine.kv_capacity_tokens: the recorded run's KV pool, {cap:,} tokens")
     return out, notes
 
 

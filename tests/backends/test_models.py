@@ -6,7 +6,8 @@ from dataclasses import replace
 import pytest
 
 from backends.hardware import GPUS
-from backends.models import PRESETS, ModelShape, load_model, sglang_mem_fraction_static
+from backends.models import PRESETS, ModelShape, load_model
+from backends.sglang_memory import prefill_graph_sizes, sglang_mem_fraction_static
 from traces.errors import SpecschedError
 
 
@@ -78,24 +79,49 @@ def test_eagle_draft_shape():
 
 
 def test_sglang_mem_fraction_default():
+    """sglang 0.5.23's memory hook and AITER factor, worked by hand on an H200 (143,771 MiB)."""
     h200 = GPUS["H200"].memory_bytes
     mem = h200 / 2**20
-    # reserve = 512 + 8192*1.5 + 256*2 + 1/8*1024 MiB (>= 10 GiB) + 2 GiB for EAGLE
-    want = round((mem - (512 + 12288 + 512 + 128 + 2048)) / mem, 3)
-    assert sglang_mem_fraction_static(h200, tp=1) == want == 0.892
-    assert sglang_mem_fraction_static(h200, tp=8) < want
-    assert sglang_mem_fraction_static(h200, tp=1, speculative=False) > want
-    # small GPU: 2k chunk, 8 graphs
-    assert sglang_mem_fraction_static(16 * 2**30, speculative=False) == round(
-        (16384 - (512 + 2048 * 1.5 + 16 + 128)) / 16384, 3)
+    assert mem == 143771
+    # prefill graphs at 4-32 step 4 (8), 48-256 step 16 (14), 288-512 step 32 (8), 576-1,024
+    # step 64 (8), 1,280-4,096 step 256 (12), then 4,608-8,192 step 512 (8): 58 of them
+    assert len(prefill_graph_sizes(8192)) == 8 + 14 + 8 + 8 + 12 + 8 == 58
+    assert prefill_graph_sizes(2048)[-5:] == [1024, 1280, 1536, 1792, 2048]
+    # tp 1, dense: 512 + 8192 x 1.5 + 1/8 x 1024 + 256 graphs x 2 + 58 x 8 MiB = 13,904
+    frac = round((mem - 13904) / mem, 3)
+    assert frac == 0.903
+    assert sglang_mem_fraction_static(h200, tp=1) == frac  # context unknown: no AITER factor
+    assert sglang_mem_fraction_static(h200, tp=1, context_len=8192) == frac
+    assert sglang_mem_fraction_static(h200, tp=1, context_len=131072) == pytest.approx(frac * 0.85)
+    assert sglang_mem_fraction_static(h200, tp=1, attention_backend="triton",
+                                      context_len=131072) == frac
+    # an explicit --max-running-requests 48 lowers the decode graphs' max_bs to 48
+    assert sglang_mem_fraction_static(h200, tp=1, max_running_requests=48) == round(
+        (mem - (13904 - 512 + 96)) / mem, 3) == 0.906
+    # MLA at tp 8: 512 + 12,288 + 1,024 + 512 graphs x 2 + 1.5 GiB of prefill graphs = 16,384
+    assert sglang_mem_fraction_static(h200, tp=8, mla=True) == round((mem - 16384) / mem, 3) == 0.886
+    # an AMD GPU captures no prefill graphs; 192 GB: 16k chunk, 512 graphs
+    mi = GPUS["MI300X"].memory_bytes
+    assert sglang_mem_fraction_static(mi, nvidia=False) == round(
+        (mi / 2**20 - (512 + 16384 * 1.5 + 128 + 1024)) / (mi / 2**20), 3)
+    # 16 GiB: 2k chunk, 8 graphs, 42 prefill graphs, no 10 GiB floor
+    assert sglang_mem_fraction_static(16 * 2**30) == round(
+        (16384 - (512 + 2048 * 1.5 + 128 + 16 + 42 * 8)) / 16384, 3) == 0.752
 
 
 def test_kv_capacity_formula():
     m = load_model("llama-3.1-8b")
     g = GPUS["H200"]
-    cap = m.kv_capacity_tokens("H200", 0.9, context_reserve_bytes=0)
-    assert cap == int((g.memory_bytes * 0.9 - m.weight_bytes_per_gpu) // m.kv_bytes_per_token)
-    assert m.kv_capacity_tokens("H200") < cap  # default fraction 0.892 and a 1 GiB reserve
+    free = g.memory_bytes * 0.9 - m.weight_bytes_per_gpu
+    # without speculation a token is the target's KV; with EAGLE the draft's one layer too
+    assert m.kv_capacity_tokens("H200", 0.9, context_reserve_bytes=0, speculative=False) == int(
+        free // 131072)
+    assert m.kv_capacity_tokens("H200", 0.9, context_reserve_bytes=0) == int(
+        free // (131072 + 131072 // 32))
+    # SGLang's default on an H200 with AITER and Llama-3.1's 131,072-token context
+    frac = round((143771 - 13904) / 143771, 3) * 0.85
+    assert m.kv_capacity_tokens("H200") == int(
+        (g.memory_bytes * frac - m.weight_bytes_per_gpu - 2**30) // (131072 + 4096))
     assert load_model("llama-3.1-70b").kv_capacity_tokens("H200") > 1_000_000
     with pytest.raises(SpecschedError, match="does not fit"):
         load_model("llama-3.1-70b", tp=1).kv_capacity_tokens("H100")
