@@ -196,6 +196,27 @@ def test_recorded_configuration_is_what_the_profile_side_runs(prof, recorded):
     assert not (prof / "contradicted").exists()
 
 
+def test_the_recorded_kv_pool_is_kept_when_the_default_rule_changes(prof, recorded):
+    """A run whose pool came from the default rule (engine.kv_capacity_tokens 0) is compared with
+    the pool it accounted with (summary.json's kv_capacity_tokens), not today's rule's; an
+    explicit recorded capacity stays as recorded."""
+    summary = json.loads((recorded / "summary.json").read_text())
+    assert summary["config"]["engine"]["kv_capacity_tokens"] == 0
+    old = prof / "older_pool"
+    shutil.copytree(recorded, old)
+    summary["kv_capacity_tokens"] = 123_456  # as an earlier rule sized it
+    (old / "summary.json").write_text(json.dumps(summary))
+    cfg = _resim_config(prof, old, prof / "older_pool_fid")
+    assert cfg["engine"]["kv_capacity_tokens"] == 123_456
+    got = json.loads((prof / "older_pool_fid" / "profile" / "summary.json").read_text())
+    assert got["kv_capacity_tokens"] == 123_456
+    notes = json.loads((prof / "older_pool_fid" / "fidelity.json").read_text())["reference"]["config_notes"]
+    assert "engine.kv_capacity_tokens: the recorded run's KV pool, 123,456 tokens" in notes
+    fixed = _edited(recorded, prof / "fixed_pool",
+                    lambda c: c["engine"].update(kv_capacity_tokens=200_000))
+    assert _resim_config(prof, fixed, prof / "fixed_pool_fid")["engine"]["kv_capacity_tokens"] == 200_000
+
+
 def test_the_recorded_controller_and_its_settings_are_re_simulated(prof):
     """A live run under a non-default controller setting is compared under that setting (a run
     recorded with a batch-size schedule was once re-simulated under the default schedule)."""
