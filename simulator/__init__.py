@@ -132,7 +132,8 @@ def _engine_warnings(summary: dict, config: SimConfig, sim: Simulation) -> None:
                  "(SGLang would have run out of KV slots there)")
     if not sim.CI[C.C_SPEC] and not e.max_running:
         w.append("without speculative decoding SGLang sizes max_running_requests from its token "
-                 f"pool, which is not modelled: engine.max_running = {e.running_cap} was used")
+                 "pool and the model's context length, which was not given here: "
+                 f"engine.max_running = {e.running_cap} was used")
 
 
 def run_to(out_dir: str | Path, trace, config: SimConfig, executor: Executor, *,

@@ -47,8 +47,9 @@ __all__ = ["EngineConfig", "ClusterConfig", "ModelConfig", "BackendConfig", "Con
            "SimConfig", "POLICIES", "KV_LOOKUPS", "resolve_kv_lookup", "CONTROLLER_NAMES",
            "ROUTERS", "RENAMED", "parse_overrides"]
 
-#: engine.max_running without speculative decoding (SGLang sizes it from the token pool: a
-#: rule specsched does not model; summaries warn when it applies)
+#: engine.max_running without speculative decoding when the model's context length is unknown
+#: (SGLang sizes it from the token pool and the context, ``simulator.sglang.nospec_max_running``,
+#: which ``simulate`` applies; summaries warn when this fallback is used)
 NOSPEC_MAX_RUNNING = 256
 POLICIES = VERIFY_POLICIES.names()
 CONTROLLER_NAMES = CONTROLLERS.names()

@@ -20,6 +20,7 @@ __all__ = ["SPEC_MAX_RUNNING", "LPM_QUEUE_LIMIT", "CLIP_MAX_NEW_TOKENS", "RETRAC
            "MIN_NEW_TOKEN_RATIO_FACTOR", "NEW_TOKEN_RATIO_DECAY_STEPS", "spec_ladder",
            "capture_ladder", "gpu_memory_defaults", "new_token_ratio_params",
            "decode_reserve_tokens", "default_max_new_tokens", "resolve_engine",
+           "nospec_max_running",
            "FALLBACK_GPU_MEMORY_BYTES"]
 
 #: ``max_running_requests`` when speculative decoding is on and the user set none
@@ -62,6 +63,17 @@ def capture_ladder(max_bs: int, pool_size: int) -> tuple[int, ...]:
     if ladder and ladder[-1] > pool_size:
         kept.append(pool_size)
     return tuple(sorted(set(kept)))
+
+
+def nospec_max_running(capacity_tokens: int, context_len: int) -> int | None:
+    """``max_running_requests`` SGLang derives when none is set and speculative decoding is off:
+    ``min(clamp(int(capacity / context_len * 512), 2048, 4096), capacity // 2)``
+    (``mem_cache/kv_cache_configurator.py::resolve_max_num_reqs``); None when the model's
+    context length is unknown (0)."""
+    if context_len <= 0:
+        return None
+    estimated = max(min(int(capacity_tokens / context_len * 512), 4096), 2048)
+    return max(1, min(estimated, capacity_tokens // 2))
 
 
 def new_token_ratio_params(conservativeness: float = 1.0) -> tuple[float, float, float]:

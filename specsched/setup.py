@@ -50,6 +50,12 @@ def prepare(config: SimConfig, *, executor: Any = None) -> Prepared:
         chunked_prefill_size=config.engine.chunked_prefill_size,
         cuda_graph_max_bs=given.cuda_graph_max_bs or None,
         max_running_requests=given.max_running or None)
+    if not config.engine.speculative and not config.engine.max_running:
+        from simulator.sglang import nospec_max_running
+
+        running = nospec_max_running(int(capacity), model.context_len)
+        if running is not None:  # else the engine's fallback, with a warning
+            config = replace(config, engine=replace(config.engine, max_running=running))
     if executor is None:
         opts: dict[str, Any] = {}
         if config.backend.name == "aiter":

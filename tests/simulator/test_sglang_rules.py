@@ -56,6 +56,29 @@ def test_chunked_prefill_and_graph_max_bs_by_gpu_memory(gib, tp, expect):
     assert sglang.gpu_memory_defaults(int(gib * (1 << 30)), tp) == expect
 
 
+def test_max_running_without_speculation_comes_from_the_pool_and_context():
+    # resolve_max_num_reqs: min(clamp(int(capacity / context * 512), 2048, 4096), capacity // 2)
+    assert sglang.nospec_max_running(729_296, 131_072) == 2848      # int(2848.8)
+    assert sglang.nospec_max_running(100_000, 131_072) == 2048      # 390 -> the floor
+    assert sglang.nospec_max_running(3_000_000, 8192) == 4096       # 187,500 -> the ceiling
+    assert sglang.nospec_max_running(1000, 131_072) == 500          # half the pool
+    assert sglang.nospec_max_running(729_296, 0) is None            # context unknown
+
+
+def test_simulate_without_speculation_sizes_max_running_from_the_pool():
+    from specsched.setup import prepare
+
+    prep = prepare(SimConfig.load(None, {"engine.num_draft_tokens": 1}))
+    cap = prep.kv_capacity_tokens
+    assert prep.config.engine.max_running == min(max(min(int(cap / 131072 * 512), 4096), 2048),
+                                                 cap // 2)
+    # the pool without speculation has no draft layer in its cells: larger than with it
+    assert cap > prepare(SimConfig.load()).kv_capacity_tokens
+    # an explicit value stays
+    assert prepare(SimConfig.load(None, {"engine.num_draft_tokens": 1, "engine.max_running": 64})
+                   ).config.engine.max_running == 64
+
+
 def test_new_token_ratio_parameters():
     init, low, decay = sglang.new_token_ratio_params(1.0)
     assert init == 0.7 and abs(low - 0.098) < 1e-12 and abs(decay - 0.602 / 600) < 1e-12
