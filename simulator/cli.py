@@ -176,6 +176,16 @@ def live_wall_line(wall: dict, total_s: float) -> str:
             + f" + rest {rest:.1f} s")
 
 
+def _pool_rows(summary: dict) -> list[tuple[str, str]]:
+    """The KV pool and the running-request cap the run had (SGLang's defaults unless set)."""
+    cap = summary.get("kv_capacity_tokens")
+    running = ((summary.get("config") or {}).get("engine") or {}).get("max_running")
+    if not cap:
+        return []
+    return [("KV pool / running requests at most",
+             f"{int(cap):,} tokens / {running}" if running else f"{int(cap):,} tokens")]
+
+
 def print_summary(summary: dict, out_dir) -> None:
     """The end-of-run table on stdout."""
     from rich.console import Console
@@ -209,6 +219,7 @@ def print_summary(summary: dict, out_dir) -> None:
         ("graph replays / eager passes", f"{summary['graph_replays']} / {summary['eager_launches']}"),
         ("uniformity violations (rows)", str(summary["violations"])),
         ("retractions", str(summary["retractions"])),
+        *_pool_rows(summary),
         *_controller_rows(summary.get("controller")),
     ]
     if summary.get("prefix_ideal_hit_rate") is not None:  # the trace has prefix information

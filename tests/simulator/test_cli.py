@@ -78,6 +78,9 @@ def test_simulate_writes_a_complete_results_folder(trace_file, tmp_path):
     summary = json.loads((out / "summary.json").read_text())
     for key in SUMMARY_KEYS:
         assert key in summary, key
+    # the pool and the running cap the run had are printed as the summary records them
+    assert (f"{summary['kv_capacity_tokens']:,} tokens / "
+            f"{summary['config']['engine']['max_running']}") in proc.stdout
     for key in ("ttft_s", "tpot_s", "e2e_s"):
         assert set(summary[key]) == {"p50", "p90", "p99", "mean"}
     assert summary["policy"] == "split" and summary["backend"] == "roofline"
