@@ -19,6 +19,10 @@ its grid tokens, which depends on the workload's prompt lengths (``prefill_betwe
 up to +-6% on the 8B between 128 and 1,024 tokens). The last column reads the GPU alone: the
 median over the sitting's single-request prefills within 1% of a grid token, where the profile
 replays its own measurement; calibration is scored against that too. CPU only.
+
+``--prefill-anchors`` prints instead, per calibration, each prefill anchor's own reading (tokens,
+prefix, measured / today's profile as log %) beside the median residual of the live prefills at
+the grid's tokens on that GPU: which anchor reads the GPU as the workload's prefills do.
 """
 
 from __future__ import annotations
@@ -83,6 +87,9 @@ def pairings(root: Path):
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("root", type=Path, help="folder holding calibrated profiles and live runs")
+    ap.add_argument("--prefill-anchors", action="store_true",
+                    help="per calibration, each prefill anchor's reading beside the live "
+                         "prefills at the grid's tokens on its GPU")
     a = ap.parse_args(argv)
     try:
         cals, runs = pairings(a.root)
@@ -108,6 +115,8 @@ def main(argv=None) -> int:
     except SpecschedError as e:
         print(f"error: {e}", file=sys.stderr)
         return 2
+    if a.prefill_anchors:
+        return print_prefill_anchors(cals, by_gpu)
     print("Per group: calibration factor / live sitting's median residual, both log %, against "
           "today's shipped profile. Prefill: |live - factor| against |live| (nearer or further); "
           "on grid tokens: the same against the sitting's prefills at the grid's tokens.\n")
@@ -159,6 +168,32 @@ def main(argv=None) -> int:
         print(f"Prefill on the grid's tokens: nearer in {on['nearer']}, further in {on['further']}; "
               f"mean |live - calibration| {sum(a for a, _ in g) / len(g):.2f} vs mean |live| "
               f"{sum(b for _, b in g) / len(g):.2f} ({len(g)}).")
+    return 0
+
+
+def print_prefill_anchors(cals, by_gpu) -> int:
+    """Each calibration's prefill anchors, re-fitted to today's profile, beside the live
+    prefills at the grid's tokens of the sittings on its GPU (``--prefill-anchors``)."""
+    print("Prefill anchors, measured / today's shipped profile (log %), beside the live sittings' "
+          "median residual of single-request prefills at the grid's tokens on the same GPU.\n")
+    print("| calibration | GPU | anchors: tokens @ prefix: reading | factor | live on grid tokens |")
+    print("|---|---|---|---|---|")
+    for cal, model, gpu in cals:
+        live = [og for _, _, _, og in by_gpu.get((model, gpu), []) if og is not None]
+        if not live:
+            continue
+        _, meta = read_profile(str(cal))
+        base, _ = read_profile(str(default_profile(model)))
+        anchors, _ = rebase_anchors(meta["calibration"]["anchors"], grid_rows(base).to_pylist())
+        pre = sorted((int(x["tokens"]), int(x["kv_len"]),
+                      math.log(float(x["measured_s"]) / float(x["base_s"])) * 100)
+                     for x in anchors if x["kind"] == "prefill")
+        if not pre:
+            continue
+        fac = refit(cal, str(default_profile(model))).get("prefill")
+        cells = ", ".join(f"{t:,} @ {k:,}: {v:+.2f}" for t, k, v in pre)
+        print(f"| {cal.parent.name}/{cal.name} | {gpu} | {cells} | {_f(fac)} | "
+              + ", ".join(f"{og[0]:+.2f} ({og[1]})" for og in live) + " |")
     return 0
 
 
