@@ -90,3 +90,28 @@ def test_a_folder_without_pairings_prints_no_rows(tmp_path):
     p = _run(root)
     assert p.returncode == 0, p.stderr
     assert "nearer the live sitting in 0, further in 0 pairings" in p.stdout
+
+
+def test_prefill_anchors_are_listed_with_their_own_readings(tmp_path):
+    """--prefill-anchors: the hand-made calibration's three prefill anchors, each measured at
+    0.99 x the shipped grid, read log(0.99) = -1.01% each (the grid's first three prefill rows),
+    and its factor is their median; the live column is the run's prefills at the grid's tokens."""
+    root = tmp_path / "results"
+    shutil.copytree(RUN, root / "s" / "live_split150",
+                    ignore=shutil.ignore_patterns("request_steps.parquet", "requests.parquet"))
+    _calibrated(root / "s" / "a.calibrated.parquet", "a760d975-af09-b30c-50bd-eab99559f67f")
+    p = subprocess.run([sys.executable, str(ROOT / "benchmarks/calibration_vs_live.py"),
+                        str(root), "--prefill-anchors"], capture_output=True, text=True,
+                       cwd=ROOT, timeout=300)
+    assert p.returncode == 0, p.stderr
+    rows = [line for line in p.stdout.splitlines() if line.startswith("| s/")]
+    assert len(rows) == 1, p.stdout
+    cells = [c.strip() for c in rows[0].strip("|").split("|")]
+    from backends.profile import grid_rows, read_profile
+
+    pre = [r for r in grid_rows(read_profile(SHIPPED)[0]).to_pylist() if r["kind"] == "prefill"][:3]
+    f = math.log(0.99) * 100
+    want = ", ".join(f"{t:,} @ {k:,}: {f:+.2f}"
+                     for t, k in sorted((r["tokens"], r["kv_len"]) for r in pre))
+    assert cells[:4] == ["s/a.calibrated.parquet", "a760d975", want, f"{f:+.2f}"]
+    assert cells[4].endswith(")") and cells[4][0] in "+-"
