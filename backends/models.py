@@ -268,6 +268,17 @@ class ModelShape:
         return bool(self.fusion_in) and not (self.draft_kind == "eagle3" and self.attn_in)
 
     # ---- memory ----------------------------------------------------------------------------
+    def sglang_mem_fraction(self, gpu: Any = "H200", **settings: Any) -> float:
+        """SGLang's default ``mem_fraction_static`` for this model on ``gpu`` with the AITER
+        backend (:func:`backends.sglang_memory.sglang_mem_fraction_static`; ``settings``: its
+        keywords given explicitly)."""
+        from backends.hardware import get_gpu
+
+        sheet = get_gpu(gpu)
+        return sglang_mem_fraction_static(sheet.memory_bytes, tp=self.tp, mla=self.is_mla,
+                                          nvidia=sheet.vendor == "NVIDIA",
+                                          context_len=self.context_len, **settings)
+
     def kv_capacity_tokens(self, gpu: Any = "H200", mem_fraction: float | None = None, *,
                            context_reserve_bytes: int = CONTEXT_RESERVE_BYTES,
                            speculative: bool = True, chunked_prefill_size: int | None = None,
@@ -286,11 +297,9 @@ class ModelShape:
         from backends.hardware import get_gpu
 
         sheet = get_gpu(gpu)
-        frac = (sglang_mem_fraction_static(
-                    sheet.memory_bytes, tp=self.tp, chunked_prefill_size=chunked_prefill_size,
-                    cuda_graph_max_bs=cuda_graph_max_bs,
-                    max_running_requests=max_running_requests, mla=self.is_mla,
-                    nvidia=sheet.vendor == "NVIDIA", context_len=self.context_len)
+        frac = (self.sglang_mem_fraction(gpu, chunked_prefill_size=chunked_prefill_size,
+                                         cuda_graph_max_bs=cuda_graph_max_bs,
+                                         max_running_requests=max_running_requests)
                 if mem_fraction is None else float(mem_fraction))
         if not 0.0 < frac <= 1.0:
             raise SpecschedError(f"mem_fraction must be in (0, 1], got {frac}")

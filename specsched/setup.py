@@ -23,6 +23,7 @@ class Prepared:
     executor: Any             # backends.protocol.Executor
     kv_capacity_tokens: int
     model: Any                # backends.models.ModelShape
+    mem_fraction_static: float | None = None  # what sized the pool; None: a capacity was given
 
 
 def prepare(config: SimConfig, *, executor: Any = None) -> Prepared:
@@ -44,12 +45,14 @@ def prepare(config: SimConfig, *, executor: Any = None) -> Prepared:
     # SGLang sizes its pool from the settings given explicitly (its speculative hook's 48
     # running requests come after the memory hook): the configuration's before resolving
     given = config_in.engine
+    frac = None
+    if not config.engine.kv_capacity_tokens:
+        frac = config.engine.mem_fraction or model.sglang_mem_fraction(
+            config.backend.gpu, chunked_prefill_size=config.engine.chunked_prefill_size,
+            cuda_graph_max_bs=given.cuda_graph_max_bs or None,
+            max_running_requests=given.max_running or None)
     capacity = config.engine.kv_capacity_tokens or model.kv_capacity_tokens(
-        config.backend.gpu, config.engine.mem_fraction or None,
-        speculative=config.engine.speculative,
-        chunked_prefill_size=config.engine.chunked_prefill_size,
-        cuda_graph_max_bs=given.cuda_graph_max_bs or None,
-        max_running_requests=given.max_running or None)
+        config.backend.gpu, frac, speculative=config.engine.speculative)
     if not config.engine.speculative and not config.engine.max_running:
         from simulator.sglang import nospec_max_running
 
@@ -69,6 +72,7 @@ def prepare(config: SimConfig, *, executor: Any = None) -> Prepared:
         executor = make_executor(config.backend.name, model=model, gpu=config.backend.gpu,
                                  profile=config.backend.profile or None, **opts)
     return Prepared(config=config, executor=executor, kv_capacity_tokens=int(capacity),
+                    mem_fraction_static=frac,
                     model=model)
 
 
@@ -161,7 +165,8 @@ def _simulate_prepared(trace, prep: Prepared, out_dir, context: dict, *, progres
 
     kw = dict(kv_capacity_tokens=prep.kv_capacity_tokens, progress=progress,
               context_len=prep.model.context_len)
-    extra_summary = {"model": prep.model.name, "context": context}
+    extra_summary = {"model": prep.model.name, "context": context,
+                     "mem_fraction_static": prep.mem_fraction_static}
     if out_dir is None:
         result = run(trace, prep.config, prep.executor, **kw)
         result.summary.update(extra_summary)

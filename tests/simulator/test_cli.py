@@ -78,6 +78,10 @@ def test_simulate_writes_a_complete_results_folder(trace_file, tmp_path):
     summary = json.loads((out / "summary.json").read_text())
     for key in SUMMARY_KEYS:
         assert key in summary, key
+    # the fraction that sized the pool is recorded, and it is SGLang's for the model and GPU
+    from backends.models import load_model
+
+    assert summary["mem_fraction_static"] == load_model("llama-3.1-8b").sglang_mem_fraction("H200")
     # the pool and the running cap the run had are printed as the summary records them
     assert (f"{summary['kv_capacity_tokens']:,} tokens / "
             f"{summary['config']['engine']['max_running']}") in proc.stdout
