@@ -172,21 +172,20 @@ def _simulate_prepared(trace, prep: Prepared, out_dir, context: dict, *, progres
         result.summary.update(extra_summary)
         _context_warning(result.summary, context)
         return result
-    extra = None
-    if report:
-        def extra(folder: Path) -> None:
-            import dataclasses
+    def with_report(folder: Path) -> None:
+        import dataclasses
 
-            from analysis.report import write_report
-            from analysis.results import load_run
+        from analysis.report import write_report
+        from analysis.results import load_run
 
-            # read from the temporary folder, shown as the folder it becomes
-            run_ = dataclasses.replace(load_run(folder, name=Path(out_dir).name),
-                                       path=Path(out_dir))
-            write_report([run_], folder / "report.html")
+        # read from the temporary folder, shown as the folder it becomes
+        run_ = dataclasses.replace(load_run(folder, name=Path(out_dir).name), path=Path(out_dir))
+        write_report([run_], folder / "report.html")
+
     extra_summary["warnings"] = []
     _context_warning(extra_summary, context)
-    return run_to(out_dir, trace, prep.config, prep.executor, extra=extra,
+    return run_to(out_dir, trace, prep.config, prep.executor,
+                  extra=with_report if report else None,
                   summary_extra=extra_summary, inputs=files, **kw)
 
 
