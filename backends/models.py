@@ -281,9 +281,7 @@ class ModelShape:
 
     def kv_capacity_tokens(self, gpu: Any = "H200", mem_fraction: float | None = None, *,
                            context_reserve_bytes: int = CONTEXT_RESERVE_BYTES,
-                           speculative: bool = True, chunked_prefill_size: int | None = None,
-                           cuda_graph_max_bs: int | None = None,
-                           max_running_requests: int | None = None) -> int:
+                           speculative: bool = True) -> int:
         """KV tokens one replica's pool holds, sized the way SGLang does.
 
         ``memory * mem_fraction_static - weights - context_reserve``, divided by the bytes a
@@ -291,16 +289,13 @@ class ModelShape:
         layers at the target's per-layer size too (SGLang sizes the target's pool with the draft
         pool's bytes in each token's cell and gives the draft pool the same token count:
         ``model_executor/pool_configurator.py``). ``mem_fraction=None`` uses SGLang's default for
-        this GPU, model and settings (:func:`backends.sglang_memory.sglang_mem_fraction_static`,
-        with the AITER attention backend); the other keywords are settings given explicitly.
+        this GPU and model with no setting given (:meth:`sglang_mem_fraction`; ``simulate``
+        passes the fraction its settings give).
         """
         from backends.hardware import get_gpu
 
         sheet = get_gpu(gpu)
-        frac = (self.sglang_mem_fraction(gpu, chunked_prefill_size=chunked_prefill_size,
-                                         cuda_graph_max_bs=cuda_graph_max_bs,
-                                         max_running_requests=max_running_requests)
-                if mem_fraction is None else float(mem_fraction))
+        frac = self.sglang_mem_fraction(gpu) if mem_fraction is None else float(mem_fraction)
         if not 0.0 < frac <= 1.0:
             raise SpecschedError(f"mem_fraction must be in (0, 1], got {frac}")
         free = sheet.memory_bytes * frac - self.weight_bytes_per_gpu - context_reserve_bytes

@@ -34,17 +34,16 @@ def prepare(config: SimConfig, *, executor: Any = None) -> Prepared:
     from simulator.sglang import resolve_engine
 
     model = load_model(config.model.name, tp=config.model.tp or None)
-    config_in = config
     if model.is_mla != config.engine.mla:
         config = config.replace({"engine.mla": model.is_mla})  # re-checks fixed widths for MLA
+    # SGLang sizes its pool from the settings given explicitly (its speculative hook's 48
+    # running requests come after the memory hook): the configuration's before resolving
+    given = config.engine
     # SGLang's defaults that depend on the GPU and the model, made concrete (summary.json shows them)
     engine = resolve_engine(config.engine, gpu_memory_bytes=_gpu_memory(config.backend.gpu),
                             tp=model.tp)
     if engine != config.engine:
         config = replace(config, engine=engine)
-    # SGLang sizes its pool from the settings given explicitly (its speculative hook's 48
-    # running requests come after the memory hook): the configuration's before resolving
-    given = config_in.engine
     frac = None
     if not config.engine.kv_capacity_tokens:
         frac = config.engine.mem_fraction or model.sglang_mem_fraction(
