@@ -155,6 +155,17 @@ def _read_parquet(path: Path) -> pa.Table:
 def load_run(path: str | Path, *, name: str | None = None) -> RunResults:
     """Read one results folder.  Raises SpecschedError for anything that is not a results folder."""
     p = Path(path)
+    summary = read_summary(p)
+    rs_path = p / "request_steps.parquet"
+    request_steps = _read_parquet(rs_path) if rs_path.is_file() else None
+    return from_tables(name or p.name or str(p), _read_parquet(p / "requests.parquet"),
+                       _read_parquet(p / "steps.parquet"), request_steps, summary, path=p)
+
+
+def read_summary(path: str | Path) -> dict[str, Any]:
+    """A results folder's summary.json (``{}`` when it has none), without reading its tables;
+    the folder is refused as :func:`load_run` refuses it."""
+    p = Path(path)
     if not p.exists():
         raise SpecschedError("no such results folder", path=str(p))
     if not p.is_dir():
@@ -172,7 +183,4 @@ def load_run(path: str | Path, *, name: str | None = None) -> RunResults:
             raise SpecschedError(f"not valid JSON ({err})", path=str(sj)) from None
         if not isinstance(summary, dict):
             raise SpecschedError("expected a JSON object", path=str(sj))
-    rs_path = p / "request_steps.parquet"
-    request_steps = _read_parquet(rs_path) if rs_path.is_file() else None
-    return from_tables(name or p.name or str(p), _read_parquet(p / "requests.parquet"),
-                       _read_parquet(p / "steps.parquet"), request_steps, summary, path=p)
+    return summary

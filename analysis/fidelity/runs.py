@@ -73,21 +73,30 @@ def load_recorded(folder: str | Path) -> tuple[dict, pa.Table]:
     from analysis.results import load_run
 
     run = load_run(folder)
-    if not run.summary:
+    _check_summary(run.summary, folder)
+    return run.summary, run.steps
+
+
+def _check_summary(summary: dict, folder: str | Path) -> None:
+    """Refuse a recorded run whose summary.json is missing or has no configuration."""
+    if not summary:
         raise SpecschedError("no summary.json: the recorded run's configuration is needed to check "
                              "that it matches this comparison", path=str(folder))
-    if not isinstance(run.summary.get("config"), dict):
+    if not isinstance(summary.get("config"), dict):
         raise SpecschedError("summary.json has no 'config': this run cannot be re-simulated under "
                              "the configuration it recorded", path=str(folder))
-    return run.summary, run.steps
 
 
 def recorded_inputs(folder: str | Path, trace_path: str | None, model: str | None
                     ) -> tuple[str, str]:
     """(trace, model) of a comparison with a recorded run: each given one as it is, a missing one
     from the run's summary.json (its trace's path as recorded, relative to the current folder,
-    and its model), refused when the summary has none or the recorded trace is not there."""
-    summary, _ = load_recorded(folder)
+    and its model), refused when the summary has none or the recorded trace is not there. Reads
+    summary.json only (:func:`load_recorded` reads the run's tables once, later)."""
+    from analysis.results import read_summary
+
+    summary = read_summary(folder)
+    _check_summary(summary, folder)
     if model is None:
         model = summary.get("model") or ((summary.get("config") or {}).get("model") or {}).get("name")
         if not model:
