@@ -51,12 +51,18 @@ GROUP_OF = {"verify": "verify_graph", "draft": "draft_graph", "draft_extend": "e
             "prefill": "prefill"}
 
 
-def refit(cal_path: Path, base_path: str) -> dict[str, float]:
-    """The calibration's factor per group, its anchors re-fitted to ``base_path``, as
-    ``log(factor)`` in % (the unit of the live residuals)."""
+def rebased(cal_path: Path, base_path: str) -> list[dict]:
+    """The calibration's anchors re-fitted to ``base_path`` (those that are grid rows of it)."""
     _, meta = read_profile(str(cal_path))
     base, _ = read_profile(base_path)
     anchors, _ = rebase_anchors(meta["calibration"]["anchors"], grid_rows(base).to_pylist())
+    return anchors
+
+
+def refit(cal_path: Path, base_path: str, anchors: list[dict] | None = None) -> dict[str, float]:
+    """The calibration's factor per group, its anchors re-fitted to ``base_path`` (or
+    ``anchors``, already re-fitted), as ``log(factor)`` in % (the unit of the live residuals)."""
+    anchors = rebased(cal_path, base_path) if anchors is None else anchors
     if not anchors:
         return {}
     fit = fit_factors(anchors, {group_name(a["kind"], a["graph"]) for a in anchors})
@@ -182,15 +188,14 @@ def print_prefill_anchors(cals, by_gpu) -> int:
         live = [og for _, _, _, og in by_gpu.get((model, gpu), []) if og is not None]
         if not live:
             continue
-        _, meta = read_profile(str(cal))
-        base, _ = read_profile(str(default_profile(model)))
-        anchors, _ = rebase_anchors(meta["calibration"]["anchors"], grid_rows(base).to_pylist())
+        base = str(default_profile(model))
+        anchors = rebased(cal, base)
         pre = sorted((int(x["tokens"]), int(x["kv_len"]),
                       math.log(float(x["measured_s"]) / float(x["base_s"])) * 100)
                      for x in anchors if x["kind"] == "prefill")
         if not pre:
             continue
-        fac = refit(cal, str(default_profile(model))).get("prefill")
+        fac = refit(cal, base, anchors).get("prefill")
         cells = ", ".join(f"{t:,} @ {k:,}: {v:+.2f}" for t, k, v in pre)
         print(f"| {cal.parent.name}/{cal.name} | {gpu} | {cells} | {_f(fac)} | "
               + ", ".join(f"{og[0]:+.2f} ({og[1]})" for og in live) + " |")

@@ -42,7 +42,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from backends.shipped import PROFILES_DIR, file_sha256  # noqa: E402
+from backends.shipped import PROFILES_DIR, file_sha256, shipped_profiles  # noqa: E402
 from benchmarks.regenerate_reports import backend_overrides  # noqa: E402
 
 SHIPPED_STATUSES = ("validated", "experimental")
@@ -244,8 +244,8 @@ def render_summary(summary: list[dict], results: Path, kinds=KINDS) -> str:
 
 
 def shipped_models() -> list[str]:
-    """The models of the shipped profiles (``<model>__<gpu>.parquet``), sorted."""
-    return sorted({f.name.split("__")[0] for f in PROFILES_DIR.glob("*__*.parquet")})
+    """The models of the shipped profiles (:func:`backends.shipped.shipped_profiles`), sorted."""
+    return sorted({model for model, _, _ in shipped_profiles()})
 
 
 def matrix(rows: list[dict], models: list[str]) -> dict[tuple[str, str, str], dict]:
