@@ -154,8 +154,6 @@ def executor_setup_options(command):
 @click.option("--eager-kv-lens", default=None, metavar="LIST", help="Eager KV lengths.")
 @click.option("--prefill-tokens", default=None, metavar="LIST", help="Prefill chunk sizes.")
 @click.option("--prefill-prefix", default=None, metavar="LIST", help="Prefill cached prefixes.")
-@click.option("--no-draft", is_flag=True, help="Skip the draft model (the profile then lacks draft "
-                                               "and draft-extend rows).")
 @click.option("--extend-widths", default=None, metavar="LIST",
               help="Draft-extend graph widths (rows per request: SGLang's speculative_num_steps "
                    "+ 1; default 2-8; MLA models: 2-4, width 3 timed as 4).")
@@ -192,7 +190,7 @@ def executor_setup_options(command):
                    "and settings, the sweep takes the rows FILE holds and measures the rest: a "
                    "profile longer than one sitting (held-out shapes are measured afresh).")
 def profile(model, tp, out, bs, widths, kv_lens, eager_bs, eager_widths, eager_kv_lens, prefill_tokens,
-            prefill_prefix, no_draft, extend_widths, extend_eager_widths, no_extend, draft_kind,
+            prefill_prefix, extend_widths, extend_eager_widths, no_extend, draft_kind,
             extend_logits, reps, warmup, eager_reps, settle_s, page_size, max_context,
             kv_pool_gib, gpu_sheet, progress, heldout, heldout_seed, heldout_only, base, journal):
     """Record a latency profile of MODEL on this machine's GPU (AITER executor).
@@ -228,7 +226,7 @@ def profile(model, tp, out, bs, widths, kv_lens, eager_bs, eager_widths, eager_k
                      "--eager-widths": eager_widths, "--eager-kv-lens": eager_kv_lens,
                      "--prefill-tokens": prefill_tokens, "--prefill-prefix": prefill_prefix,
                      "--extend-widths": extend_widths, "--extend-eager-widths": extend_eager_widths,
-                     "--no-draft": no_draft or None, "--no-extend": no_extend or None}
+                     "--no-extend": no_extend or None}
         _check_heldout_only(out, base, heldout, [k for k, v in grid_opts.items() if v is not None])
         inputs += (base,)
     elif base is not None:
@@ -265,7 +263,7 @@ def profile(model, tp, out, bs, widths, kv_lens, eager_bs, eager_widths, eager_k
         eager_kv=lst(eager_kv_lens, "--eager-kv-lens", ProfileSpec.eager_kv),
         prefill_tokens=lst(prefill_tokens, "--prefill-tokens", ProfileSpec.prefill_tokens),
         prefill_prefix=lst(prefill_prefix, "--prefill-prefix", ProfileSpec.prefill_prefix, 0),
-        draft=not no_draft, extend=not no_extend,
+        extend=not no_extend,
         extend_widths=lst(extend_widths, "--extend-widths",
                           (2, 3, 4) if mla else ProfileSpec.extend_widths),
         extend_eager_widths=lst(extend_eager_widths, "--extend-eager-widths",

@@ -46,13 +46,16 @@
 #                                                             -> llama-3.1-8b__H200.parquet
 #   prefill-dense:MODEL  llama-3.1-8b or llama-3.1-70b (the tp-8 shard): prefills every 32 tokens
 #                from 32 to 1,536 (and the grid's tokens above) at the shipped prefix lines, in a
-#                profile of prefills alone (-> prefill_dense_MODEL.parquet; about 71 s of prefills
-#                on the 8B, 113 s on the shard), then the shipped profile with those as its prefill
+#                profile of prefills and one verify and draft point (-> prefill_dense_MODEL.parquet;
+#                212 prefills took 142 s on the 8B on 2026-12-05, and the shard had not finished in
+#                290 s: its journal, journal_prefill-dense-MODEL.jsonl, carried back as journals/
+#                continues it in the next call), then the shipped profile with those as its prefill
 #                rows at its own level per prefix line (`profile_take_rows.py --keep-level`):
 #                pooled over the shipped live conversation runs, the 8B's prefills between the
 #                grid's 128-1,024 tokens err -5.9 to +5.5%, the 70B's -1.3 to +2.9%
 #                (benchmarks/prefill_between_grid.py; docs/backends.md, *Prefill between grid
-#                tokens*)                                     -> MODEL__H200.parquet
+#                tokens*); measured for the 8B on 2026-12-05 it was worse than the shipped grid
+#                (h200-2026-12-05/README.md), so it is not shipped      -> MODEL__H200.parquet
 #   profile70b   `profile8b` for the Llama-3.1-70B tp-8 shard on a 14-size ladder x KV to 32k at 5
 #                points (80 layers; the whole grid and 40 held-out shapes took 424 s on 2026-12-02)
 #                                                             -> llama-3.1-70b__H200.parquet
@@ -474,8 +477,9 @@ PY
         --base backends/profiles/llama-3.1-8b__H200.parquet --heldout 48 -o "$out/llama-3.1-8b__H200.parquet" ;;
     prefill-dense:*) m=${j#prefill-dense:}; tpo=$([ "$m" = llama-3.1-70b ] && echo "--tp 8")
         job "prefill-dense-$m" 300 bash -c "python3 -m specsched profile --model $m $tpo --progress \
+        --journal '$(pjournal "prefill-dense-$m")' \
         --bs 1 --widths 1 --kv-lens 128 --eager-bs 1 --eager-widths 1 --eager-kv-lens 512 \
-        --no-draft --no-extend --heldout 0 --prefill-tokens $PF_DENSE --prefill-prefix 0,2048,8192,16384 \
+        --no-extend --heldout 0 --prefill-tokens $PF_DENSE --prefill-prefix 0,2048,8192,16384 \
         -o '$out/prefill_dense_$m.parquet' && python3 benchmarks/profile_take_rows.py \
         backends/profiles/${m}__H200.parquet '$out/prefill_dense_$m.parquet' --kind prefill \
         --keep-level --note 'prefills every 32 tokens to 1,536 (prefill-dense:$m)' \
