@@ -19,7 +19,8 @@ by the band's median residual, at every other prefix line the same number of sec
 its lookup. That file is built from live runs, so it is a diagnostic, never evidence: it says how
 much a denser measured prefill grid could move a fidelity report (``specsched fidelity --profile
 OUT.parquet``), on runs other than those it was built from (docs/backends.md, *Prefill between
-grid tokens*). Its notes say so. ``--before FOLDER`` keeps only the runs recorded before a
+grid tokens*). Its notes say so. ``--profile FILE`` scores another profile of the model (a
+denser measured grid: ``gpu_live_session.sh``'s ``prefill-dense`` job). ``--before FOLDER`` keeps only the runs recorded before a
 results folder, so the file can be scored on the runs after it:
 
     python benchmarks/prefill_between_grid.py --model llama-3.1-8b --hi 1600 \
@@ -124,11 +125,14 @@ def main(argv=None) -> int:
                     "printed or written [5]")
     ap.add_argument("--before", metavar="FOLDER", help="only runs whose results folder's name "
                     "sorts before FOLDER (e.g. h200-2026-12-04e: those recorded before it)")
+    ap.add_argument("--profile", type=Path, metavar="PROFILE.parquet",
+                    help="score this profile instead of the model's shipped one (e.g. one with a "
+                         "denser measured prefill grid)")
     ap.add_argument("--what-if", type=Path, metavar="OUT.parquet",
                     help="write the shipped profile with rows at the bands (a diagnostic)")
     a = ap.parse_args(argv)
     try:
-        path = default_profile(a.model)
+        path = a.profile if a.profile is not None else default_profile(a.model)
         rows, meta = read_profile(path)
         table = load_profile(path)
         grid = grid_tokens(rows)

@@ -64,3 +64,35 @@ def test_no_run_of_the_model_is_one_error_line(tmp_path, capsys):
     assert m.main([str(tmp_path), "--model", "llama-3.1-8b", "--what-if", str(out)]) == 2
     err = capsys.readouterr().err
     assert err.startswith("error:") and err.count("\n") == 1 and not out.exists()
+
+
+def test_profile_option_scores_the_given_file(tmp_path, capsys):
+    """``--profile FILE`` scores FILE, not the shipped profile: the shipped 8B profile with
+    its prefill row at 1,024 tokens and prefix 0 made 1.5x slower lowers the live run's
+    residual in the band at 1,024 (prefills of 1,016, 1,029 and 1,029 tokens, within 1% of
+    the row) by at most log(1.5) = 40.5 points and by more than 20 (the run's offset, the
+    median of its prefills near the grid's tokens, moves by what those three move it)."""
+    import re
+
+    import prefill_between_grid as m
+    from backends.shipped import default_profile
+
+    run = Path(__file__).resolve().parents[2] / "benchmarks/results/h200-2026-12-04e/live_conv_bucket150"
+    rows, meta = read_profile(default_profile("llama-3.1-8b"))
+    rows = rows.to_pylist()
+    for r in rows:
+        if r["kind"] == "prefill" and r["kv_len"] == 0 and r["tokens"] == 1024:
+            for k in ("latency_s", "p10_s", "p90_s"):
+                r[k] *= 1.5
+    slow = tmp_path / "slow.parquet"
+    write_profile(rows, slow, {k: v for k, v in meta.items() if k != "profile_version"})
+
+    def band_1024(argv):
+        assert m.main(argv) == 0
+        out = capsys.readouterr().out
+        return out, float(re.search(r"^\| 1024 \(grid\) \| \d+ \| ([-+]\d+\.\d+) \|$", out, re.M)[1])
+
+    shipped_out, shipped = band_1024([str(run), "--model", "llama-3.1-8b", "--hi", "1100", "--min-n", "1"])
+    out, got = band_1024([str(run), "--model", "llama-3.1-8b", "--hi", "1100", "--min-n", "1", "--profile", str(slow)])
+    assert "against slow.parquet" in out and "against llama-3.1-8b__H200.parquet" in shipped_out
+    assert -40.6 < got - shipped < -20.0
