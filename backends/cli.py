@@ -154,10 +154,6 @@ def executor_setup_options(command):
 @click.option("--eager-kv-lens", default=None, metavar="LIST", help="Eager KV lengths.")
 @click.option("--prefill-tokens", default=None, metavar="LIST", help="Prefill chunk sizes.")
 @click.option("--prefill-prefix", default=None, metavar="LIST", help="Prefill cached prefixes.")
-@click.option("--prefill-spread", default=1, show_default=True, metavar="N",
-              help="Time each prefill grid point at N (odd) token counts around it and keep "
-                   "their median, so a count whose GEMM kernel runs far off its neighbours' does "
-                   "not stand for them (docs/aiter.md).")
 @click.option("--extend-widths", default=None, metavar="LIST",
               help="Draft-extend graph widths (rows per request: SGLang's speculative_num_steps "
                    "+ 1; default 2-8; MLA models: 2-4, width 3 timed as 4).")
@@ -194,7 +190,7 @@ def executor_setup_options(command):
                    "and settings, the sweep takes the rows FILE holds and measures the rest: a "
                    "profile longer than one sitting (held-out shapes are measured afresh).")
 def profile(model, tp, out, bs, widths, kv_lens, eager_bs, eager_widths, eager_kv_lens, prefill_tokens,
-            prefill_prefix, prefill_spread, extend_widths, extend_eager_widths, no_extend, draft_kind,
+            prefill_prefix, extend_widths, extend_eager_widths, no_extend, draft_kind,
             extend_logits, reps, warmup, eager_reps, settle_s, page_size, max_context,
             kv_pool_gib, gpu_sheet, progress, heldout, heldout_seed, heldout_only, base, journal):
     """Record a latency profile of MODEL on this machine's GPU (AITER executor).
@@ -225,14 +221,10 @@ def profile(model, tp, out, bs, widths, kv_lens, eager_bs, eager_widths, eager_k
     inputs = (model,) if Path(model).is_file() else ()
     if heldout < 0:
         raise SpecschedError(f"--heldout must be >= 0, got {heldout}")
-    if prefill_spread < 1 or prefill_spread % 2 == 0:
-        raise SpecschedError(f"--prefill-spread must be an odd count >= 1 (the median of an odd "
-                             f"count is one of them), got {prefill_spread}")
     if heldout_only:
         grid_opts = {"--bs": bs, "--widths": widths, "--kv-lens": kv_lens, "--eager-bs": eager_bs,
                      "--eager-widths": eager_widths, "--eager-kv-lens": eager_kv_lens,
                      "--prefill-tokens": prefill_tokens, "--prefill-prefix": prefill_prefix,
-                     "--prefill-spread": prefill_spread if prefill_spread != 1 else None,
                      "--extend-widths": extend_widths, "--extend-eager-widths": extend_eager_widths,
                      "--no-extend": no_extend or None}
         _check_heldout_only(out, base, heldout, [k for k, v in grid_opts.items() if v is not None])
@@ -271,7 +263,6 @@ def profile(model, tp, out, bs, widths, kv_lens, eager_bs, eager_widths, eager_k
         eager_kv=lst(eager_kv_lens, "--eager-kv-lens", ProfileSpec.eager_kv),
         prefill_tokens=lst(prefill_tokens, "--prefill-tokens", ProfileSpec.prefill_tokens),
         prefill_prefix=lst(prefill_prefix, "--prefill-prefix", ProfileSpec.prefill_prefix, 0),
-        prefill_spread=prefill_spread,
         extend=not no_extend,
         extend_widths=lst(extend_widths, "--extend-widths",
                           (2, 3, 4) if mla else ProfileSpec.extend_widths),

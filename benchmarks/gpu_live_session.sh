@@ -56,13 +56,6 @@
 #                (benchmarks/prefill_between_grid.py; docs/backends.md, *Prefill between grid
 #                tokens*); measured for the 8B on 2026-12-05 it was worse than the shipped grid
 #                (h200-2026-12-05/README.md), so it is not shipped      -> MODEL__H200.parquet
-#   prefill-spread:MODEL  the shipped grid's prefills (default tokens and prefixes), each timed
-#                at 5 token counts around it and kept as their median (`profile --prefill-spread
-#                5`, backends/prefill_spread.py; 260 prefills on the 8B, about 3 min; the 70B
-#                shard's grid has 1,088-1,280 too), then the
-#                shipped profile with those as its prefill rows at its own level per prefix line
-#                (-> prefill_spread_MODEL.parquet, MODEL__H200.spread.parquet): scored on CPU
-#                against the shipped live runs with `prefill_between_grid.py --profile`
 #   profile70b   `profile8b` for the Llama-3.1-70B tp-8 shard on a 14-size ladder x KV to 32k at 5
 #                points (80 layers; the whole grid and 40 held-out shapes took 424 s on 2026-12-02)
 #                                                             -> llama-3.1-70b__H200.parquet
@@ -491,16 +484,6 @@ PY
         backends/profiles/${m}__H200.parquet '$out/prefill_dense_$m.parquet' --kind prefill \
         --keep-level --note 'prefills every 32 tokens to 1,536 (prefill-dense:$m)' \
         -o '$out/${m}__H200.parquet'" ;;
-    prefill-spread:*) m=${j#prefill-spread:}; tpo=$([ "$m" = llama-3.1-70b ] && echo "--tp 8 \
-        --prefill-tokens 32,64,128,256,512,768,1024,1088,1152,1280,1536,2048,3072,4096,6144,8192")
-        job "prefill-spread-$m" 300 bash -c "python3 -m specsched profile --model $m $tpo --progress \
-        --journal '$(pjournal "prefill-spread-$m")' \
-        --bs 1 --widths 1 --kv-lens 128 --eager-bs 1 --eager-widths 1 --eager-kv-lens 512 \
-        --no-extend --heldout 0 --prefill-spread 5 \
-        -o '$out/prefill_spread_$m.parquet' && python3 benchmarks/profile_take_rows.py \
-        backends/profiles/${m}__H200.parquet '$out/prefill_spread_$m.parquet' --kind prefill \
-        --keep-level --note 'prefill rows each the median over 5 token counts (prefill-spread:$m)' \
-        -o '$out/${m}__H200.spread.parquet'" ;;
     calibrate8b|calibrate8b:*) tag=${j#calibrate8b}; tag=${tag#:}
         job "calibrate8b${tag:+-$tag}" 150 python3 -m specsched calibrate --model llama-3.1-8b --progress \
         -o "$out/llama-3.1-8b__H200.calibrated${tag:+_$tag}.parquet" --budget-s 120 ;;

@@ -19,7 +19,6 @@ times the last chunk of any) and the chunk is skipped when the elapsed time plus
 from __future__ import annotations
 
 import time
-from dataclasses import replace
 from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any, Callable
@@ -29,7 +28,6 @@ from backends.calibrate import (SHAPE, anchor_record, calibrated_metadata, calib
 from backends.heldout import SECTIONS, HeldoutPoint, choose_heldout, grid_span
 from backends.aiter.heldout_sweep import _graph_key, _kernel_widths, measure_points
 from backends.aiter.profiling import ProfileSpec, open_runner
-from backends.prefill_spread import spread_of
 from backends.shipped import file_sha256
 
 __all__ = ["RESERVE_S", "run_calibrate", "chunks_round_robin"]
@@ -76,8 +74,7 @@ def _category(chunk: list[HeldoutPoint]) -> str:
 
 
 def _measure_in_budget(runner: Any, points: list[HeldoutPoint], spec: ProfileSpec, *,
-                       deadline: float, progress, what: str,
-                       prefill_grid: list[int] | None = None) -> tuple[list[dict], list[dict]]:
+                       deadline: float, progress, what: str) -> tuple[list[dict], list[dict]]:
     """Measure ``points`` chunk by chunk while the estimated cost fits before ``deadline``
     (a ``time.perf_counter()`` value); returns (rows measured, points skipped)."""
     rows: list[dict] = []
@@ -94,7 +91,7 @@ def _measure_in_budget(runner: Any, points: list[HeldoutPoint], spec: ProfileSpe
                         for p in chunk]
             continue
         t0 = time.perf_counter()
-        rows += measure_points(runner, chunk, spec, prefill_grid=prefill_grid)
+        rows += measure_points(runner, chunk, spec)
         rate = (time.perf_counter() - t0) / len(chunk)
         per_point[cat] = last_any = rate
         done += len(chunk)
@@ -137,13 +134,8 @@ def run_calibrate(model: Any, out: str, base: str, spec: ProfileSpec, *, anchors
             f"{wl_info.get('simulated_s')} s simulated)")
     points, asked = choose_anchors(grid, anchors, fits=ok, graph_bs=runner.capture_bs,
                                    kernel_widths=_kernel_widths(shape), weights=weights)
-    # prefill anchors timed as the base's prefill rows were (one count, or the median over
-    # several: backends.prefill_spread)
-    spread = spread_of(meta)
-    spec = replace(spec, prefill_spread=spread)
-    pgrid = sorted({int(r["tokens"]) for r in grid if r["kind"] == "prefill"})
     rows, skipped = _measure_in_budget(runner, points, spec, deadline=deadline,
-                                       progress=progress, what="anchor", prefill_grid=pgrid)
+                                       progress=progress, what="anchor")
     base_of = {tuple(r[k] for k in SHAPE): r for r in grid}
     measured = [anchor_record(r, base_of[tuple(r[k] for k in SHAPE)]["latency_s"], r["latency_s"],
                               r["reps"]) for r in rows]
@@ -177,8 +169,7 @@ def run_calibrate(model: Any, out: str, base: str, spec: ProfileSpec, *, anchors
         "versions": bridge.versions(), "budget_s": float(budget_s),
         "elapsed_s_before_write": round(elapsed, 3), "kv_capacity_tokens": cap,
         "spec": {"reps": spec.reps, "warmup": spec.warmup, "eager_reps": spec.eager_reps,
-                 "settle_s": spec.settle_s, "prefill_spread": spread,
-                 "protocol": "the grid's (measure_points)"},
+                 "settle_s": spec.settle_s, "protocol": "the grid's (measure_points)"},
         "rule": _RULE, "anchors_asked": int(anchors), "groups": asked,
         "anchors": measured, "skipped_for_budget": skipped, "factors": factors,
         "base_heldout_rows_dropped": int(dropped_heldout)}

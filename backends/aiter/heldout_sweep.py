@@ -13,13 +13,12 @@ from __future__ import annotations
 
 import time
 from pathlib import Path
-from typing import Any, Callable, Sequence
+from typing import Any, Callable
 
 import numpy as np
 
 from backends.heldout import HeldoutPoint, choose_heldout, grid_span
 from backends.aiter.profiling import ProfileSpec, _row, _settle, open_runner
-from backends.prefill_spread import measure as measure_spread
 from backends.shipped import file_sha256
 
 __all__ = ["measure_heldout", "run_heldout_only", "measure_points"]
@@ -48,12 +47,9 @@ def _graph_key(p: HeldoutPoint) -> tuple:
 
 
 def measure_points(runner: Any, points: list[HeldoutPoint], spec: ProfileSpec, *,
-                   progress: Callable[[str, int, int], None] | None = None,
-                   prefill_grid: Sequence[int] | None = None) -> list[dict]:
+                   progress: Callable[[str, int, int], None] | None = None) -> list[dict]:
     """Measure ``points`` (sorted: a graph's points adjacent) on ``runner``; profile rows with
-    ``split = "heldout"``.  With ``prefill_grid`` (the grid's prefill tokens) and
-    ``spec.prefill_spread`` > 1, prefill points are timed as that grid's rows were
-    (``backends.prefill_spread``); held-out points pass none: each stands for one prefill."""
+    ``split = "heldout"``."""
     rows: list[dict] = []
     settled: set[tuple] = set()
     for i, p in enumerate(points):
@@ -62,15 +58,6 @@ def measure_points(runner: Any, points: list[HeldoutPoint], spec: ProfileSpec, *
             if "prefill" not in settled:
                 _settle(spec.settle_s, lambda: runner.prefill(tok, pre))
                 settled.add("prefill")
-            if prefill_grid is not None and spec.prefill_spread > 1:
-                med, p10, p90, n = measure_spread(runner, p.tokens, p.kv_len, spec.eager_reps,
-                                                  prefill_grid, spec.prefill_spread)
-                rows.append(dict(_row(p.kind, p.graph, p.bs, p.width, p.kv_len, p.tokens, [med]),
-                                 p10_s=p10, p90_s=p90, reps=n, split="heldout"))
-                if progress:
-                    progress(f"held-out prefill kv={p.kv_len} tokens={p.tokens}", i + 1,
-                             len(points))
-                continue
             ts = runner.prefill(tok, pre, reps=spec.eager_reps, warmup=1)
         elif p.graph:
             key = _graph_key(p)

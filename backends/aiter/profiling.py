@@ -12,8 +12,7 @@ median and the 10th/90th percentiles):
 * draft-extend, graph replays: one graph per (batch size, width) -- the draft model over
   ``width`` rows per request, SGLang's draft-extend pass after a verify -- every KV length
   replayed through it; eager at a few points (``extend_eager_widths`` over the eager grid);
-* prefill: eager ragged passes over (tokens, cached prefix); with ``prefill_spread`` > 1 each
-  point timed at that many token counts around it, their median kept (``backends.prefill_spread``).
+* prefill: eager ragged passes over (tokens, cached prefix).
 
 Then, with ``heldout`` > 0, shapes off that grid (``backends.heldout`` chooses them,
 ``backends.aiter.heldout_sweep`` measures them the same way), kept out of the tables.
@@ -38,7 +37,6 @@ from typing import Any, Callable, Sequence
 import numpy as np
 
 from backends.aiter import metadata as md
-from backends.prefill_spread import measure as measure_spread, spread_counts, spread_note
 
 __all__ = ["ProfileSpec", "run_profile", "DEFAULT_BS", "DEFAULT_KV"]
 
@@ -84,9 +82,6 @@ class ProfileSpec:
     reps: int = 5
     warmup: int = 2
     eager_reps: int = 5
-    #: token counts each prefill grid point is timed at, their median kept (odd; 1: the point
-    #: alone; backends/prefill_spread.py)
-    prefill_spread: int = 1
     #: before the first point of each graph and of each eager section, run its launch for this
     #: long untimed: the first ~25 runs after a change of workload measured up to 12% high
     #: (draft bs 1 after the eager verify sweep), a count of warm-up runs does not cover it
@@ -111,9 +106,6 @@ class ProfileSpec:
             raise SpecschedError("--reps must be >= 1 and --warmup >= 0")
         if self.settle_s < 0:
             raise SpecschedError("--settle-s must be >= 0")
-        if self.prefill_spread < 1 or self.prefill_spread % 2 == 0:
-            raise SpecschedError(f"--prefill-spread: must be an odd count >= 1 (the median of "
-                                 f"an odd count is one of them), got {self.prefill_spread}")
 
 
 def prefill_grid(tokens: Sequence[int], experts: int) -> list[int]:
@@ -269,10 +261,7 @@ def _point_journal(path: str | None, shape: Any, spec: ProfileSpec, opts: dict, 
     def plain(x):  # as JSON gives it back (tuples become lists), to compare with a read header
         return json.loads(json.dumps(x, default=str))
 
-    sweep = asdict(spec)
-    if sweep["prefill_spread"] == 1:  # as journals written before the setting existed say
-        del sweep["prefill_spread"]
-    header = {"model": plain(shape), "spec": plain(sweep), "executor_opts": plain(opts)}
+    header = {"model": plain(shape), "spec": plain(asdict(spec)), "executor_opts": plain(opts)}
     return PointJournal(path, header, gpu, sitting={"graph_timing": graph_timing})
 
 
@@ -431,11 +420,9 @@ def _sweep(runner, shape, cap, fits, spec: ProfileSpec, pj, *, out, command, pro
     # ---- prefill ------------------------------------------------------------------------------
     t0 = time.perf_counter()
     settled = False
-    pgrid = prefill_grid(spec.prefill_tokens, getattr(model, "experts", 0))
-    for tok in pgrid:
-        top = max(spread_counts(tok, pgrid, spec.prefill_spread))
+    for tok in prefill_grid(spec.prefill_tokens, getattr(model, "experts", 0)):
         for pre in sorted(set(int(x) for x in spec.prefill_prefix)):
-            if not fits(1, pre, top):
+            if not fits(1, pre, tok):
                 skipped["prefill"].append([tok, pre])
                 continue
             k = ("prefill", False, 1, 0, pre, tok)
@@ -443,14 +430,8 @@ def _sweep(runner, shape, cap, fits, spec: ProfileSpec, pj, *, out, command, pro
                 if not settled:  # the first prefill point measured in this sitting
                     _settle(spec.settle_s, lambda: runner.prefill(np.array([tok]), np.array([pre])))
                     settled = True
-                if spec.prefill_spread == 1:
-                    ts = runner.prefill(np.array([tok]), np.array([pre]), reps=spec.eager_reps,
-                                        warmup=1)
-                    pj.add(_row(*k, [t.latency_s for t in ts]))
-                else:
-                    med, p10, p90, n = measure_spread(runner, tok, pre, spec.eager_reps, pgrid,
-                                                      spec.prefill_spread)
-                    pj.add(dict(_row(*k, [med]), p10_s=p10, p90_s=p90, reps=n))
+                ts = runner.prefill(np.array([tok]), np.array([pre]), reps=spec.eager_reps, warmup=1)
+                pj.add(_row(*k, [t.latency_s for t in ts]))
             rows.append(pj.rows[k])
     timing["prefill_s"] = time.perf_counter() - t0
     say(f"prefill: {sum(1 for r in rows if r['kind'] == 'prefill')} points in "
@@ -494,8 +475,6 @@ def _sweep(runner, shape, cap, fits, spec: ProfileSpec, pj, *, out, command, pro
         {"timing_s": {k: round(v, 2) for k, v in timing.items()},
          "spec": {k: list(v) if isinstance(v, (tuple, list)) else v for k, v in asdict(spec).items()}},
     ]
-    if spec.prefill_spread > 1:
-        notes.append(spread_note(spec.prefill_spread))
     if held_note is not None:
         notes.append(held_note)
     jn = pj.note()

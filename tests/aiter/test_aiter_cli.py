@@ -126,9 +126,6 @@ def _base_profile(tmp_path: Path) -> Path:
     ("grid-option", "--bs, --no-extend: the grid is the --base file's with --heldout-only"),
     ("base-alone", "--base is read only with --heldout-only"),
     ("negative", "--heldout must be >= 0, got -1"),
-    ("spread-even", "--prefill-spread must be an odd count >= 1 (the median of an odd count is "
-                    "one of them), got 4"),
-    ("spread-with-base", "--prefill-spread: the grid is the --base file's with --heldout-only"),
     ("not-a-profile", "not a profile parquet"),
 ])
 def test_heldout_only_refusals_exit_2_before_the_gpu(tmp_path, case, needle):
@@ -153,10 +150,6 @@ def test_heldout_only_refusals_exit_2_before_the_gpu(tmp_path, case, needle):
         args.remove("--heldout-only")
     elif case == "negative":
         args = ["--model", "llama-3.1-8b", "--heldout", "-1", "-o", str(out)]
-    elif case == "spread-even":
-        args = ["--model", "llama-3.1-8b", "--prefill-spread", "4", "-o", str(out)]
-    elif case == "spread-with-base":
-        args += ["--prefill-spread", "3"]
     elif case == "not-a-profile":
         bad = tmp_path / "notes.txt"
         bad.write_text("kind,graph\n")

@@ -349,39 +349,6 @@ def test_profile_sweep_records_draft_extend_graph_rows(tmp_path):
     assert value > 0 and not outside
 
 
-def test_profile_prefill_spread_and_its_calibration_on_the_gpu(tmp_path):
-    """``run_profile`` with ``prefill_spread`` 5 at a tiny shape on the GPU: every prefill row
-    holds 5 counts x 3 launches with p10 <= latency <= p90 and the notes record the spread;
-    ``run_calibrate`` of that file times its prefill anchors the same way (15 launches each)
-    and says so in its calibration."""
-    from dataclasses import replace
-
-    from backends.aiter.calibrate_sweep import run_calibrate
-    from backends.aiter.profiling import ProfileSpec, run_profile
-    from backends.models import ModelShape
-    from backends.prefill_spread import spread_of
-    from backends.profile import read_profile
-
-    m = ModelShape(name="gpu-test", layers=2, hidden=1024, heads=8, kv_heads=2, head_dim=128,
-                   intermediate=2048, vocab=4096)
-    spec = ProfileSpec(bs=(1, 4), widths=(1, 4), kv=(128, 1024), eager_bs=(1, 4), eager_widths=(4,),
-                       eager_kv=(128, 1024), extend_widths=(2, 4), extend_eager_widths=(1, 4),
-                       prefill_tokens=(64, 256, 448), prefill_prefix=(0, 512), reps=3, warmup=1,
-                       eager_reps=3, settle_s=0.01)
-    opts = {"max_context": 8192, "kv_pool_gib": 1}
-    base, out = tmp_path / "spread.parquet", tmp_path / "spread_cal.parquet"
-    run_profile(m, str(base), replace(spec, prefill_spread=5), executor_opts=opts)
-    rows, meta = read_profile(base)
-    pre = [r for r in rows.to_pylist() if r["kind"] == "prefill"]
-    assert len(pre) == 3 * 2 and spread_of(meta) == 5
-    assert all(r["reps"] == 15 and r["p10_s"] <= r["latency_s"] <= r["p90_s"] for r in pre)
-    run_calibrate(m, str(out), str(base), spec, anchors=12, budget_s=300, executor_opts=opts)
-    _, cmeta = read_profile(out)
-    cal = cmeta["calibration"]
-    anchors = [a for a in cal["anchors"] if a["kind"] == "prefill"]
-    assert cal["spec"]["prefill_spread"] == 5 and anchors and all(a["reps"] == 15 for a in anchors)
-
-
 def test_profile_heldout_points_with_real_graphs(tmp_path):
     """``run_profile`` with 8 held-out points at a tiny shape, then ``run_heldout_only`` with 6
     more: graph points replay graphs captured at ladder sizes the grid skipped (2, 3), every
