@@ -56,6 +56,11 @@
 #                (benchmarks/prefill_between_grid.py; docs/backends.md, *Prefill between grid
 #                tokens*); measured for the 8B on 2026-12-05 it was worse than the shipped grid
 #                (h200-2026-12-05/README.md), so it is not shipped      -> MODEL__H200.parquet
+#   prefill-line:MODEL  prefills of every token count from 1 to 1,536 at prefix 0 (3 timed
+#                launches each; journal journal_prefill-line-MODEL.jsonl: at the 2026-12-05
+#                sweep's rate, 0.67 s a point with 5 launches, about two calls), for
+#                `benchmarks/prefill_exact_counts.py OUT/prefill_line_MODEL.parquet --line`:
+#                does an exact-count line bring the live prefills nearer (-> prefill_line_MODEL.parquet)
 #   profile70b   `profile8b` for the Llama-3.1-70B tp-8 shard on a 14-size ladder x KV to 32k at 5
 #                points (80 layers; the whole grid and 40 held-out shapes took 424 s on 2026-12-02)
 #                                                             -> llama-3.1-70b__H200.parquet
@@ -484,6 +489,12 @@ PY
         backends/profiles/${m}__H200.parquet '$out/prefill_dense_$m.parquet' --kind prefill \
         --keep-level --note 'prefills every 32 tokens to 1,536 (prefill-dense:$m)' \
         -o '$out/${m}__H200.parquet'" ;;
+    prefill-line:*) m=${j#prefill-line:}; tpo=$([ "$m" = llama-3.1-70b ] && echo "--tp 8")
+        job "prefill-line-$m" 560 bash -c "python3 -m specsched profile --model $m $tpo --progress \
+        --journal '$(pjournal "prefill-line-$m")' \
+        --bs 1 --widths 1 --kv-lens 128 --eager-bs 1 --eager-widths 1 --eager-kv-lens 512 \
+        --no-extend --heldout 0 --eager-reps 3 --prefill-tokens $(seq -s, 1 1536) --prefill-prefix 0 \
+        -o '$out/prefill_line_$m.parquet'" ;;
     calibrate8b|calibrate8b:*) tag=${j#calibrate8b}; tag=${tag#:}
         job "calibrate8b${tag:+-$tag}" 150 python3 -m specsched calibrate --model llama-3.1-8b --progress \
         -o "$out/llama-3.1-8b__H200.calibrated${tag:+_$tag}.parquet" --budget-s 120 ;;

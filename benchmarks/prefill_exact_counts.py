@@ -12,7 +12,13 @@ recorded on other GPUs and days, are set side by side three ways:
    is the reference, e.g. the shipped one), the mean |log residual| of every live prefill of the
    model (all batch sizes and prefixes) against it, pooled over the runs, raw and with each
    run's median residual taken out.
-3. **A median over counts, emulated** (``--spread N``): the first profile with each prefill grid
+3. **An exact-count line, emulated** (``--line``): every live prefill whose token count the
+   sweep holds at prefix 0 predicted as the first profile's lookup plus (the sweep's time at
+   that count, scaled to the profile's level, minus the profile's own prefix-0 value there):
+   the GEMMs' cost by exact count added at any prefix, the profile's grid giving the rest.
+   Scored as in 2, with how many prefills the line reached. A sweep at every count (the
+   ``prefill-line:MODEL`` job) reaches them all.
+4. **A median over counts, emulated** (``--spread N``): the first profile with each prefill grid
    row replaced by the median, over N token counts spaced evenly within a quarter of the gap to
    its nearer grid neighbour, of the sweep's times (scaled per prefix line to the profile's level
    at the grid's own tokens), where the sweep holds every such count; scored as in 2.
@@ -20,7 +26,7 @@ recorded on other GPUs and days, are set side by side three ways:
     python benchmarks/prefill_exact_counts.py \\
         benchmarks/results/h200-2026-12-05/prefill_dense_llama-3.1-8b.parquet \\
         --model llama-3.1-8b --profile backends/profiles/llama-3.1-8b__H200.parquet \\
-        --profile benchmarks/results/h200-2026-12-05/llama-3.1-8b__H200.parquet --spread 3
+        --profile benchmarks/results/h200-2026-12-05/llama-3.1-8b__H200.parquet --spread 3 --line
 
 About 20 s on two CPUs for the 8B's 24 live runs.
 """
@@ -114,18 +120,48 @@ def spread_profile(base: str, sweep: dict, n: int, out: Path) -> list[tuple]:
     return changed
 
 
-def score(runs: list[Path], profile: str) -> tuple[float, float]:
-    """Mean |log residual| (%) of every live prefill against ``profile``, raw and with each
-    run's median taken out, pooled over ``runs``."""
+def line_level(table, sweep: dict) -> float:
+    """The median of the profile's prefix-0 value over the sweep's at the sweep's prefix-0
+    counts that are grid tokens of the profile (the line put on the profile's machine)."""
+    grid = {int(t) for t in table.prefill.axes[0]}
+    ratios = [table.prefill_s(t, 0)[0] / v for (p, t), v in sweep.items() if p == 0 and t in grid]
+    if not ratios:
+        raise SpecschedError("the sweep shares no prefix-0 token count with the profile's grid")
+    return float(np.median(ratios))
+
+
+def score(runs: list[Path], profile: str, line: dict | None = None) -> dict[str, float]:
+    """Mean |log residual| (%) of every live prefill against ``profile`` (``raw``) and with
+    each run's median taken out (``offset_out``), pooled over ``runs``; with ``line`` (the
+    sweep: (prefix, tokens) -> s), also how many prefills it corrected (``reached``) and their
+    mean |log residual| ``before`` and ``after``."""
     table = load_profile(profile)
-    raw, off = [], []
+    level = line_level(table, line) if line else 1.0
+    raw, off, before, after = [], [], [], []
     for run in runs:
         s = residuals(run, table)
-        r = s["resid"][(s["kind"] == "prefill") & np.isfinite(s["resid"])]
+        m = (s["kind"] == "prefill") & np.isfinite(s["resid"])
+        r = s["resid"][m]
+        if line:
+            live = pq.read_table(run / "steps.parquet", columns=["latency_s"])["latency_s"]
+            live = np.asarray(live.to_numpy(zero_copy_only=False), float)[m]
+            pred = live / np.exp(r / 100)
+            hit = np.zeros(len(r), bool)
+            for i, t in enumerate(s["tokens"][m].astype(int)):
+                if (0, t) in line:
+                    pred[i] += level * line[(0, t)] - table.prefill_s(t, 0)[0]
+                    hit[i] = True
+            before.extend(np.abs(r[hit]).tolist())
+            r = 100 * np.log(live / pred)
+            after.extend(np.abs(r[hit]).tolist())
         if len(r):
             raw.append(np.abs(r))
             off.append(np.abs(r - np.median(r)))
-    return float(np.mean(np.concatenate(raw))), float(np.mean(np.concatenate(off)))
+    out = {"raw": float(np.mean(np.concatenate(raw))),
+           "offset_out": float(np.mean(np.concatenate(off))), "reached": len(before)}
+    if before:
+        out.update(before=float(np.mean(before)), after=float(np.mean(after)))
+    return out
 
 
 def main(argv=None) -> int:
@@ -135,6 +171,7 @@ def main(argv=None) -> int:
     ap.add_argument("--profile", action="append", default=[], help="a profile to score "
                     "(repeatable; the first is the reference and the base of --spread)")
     ap.add_argument("--spread", type=int, default=0, help="emulate a median over N counts")
+    ap.add_argument("--line", action="store_true", help="emulate an exact-count prefix-0 line")
     ap.add_argument("--results", type=Path, default=ROOT / "benchmarks" / "results")
     ap.add_argument("--min-live", type=int, default=3, help="live prefills an exact count needs")
     a = ap.parse_args(argv)
@@ -153,18 +190,26 @@ def main(argv=None) -> int:
             print(f"  median {np.median(v):+.2f}%, mean |deviation from it| "
                   f"{np.mean(np.abs(v - np.median(v))):.2f}% over {len(v)} counts")
         for p in a.profile:
-            r, o = score(runs, p)
-            print(f"{p}: every live prefill, mean |residual| {r:.2f}% ({o:.2f}% with each run's "
-                  f"offset out)")
+            sc = score(runs, p)
+            print(f"{p}: every live prefill, mean |residual| {sc['raw']:.2f}% "
+                  f"({sc['offset_out']:.2f}% with each run's offset out)")
+        if a.line and a.profile:
+            sc = score(runs, a.profile[0], sweep)
+            n = sc["reached"]
+            print(f"{a.profile[0]} with the sweep's prefix-0 times as an exact-count line "
+                  f"({n} live prefills at a count it holds): mean |residual| {sc['raw']:.2f}% "
+                  f"({sc['offset_out']:.2f}% with each run's offset out)"
+                  + (f"; over those {n}: {sc['before']:.2f}% -> {sc['after']:.2f}%" if n else ""))
         if a.spread and a.profile:
             with tempfile.TemporaryDirectory() as d:
                 out = Path(d) / "spread.parquet"
                 changed = spread_profile(a.profile[0], sweep, a.spread, out)
                 for p, t, cs, f in changed:
                     print(f"  spread row prefix {p} tokens {t}: counts {cs} -> {f:+.2f}%")
-                r, o = score(runs, str(out))
+                sc = score(runs, str(out))
                 print(f"{a.profile[0]} with a median over {a.spread} counts at {len(changed)} "
-                      f"rows: mean |residual| {r:.2f}% ({o:.2f}% with each run's offset out)")
+                      f"rows: mean |residual| {sc['raw']:.2f}% ({sc['offset_out']:.2f}% with each "
+                      f"run's offset out)")
     except SpecschedError as e:
         print(f"error: {e}", file=sys.stderr)
         return 2

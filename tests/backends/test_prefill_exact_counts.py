@@ -44,3 +44,41 @@ def test_no_live_run_is_one_error_line(tmp_path, capsys):
     assert m.main(["x.parquet", "--model", "llama-3.1-8b", "--results", str(tmp_path)]) == 2
     err = capsys.readouterr().err
     assert err.startswith("error:") and err.count("\n") == 1
+
+
+def test_a_line_holding_the_live_times_leaves_no_residual(tmp_path):
+    """Three single-request prefix-0 prefills of a shipped 8B live run (the first three with
+    distinct counts off the grid), scored against the shipped profile with a line that holds
+    exactly their live times, and the profile's own values at its prefix-0 grid tokens (so the
+    line's level is 1): the line reaches the three, each predicted as the profile's value plus
+    (its live time minus the profile's prefix-0 value there) = its live time, residual 0; the
+    profile alone misses them (mean |residual| > 0)."""
+    import pyarrow.compute as pc
+    import pyarrow.parquet as pq
+
+    import prefill_exact_counts as m
+    from backends.profile import load_profile
+    from backends.shipped import default_profile
+
+    src = Path(__file__).resolve().parents[2] / "benchmarks/results/h200-2026-12-04e/live_conv_bucket150"
+    steps = pq.read_table(src / "steps.parquet")
+    pre = steps.filter(pc.and_(pc.equal(steps["kind"], "prefill"), pc.equal(steps["bs"], 1)))
+    pre = pre.filter(pc.equal(pre["kv_mean"], 0.0))
+    profile = default_profile("llama-3.1-8b")
+    table = load_profile(profile)
+    grid = {int(t) for t in table.prefill.axes[0]}
+    keep, seen = [], set()
+    for i, t in enumerate(pre["tokens"].to_pylist()):
+        if t not in grid and t not in seen and len(keep) < 3:
+            keep.append(i)
+            seen.add(t)
+    run = tmp_path / "live_x"
+    run.mkdir()
+    three = pre.take(keep)
+    pq.write_table(three, run / "steps.parquet")
+    line = {(0, t): s for t, s in zip(three["tokens"].to_pylist(), three["latency_s"].to_pylist())}
+    line |= {(0, t): table.prefill_s(t, 0)[0] for t in grid}
+    alone = m.score([run], profile)
+    got = m.score([run], profile, line)
+    assert got["reached"] == 3 and got["after"] < 1e-9 and got["raw"] < 1e-9
+    assert alone["raw"] == got["before"] > 0
