@@ -88,10 +88,12 @@ def kept_profile(report: dict) -> Path | None:
     return f if file_sha256(f) == report["profile"]["sha256"] else None
 
 
-def rerun(report: dict, model: str, dest: Path, *, write: bool = True) -> tuple[dict, str]:
+def rerun(report: dict, model: str, dest: Path, *, write: bool = True,
+          profile: Path | None = None) -> tuple[dict, str]:
     """Run ``specsched fidelity`` with a report's recorded arguments (and its kept profile,
-    :func:`kept_profile`); write its .md and .json at ``dest`` (the report's .md path) unless
-    ``write`` is false; return the new report and its markdown."""
+    :func:`kept_profile`, or ``profile`` instead when given: a what-if copy of it); write its
+    .md and .json at ``dest`` (the report's .md path) unless ``write`` is false; return the new
+    report and its markdown."""
     from click.testing import CliRunner
 
     from analysis.fidelity.cli import fidelity
@@ -102,7 +104,9 @@ def rerun(report: dict, model: str, dest: Path, *, write: bool = True) -> tuple[
         args += ["--repeat-run", rep["run"]]
     args += [f"--set=backend.{k}={v}" for k, v in backend_overrides(report).items()]
     kept = kept_profile(report)
-    if kept is not None:
+    if profile is not None:
+        args += ["--profile", str(profile)]
+    elif kept is not None:
         args += ["--profile", str(kept.relative_to(ROOT))]
     with tempfile.TemporaryDirectory() as tmp:
         out = Path(tmp) / "fid"

@@ -1,0 +1,85 @@
+"""Every report on a kept calibrated profile, re-run with that profile's prefill rows unscaled.
+
+``specsched calibrate`` scales each pass group of the base profile by the median of its anchors'
+measured / base ratios, prefill included. Over the recorded pairings of a calibration with a
+live run on its GPU (``benchmarks/calibration_vs_live.py``), the prefill factor moves the
+profile's prefills further from the live run's more often than nearer. This re-runs each
+fidelity report whose profile is a calibrated file kept under ``benchmarks/results/`` (as
+``regenerate_reports.py --calibrated`` does, writing nothing) with a copy of that file whose
+prefill rows are divided by its prefill factor (every other group as calibrated), and prints per
+report the checks met and the prefill per-step MAPE both ways, then the totals: what calibrating
+without a prefill factor would have scored on every calibrated comparison shipped.
+
+    python benchmarks/calibrate_prefill_whatif.py            # all (about 2 min on two CPUs)
+    python benchmarks/calibrate_prefill_whatif.py --model deepseek-v2-lite
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import tempfile
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+sys.path.insert(0, str(ROOT / "benchmarks"))
+
+from backends.profile import read_profile  # noqa: E402
+from backends.profile_file import write_profile  # noqa: E402
+from regenerate_reports import kept_profile, met, rerun  # noqa: E402
+
+
+def unscaled_prefill(calibrated: Path, out: Path) -> float:
+    """Write ``calibrated`` with its prefill rows divided by its prefill factor to ``out``;
+    return the factor."""
+    table, meta = read_profile(calibrated)
+    f = float(meta["calibration"]["factors"]["prefill"]["factor"])
+    rows = [dict(r, **{k: r[k] / f for k in ("latency_s", "p10_s", "p90_s")})
+            if r["kind"] == "prefill" else r for r in table.to_pylist()]
+    meta = {k: v for k, v in meta.items() if k != "profile_version"}
+    meta["notes"] = list(meta.get("notes") or []) + [
+        f"what-if: prefill rows divided by the calibration's prefill factor {f:.4f}"]
+    write_profile(rows, out, meta)
+    return f
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--model", default=None, help="only this model's reports")
+    a = ap.parse_args(argv)
+    todo = []
+    for f in sorted((ROOT / "benchmarks" / "results").glob("*/fidelity_*.json")):
+        d = json.loads(f.read_text())
+        if "calibration" not in (d.get("profile") or {}) or kept_profile(d) is None:
+            continue
+        if a.model and d.get("model") != a.model:
+            continue
+        todo.append((f, d))
+    print("| report | prefill factor | checks, as calibrated | prefill unscaled | prefill MAPE |")
+    print("|---|---|---|---|---|")
+    tot = [0, 0, 0, 0]  # checks met as calibrated, unscaled; reports all met, both ways
+    for f, d in todo:
+        with tempfile.TemporaryDirectory() as tmp:
+            copy = Path(tmp) / "unscaled.parquet"
+            fac = unscaled_prefill(kept_profile(d), copy)
+            new, _ = rerun(d, d["model"], f.with_suffix(".md"), write=False, profile=copy)
+        b, bm = met(d["checks"])
+        n, nm = met(new["checks"])
+        nb, nn = int(b.split()[0]), int(n.split()[0])
+        tot[0] += nb
+        tot[1] += nn
+        tot[2] += not bm
+        tot[3] += not nm
+        pb = d["checks"]["step_mape_prefill"]["value_pct"]
+        pn = new["checks"]["step_mape_prefill"]["value_pct"]
+        print(f"| {f.parent.name}/{f.stem} | {fac:.4f} | {b} | {n} | {pb:.2f} -> {pn:.2f}% |",
+              flush=True)
+    print(f"\n{len(todo)} reports: checks met {tot[0]} as calibrated, {tot[1]} with prefill "
+          f"unscaled; every check met in {tot[2]} and {tot[3]}.")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
