@@ -34,7 +34,6 @@ About 20 s on two CPUs for the 8B's 24 live runs.
 from __future__ import annotations
 
 import argparse
-import json
 import sys
 import tempfile
 from collections import defaultdict
@@ -46,20 +45,11 @@ import pyarrow.parquet as pq
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
+from analysis.fidelity.lookup import col, predict_steps  # noqa: E402
 from backends.profile import grid_rows, load_profile, read_profile  # noqa: E402
 from backends.profile_file import write_profile  # noqa: E402
-from benchmarks.residual_by_shape import residuals  # noqa: E402
+from benchmarks.systematic_errors import live_runs  # noqa: E402
 from traces.errors import SpecschedError  # noqa: E402
-
-
-def live_runs(results: Path, model: str) -> list[Path]:
-    """Every live run of ``model`` under ``results`` (a folder with steps.parquet and a
-    summary.json naming the model), sorted."""
-    out = []
-    for s in sorted(results.glob("*/live_*/summary.json")):
-        if (s.parent / "steps.parquet").is_file() and json.loads(s.read_text()).get("model") == model:
-            out.append(s.parent)
-    return out
 
 
 def sweep_times(path: str) -> dict[tuple[int, int], float]:
@@ -139,21 +129,20 @@ def score(runs: list[Path], profile: str, line: dict | None = None) -> dict[str,
     level = line_level(table, line) if line else 1.0
     raw, off, before, after = [], [], [], []
     for run in runs:
-        s = residuals(run, table)
-        m = (s["kind"] == "prefill") & np.isfinite(s["resid"])
-        r = s["resid"][m]
+        steps = pq.read_table(run / "steps.parquet")
+        pred, _ = predict_steps(steps, table)
+        live = col(steps, "latency_s")
+        with np.errstate(divide="ignore", invalid="ignore"):
+            m = (col(steps, "kind") == "prefill") & np.isfinite(np.log(live / pred))
+        live, pred = live[m], pred[m]
         if line:
-            live = pq.read_table(run / "steps.parquet", columns=["latency_s"])["latency_s"]
-            live = np.asarray(live.to_numpy(zero_copy_only=False), float)[m]
-            pred = live / np.exp(r / 100)
-            hit = np.zeros(len(r), bool)
-            for i, t in enumerate(s["tokens"][m].astype(int)):
-                if (0, t) in line:
-                    pred[i] += level * line[(0, t)] - table.prefill_s(t, 0)[0]
-                    hit[i] = True
-            before.extend(np.abs(r[hit]).tolist())
-            r = 100 * np.log(live / pred)
-            after.extend(np.abs(r[hit]).tolist())
+            tok = col(steps, "tokens")[m].astype(int)
+            hit = np.array([(0, int(t)) in line for t in tok], bool)
+            before.extend(np.abs(100 * np.log(live[hit] / pred[hit])).tolist())
+            for i in np.nonzero(hit)[0]:
+                pred[i] += level * line[(0, int(tok[i]))] - table.prefill_s(int(tok[i]), 0)[0]
+            after.extend(np.abs(100 * np.log(live[hit] / pred[hit])).tolist())
+        r = 100 * np.log(live / pred)
         if len(r):
             raw.append(np.abs(r))
             off.append(np.abs(r - np.median(r)))
