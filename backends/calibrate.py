@@ -24,7 +24,8 @@ the anchors go where that workload spends its time instead (:func:`_weighted`).
 that group's anchors (the median: one disturbed point does not move it).  A group without a
 measured anchor takes the median ratio over all anchors, and the fit says so (``"source":
 "all anchors"``).  :func:`calibrated_rows` multiplies ``latency_s``, ``p10_s`` and ``p90_s`` of
-every base grid row by its group's factor.  A per-group scale is all it can fix: a difference
+every base grid row by its group's factor, and a prefill line's rows (:func:`line_carried`)
+by the prefill factor.  A per-group scale is all it can fix: a difference
 between machines that depends on the shape (one kernel slower at long KV only) stays.
 """
 
@@ -38,7 +39,8 @@ import numpy as np
 from backends.heldout import SECTIONS, HeldoutPoint, allocate
 
 __all__ = ["DEFAULT_ANCHORS", "MIN_PER_GROUP", "GROUPS", "SHAPE", "group_name",
-           "choose_anchors", "fit_factors", "calibrated_rows", "anchor_record", "factors_text",
+           "choose_anchors", "fit_factors", "calibrated_rows", "line_carried", "with_splits",
+           "anchor_record", "factors_text",
            "calibrated_metadata"]
 
 #: Anchors ``specsched calibrate`` measures unless told otherwise (``--anchors``).
@@ -174,6 +176,21 @@ def calibrated_rows(grid: Any, factors: dict[str, dict]) -> list[dict]:
         out.append(dict(r, latency_s=r["latency_s"] * f, p10_s=r["p10_s"] * f,
                         p90_s=r["p90_s"] * f))
     return out
+
+
+def line_carried(line: Any, factors: dict[str, dict]) -> list[dict]:
+    """A base profile's prefill-line rows (``split == "line"``, :mod:`backends.prefill_line`)
+    as a calibrated copy keeps them: scaled by the prefill group's factor, like the grid's
+    prefill rows, so the line stays at the grid's level."""
+    return [dict(r, split="line") for r in calibrated_rows(line, factors)]
+
+
+def with_splits(grid: list[dict], line: list[dict], held: list[dict]) -> list[dict]:
+    """A calibrated copy's rows: ``grid`` as ``split == "grid"`` beside ``line`` and ``held``
+    rows when there are any; without either, the grid alone and no ``split`` column."""
+    if line or held:
+        return [dict(r, split="grid") for r in grid] + list(line) + list(held)
+    return [{k: v for k, v in r.items() if k != "split"} for r in grid]
 
 
 def anchor_record(shape: dict, base_s: float, measured_s: float, reps: Any) -> dict:

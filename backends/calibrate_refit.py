@@ -23,7 +23,8 @@ from pathlib import Path
 from typing import Any
 
 from backends.calibrate import (SHAPE, anchor_record, calibrated_metadata, calibrated_rows,
-                                factors_text, fit_factors, group_name)
+                                factors_text, fit_factors, group_name, line_carried,
+                                with_splits)
 from backends.shipped import file_sha256
 
 __all__ = ["refit_calibration", "rebase_anchors"]
@@ -53,7 +54,8 @@ def refit_calibration(model: Any, source: str, base: str, out: str) -> dict[str,
     """Write ``base`` calibrated by the anchors measured for ``source`` (a calibrated profile)
     to ``out``; returns a summary.  Raises ``SpecschedError`` when ``source`` holds no
     calibration, is of another model, or none of its anchors is a grid row of ``base``."""
-    from backends.profile import _check_model, grid_rows, read_profile, write_profile
+    from backends.profile import (_check_model, grid_rows, heldout_rows, line_rows, read_profile,
+                                  write_profile)
     from traces.errors import SpecschedError
 
     _, smeta = read_profile(source)
@@ -75,7 +77,7 @@ def refit_calibration(model: Any, source: str, base: str, out: str) -> dict[str,
     calibration.update(
         base=Path(base).name, base_sha256=file_sha256(base),
         base_gpu=meta.get("gpu"), anchors=anchors, factors=factors,
-        base_heldout_rows_dropped=base_rows.num_rows - len(grid),
+        base_heldout_rows_dropped=heldout_rows(base_rows).num_rows,
         refit={"from": Path(source).name,
                "from_sha256": file_sha256(source),
                "from_base_sha256": cal.get("base_sha256"), "at": at,
@@ -87,7 +89,8 @@ def refit_calibration(model: Any, source: str, base: str, out: str) -> dict[str,
             f"{len(anchors)} anchors measured on {machine.get('name')} "
             f"{str(machine.get('uuid', ''))[:8]} at {cal.get('at')}, factors "
             + factors_text(factors))
-    rows = [{k: v for k, v in r.items() if k != "split"} for r in calibrated_rows(grid, factors)]
+    rows = with_splits(calibrated_rows(grid, factors),
+                       line_carried(line_rows(base_rows).to_pylist(), factors), [])
     out_meta = calibrated_metadata(meta, machine or meta.get("gpu"), calibration, [note])
     write_profile(rows, out, out_meta, inputs=(base, source))
     return {"rows": len(rows), "out": str(out), "anchors": len(anchors),

@@ -154,6 +154,10 @@ def executor_setup_options(command):
 @click.option("--eager-kv-lens", default=None, metavar="LIST", help="Eager KV lengths.")
 @click.option("--prefill-tokens", default=None, metavar="LIST", help="Prefill chunk sizes.")
 @click.option("--prefill-prefix", default=None, metavar="LIST", help="Prefill cached prefixes.")
+@click.option("--prefill-line", type=int, default=0, show_default=True, metavar="N",
+              help="Also time one-request prefills at prefix 0 at every count from 1 to N, read "
+                   "at the exact count (split=line; docs/backends.md, \"Prefill line\"): about "
+                   "550 s for N=1536 on Llama-3.1-8B; 0 turns it off.")
 @click.option("--extend-widths", default=None, metavar="LIST",
               help="Draft-extend graph widths (rows per request: SGLang's speculative_num_steps "
                    "+ 1; default 2-8; MLA models: 2-4, width 3 timed as 4).")
@@ -190,7 +194,7 @@ def executor_setup_options(command):
                    "and settings, the sweep takes the rows FILE holds and measures the rest: a "
                    "profile longer than one sitting (held-out shapes are measured afresh).")
 def profile(model, tp, out, bs, widths, kv_lens, eager_bs, eager_widths, eager_kv_lens, prefill_tokens,
-            prefill_prefix, extend_widths, extend_eager_widths, no_extend, draft_kind,
+            prefill_prefix, prefill_line, extend_widths, extend_eager_widths, no_extend, draft_kind,
             extend_logits, reps, warmup, eager_reps, settle_s, page_size, max_context,
             kv_pool_gib, gpu_sheet, progress, heldout, heldout_seed, heldout_only, base, journal):
     """Record a latency profile of MODEL on this machine's GPU (AITER executor).
@@ -225,8 +229,8 @@ def profile(model, tp, out, bs, widths, kv_lens, eager_bs, eager_widths, eager_k
         grid_opts = {"--bs": bs, "--widths": widths, "--kv-lens": kv_lens, "--eager-bs": eager_bs,
                      "--eager-widths": eager_widths, "--eager-kv-lens": eager_kv_lens,
                      "--prefill-tokens": prefill_tokens, "--prefill-prefix": prefill_prefix,
-                     "--extend-widths": extend_widths, "--extend-eager-widths": extend_eager_widths,
-                     "--no-extend": no_extend or None}
+                     "--prefill-line": prefill_line or None, "--extend-widths": extend_widths,
+                     "--extend-eager-widths": extend_eager_widths, "--no-extend": no_extend or None}
         _check_heldout_only(out, base, heldout, [k for k, v in grid_opts.items() if v is not None])
         inputs += (base,)
     elif base is not None:
@@ -263,7 +267,7 @@ def profile(model, tp, out, bs, widths, kv_lens, eager_bs, eager_widths, eager_k
         eager_kv=lst(eager_kv_lens, "--eager-kv-lens", ProfileSpec.eager_kv),
         prefill_tokens=lst(prefill_tokens, "--prefill-tokens", ProfileSpec.prefill_tokens),
         prefill_prefix=lst(prefill_prefix, "--prefill-prefix", ProfileSpec.prefill_prefix, 0),
-        extend=not no_extend,
+        prefill_line=prefill_line, extend=not no_extend,
         extend_widths=lst(extend_widths, "--extend-widths",
                           (2, 3, 4) if mla else ProfileSpec.extend_widths),
         extend_eager_widths=lst(extend_eager_widths, "--extend-eager-widths",
@@ -283,7 +287,7 @@ def profile(model, tp, out, bs, widths, kv_lens, eager_bs, eager_widths, eager_k
         shape, out, spec, executor_opts=opts, command=_command(), progress=prog, log=log,
         heldout=heldout, heldout_seed=heldout_seed, journal=journal))
     click.echo(json.dumps({k: summary[k] for k in ("rows", "out", "skipped", "heldout",
-                                                      "timed_runs_still_starved",
+                                                      "prefill_line", "timed_runs_still_starved",
                                                       "rows_from_journal", "wall_s")}))
 
 

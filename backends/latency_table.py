@@ -58,7 +58,9 @@ compiled fast path, which calls the same functions):
   model (``LatencyTable.moe``) the lookup between two grid tokens follows the fused-MoE
   kernel's block count rather than a line (:mod:`backends.moe_prefill`); on any model with the
   attention metadata, at a prefix, it follows the attention launch's waves
-  (``LatencyTable.prefill_waves``, :mod:`backends.prefill_waves`).
+  (``LatencyTable.prefill_waves``, :mod:`backends.prefill_waves`).  With a prefill line
+  (``LatencyTable.prefill_line``) the line's time at the exact token count replaces the grid's
+  prefix-0 value, the grid adding the prefix's cost (:mod:`backends.prefill_line`).
 """
 
 from __future__ import annotations
@@ -71,11 +73,10 @@ import numpy as np
 from backends.attention_kv import (ATT_BSW, ATT_DLAYERS, ATT_LAYERS, ATT_MLA, ATT_ON,
                                    attention_rows, bs_waves, effective_kv, resolve_kv_lookup,
                                    table_attention, verify_kv)
-from backends.interp import interp_prefill
-from backends.jit import njit
-from backends.moe_prefill import block_costs, describe, moe_params, prefill_block_term
+from backends.moe_prefill import block_costs, describe, moe_params
 from backends import prefill_waves as pw
-from backends.prefill_waves import prefill_wave_term
+from backends.prefill_line import _grid_prefill, line_arrays, prefill_lookup
+from backends import prefill_line as pl
 from backends.mla_waves import interp2_waves, interp3_waves
 from backends.protocol import DraftBatch, DraftExtendBatch, PrefillBatch, VerifyBatch, VerifyTiming
 
@@ -210,20 +211,6 @@ def prefill_axes(batch: PrefillBatch) -> tuple[float, float]:
     return tokens, pairs / tokens - tokens / 2.0
 
 
-@njit
-def prefill_lookup(a0, a1, v, moe_cost, moe_prm, wave_cost, wave_prm, tokens, prefix):
-    """Seconds of a prefill pass at (``tokens``, attention-equivalent ``prefix``) on a prefill
-    grid (axes ``a0``, ``a1``, values ``v``): the bilinear value (:func:`backends.interp.
-    interp_prefill`) plus the MoE block term and the attention wave term between grid tokens
-    (:mod:`backends.moe_prefill`, :mod:`backends.prefill_waves`; each 0 where it does not
-    apply), and whether the lookup left the grid.  The table and the compiled engine both call
-    it."""
-    value, outside = interp_prefill(a0, a1, v, tokens, prefix)
-    value += prefill_block_term(a0, moe_cost, moe_prm, tokens)
-    value += prefill_wave_term(a0, a1, wave_cost, wave_prm, tokens, prefix)
-    return value, outside
-
-
 @dataclass(frozen=True)
 class LatencyTable:
     """Every kind of forward pass's latency on grids (see the module docstring)."""
@@ -247,6 +234,9 @@ class LatencyTable:
     #: the prefill attention launch (``backends.prefill_waves.wave_spec``): prefill lookups at a
     #: prefix then follow its waves between grid tokens; ``None``: no wave term
     prefill_waves: dict[str, Any] | None = None
+    #: a prefill line (:mod:`backends.prefill_line`): one request's prefill at prefix 0 at
+    #: consecutive token counts, 1 axis (tokens), read at the exact count; ``None``: the grid only
+    prefill_line: Grid | None = None
 
     def __post_init__(self) -> None:
         if (self.extend_graph is None) != (self.extend_eager is None):
@@ -282,6 +272,16 @@ class LatencyTable:
             extra["prefill_moe_blocks"] = describe(self.moe, cost, fit)
         if self.prefill_waves:
             extra["prefill_attention_waves"] = pw.describe(self.prefill_waves, a1, wcost, wfit)
+        line = self.prefill_line
+        if line is not None and len(line.axes) != 1:
+            raise ValueError(f"LatencyTable.prefill_line needs 1 axis, got {len(line.axes)}")
+        lt, lv = line_arrays(*(line.axes[0], line.values) if line is not None else ((), ()))
+        if lt.size:
+            at0 = np.array([_grid_prefill(a0, a1, self.prefill.values, cost, prm, wcost, wprm,
+                                          float(t), 0.0)[0] for t in a0])
+            lv, extra["prefill_line"] = pl.leveled(lt, lv, a0, at0)
+        object.__setattr__(self, "_pl_tok", lt)
+        object.__setattr__(self, "_pl_val", lv)
         if extra:
             object.__setattr__(self, "source", {**self.source, **extra})
 
@@ -321,7 +321,7 @@ class LatencyTable:
         g = self.prefill
         value, outside = prefill_lookup(g.axes[0], g.axes[1], g.values, self._pf_cost,
                                         self._pf_moe, self._pf_wave, self._pf_wprm,
-                                        float(tokens), float(prefix))
+                                        self._pl_tok, self._pl_val, float(tokens), float(prefix))
         return float(value), bool(outside)
 
 

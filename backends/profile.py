@@ -42,7 +42,9 @@ Building the grids (each documented in ``LatencyTable.source``):
   warns in its summary.
 
 **Held-out points** (``split == "heldout"`` rows, :mod:`backends.profile_file`) are kept out
-of the grids; ``specsched fidelity`` scores the tables on them.
+of the grids; ``specsched fidelity`` scores the tables on them.  **Prefill-line** rows
+(``split == "line"``) become ``LatencyTable.prefill_line``, read at the exact token count
+(:mod:`backends.prefill_line`; not made monotone).
 """
 
 from __future__ import annotations
@@ -56,15 +58,17 @@ from backends.interp import interp2, interp3
 from backends.latency_table import EXTEND_FALLBACK_CAVEAT, Grid, LatencyTable, TableExecutor
 from backends.moe_prefill import moe_spec
 from backends.prefill_waves import wave_spec
+from backends.prefill_line import line_arrays
 from backends.profile_file import (PROFILE_SCHEMA, PROFILE_VERSION, SPLIT_FIELD, SPLITS, _columns,
-                                   grid_rows, heldout_rows, profile_metadata, read_profile,
+                                   grid_rows, heldout_rows, line_rows, profile_metadata,
+                                   read_profile,
                                    write_profile)
 from backends.shipped import (PROFILES_DIR, default_profile, file_sha256, profile_status,
                               shipped_profiles, status_warning)
 from traces.errors import SpecschedError
 
 __all__ = ["PROFILE_SCHEMA", "PROFILE_VERSION", "PROFILES_DIR", "SPLIT_FIELD", "SPLITS",
-           "write_profile", "read_profile", "grid_rows", "heldout_rows", "load_profile",
+           "write_profile", "read_profile", "grid_rows", "heldout_rows", "line_rows", "load_profile",
            "ProfileExecutor", "default_profile", "shipped_profiles", "profile_metadata"]
 
 
@@ -257,8 +261,14 @@ def load_profile(path: "str | Path") -> LatencyTable:
         stats["warnings"].append(EXTEND_FALLBACK_CAVEAT + " (the profile has no draft_extend rows)")
     if not stats["warnings"]:
         del stats["warnings"]
-    if rows.num_rows > table.num_rows:
-        stats["heldout_rows"] = rows.num_rows - table.num_rows  # not in the grids
+    held = heldout_rows(rows).num_rows
+    if held:
+        stats["heldout_rows"] = held  # not in the grids
+    line = line_rows(rows)
+    if line.num_rows:
+        lt, lv = line_arrays(line.column("tokens").to_numpy(), line.column("latency_s").to_numpy(),
+                             f"{where}: prefill line")
+        grids["prefill_line"] = Grid((lt,), lv)
     source = {"backend": "profile", "file": str(path), "sha256": file_sha256(path),
               "rows": table.num_rows, "model": meta.get("model"), "gpu": meta.get("gpu"),
               "versions": meta.get("versions"), "kernels": meta.get("kernels"),

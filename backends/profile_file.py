@@ -8,8 +8,13 @@ validated, with its metadata.  Turning the rows into latency grids is
 
 **Held-out points.**  A file may carry an optional ``split`` column (:data:`SPLIT_FIELD`):
 ``"grid"`` rows build the tables, ``"heldout"`` rows are measured shapes kept out of them, so
-``specsched fidelity`` can score the tables on points they never saw.  A file without the column
-is all grid.  Held-out rows are validated like the others; only grid rows must cover the kinds.
+``specsched fidelity`` can score the tables on points they never saw, and ``"line"`` rows are a
+prefill line: one request's prefill at prefix 0 at consecutive token counts (every count from 1
+to about 1,536), which the prefill lookup reads at the exact count (:mod:`backends.prefill_line`:
+a dense model's prefill time is a staircase in the count that no coarse grid follows).  A file
+without the column is all grid.  Held-out and line rows are validated like the others (a line
+row must be a one-request prefill at ``kv_len`` 0, and may repeat a grid row's shape: the same
+pass, measured for both); only grid rows must cover the kinds.
 """
 
 from __future__ import annotations
@@ -28,7 +33,7 @@ from traces.atomic import atomic_output_file
 from traces.errors import ProblemLog, SpecschedError
 
 __all__ = ["PROFILE_SCHEMA", "PROFILE_VERSION", "SPLIT_FIELD", "SPLITS", "write_profile",
-           "read_profile", "grid_rows", "heldout_rows", "profile_metadata"]
+           "read_profile", "grid_rows", "heldout_rows", "line_rows", "profile_metadata"]
 
 PROFILE_VERSION = "1"
 
@@ -44,9 +49,10 @@ PROFILE_SCHEMA = pa.schema([
     pa.field("p90_s", pa.float64(), nullable=False),
     pa.field("reps", pa.int32(), nullable=False),
 ])
-#: optional column: "grid" (builds the tables) or "heldout" (kept out, scored by fidelity)
+#: optional column: "grid" (builds the tables), "heldout" (kept out, scored by fidelity) or
+#: "line" (a prefill line at exact token counts, read beside the prefill grid)
 SPLIT_FIELD = pa.field("split", pa.string(), nullable=False)
-SPLITS = ("grid", "heldout")
+SPLITS = ("grid", "heldout", "line")
 _KINDS = ("verify", "draft", "prefill", "draft_extend")
 _META_KEYS = ("model", "gpu", "versions", "command", "kernels", "notes", "attention")
 #: optional metadata, written only when given: ``calibration`` (``specsched calibrate``: the
@@ -152,7 +158,11 @@ def _validate(table: pa.Table, where: str) -> None:
             bad(i, "p90_s", f"{p90[i]} is below the median latency_s {lat[i]}")
         if reps[i] < 1:
             bad(i, "reps", f"must be >= 1, got {reps[i]}")
-        key = (k, bool(graph[i]), int(bs[i]), int(width[i]), int(kv[i]), int(tokens[i]))
+        if split[i] == "line" and (k != "prefill" or bs[i] != 1 or kv[i] != 0):
+            bad(i, "split", "a line row must be a prefill of one request (bs 1) at kv_len 0, "
+                f"got {k} bs {bs[i]} kv_len {kv[i]}")
+        key = (k, bool(graph[i]), int(bs[i]), int(width[i]), int(kv[i]), int(tokens[i]),
+               split[i] == "line")
         if key in seen:
             bad(i, None, f"duplicates row {seen[key]} (same kind, graph, bs, width, kv_len, tokens)")
         else:
@@ -275,3 +285,8 @@ def grid_rows(table: pa.Table) -> pa.Table:
 def heldout_rows(table: pa.Table) -> pa.Table:
     """The held-out rows of a profile table (``split == "heldout"``; none without the column)."""
     return _split_rows(table, "heldout")
+
+
+def line_rows(table: pa.Table) -> pa.Table:
+    """The prefill-line rows of a profile table (``split == "line"``; none without the column)."""
+    return _split_rows(table, "line")

@@ -57,10 +57,10 @@
 #                tokens*); measured for the 8B on 2026-12-05 it was worse than the shipped grid
 #                (h200-2026-12-05/README.md), so it is not shipped      -> MODEL__H200.parquet
 #   prefill-line:MODEL  prefills of every token count from 1 to 1,536 at prefix 0 (3 timed
-#                launches each; journal journal_prefill-line-MODEL.jsonl: at the 2026-12-05
-#                sweep's rate, 0.67 s a point with 5 launches, about two calls), for
-#                `benchmarks/prefill_exact_counts.py OUT/prefill_line_MODEL.parquet --line`:
-#                does an exact-count line bring the live prefills nearer (-> prefill_line_MODEL.parquet)
+#                launches each; journal journal_prefill-line-MODEL.jsonl). The 8B's took 532 s
+#                in one call (h200-2026-12-05b) and is shipped as its profile's prefill line
+#                (`profile_take_rows.py --add-line`; docs/backends.md, *Prefill line*); the 70B
+#                shard's would take two or three calls        (-> prefill_line_MODEL.parquet)
 #   profile70b   `profile8b` for the Llama-3.1-70B tp-8 shard on a 14-size ladder x KV to 32k at 5
 #                points (80 layers; the whole grid and 40 held-out shapes took 424 s on 2026-12-02)
 #                                                             -> llama-3.1-70b__H200.parquet

@@ -19,6 +19,18 @@ With ``--add-heldout`` instead of ``--kind`` it keeps every base row and adds th
 held-out rows (a grid grown and given new held-out shapes keeps the shapes measured before it
 grew), leaving out any that the base holds or whose shape is now a point of the base's grid.
 
+With ``--add-line`` instead it keeps every grid and held-out base row and adds a prefill line
+(``split="line"`` rows, read by the prefill lookup at the exact token count) from ``donor``: its
+one-request prefill rows at prefix 0 (grid rows, e.g. from ``specsched profile --prefill-tokens
+1,2,...,1536 --prefill-prefix 0``, and its own line rows, which win at a count both hold),
+replacing any line the base had. They are written as the donor recorded them: the profile
+backend puts a line at its grid's level when it loads it (``backends.prefill_line.leveled``,
+per grid token), so the note keeps only the median of base / donor over the token counts where
+the base has a grid prefill row at prefix 0 and bs 1 and the donor a row (``grid_over_line``),
+and the counts' range. A donor with fewer than two such rows, or none at a count the base holds
+(no level to put it at), is refused. A base without a ``split`` column gets one (its rows
+``"grid"``).
+
 Refuses to write over ``base``, ``donor`` or an existing file.
 """
 
@@ -35,6 +47,7 @@ import pyarrow.compute as pc
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from backends.profile import SPLIT_FIELD as _SPLIT, read_profile, write_profile  # noqa: E402
+from backends.profile_file import PROFILE_SCHEMA  # noqa: E402
 from traces.errors import SpecschedError  # noqa: E402
 
 SPLIT_FIELD = _SPLIT.name
@@ -138,6 +151,56 @@ def add_heldout(base: str, donor: str, note: str) -> tuple[pa.Table, dict]:
                                   "why": note})
 
 
+def _line_source(table: pa.Table) -> pa.Table:
+    """``table``'s one-request prefill rows at prefix 0 that may make a line: its grid rows (all
+    rows without a split column) and its line rows, one per token count (the line row where a
+    count has both), as :data:`PROFILE_SCHEMA` columns."""
+    one = pc.and_(pc.equal(table["kind"], "prefill"),
+                  pc.and_(pc.equal(table["kv_len"], 0), pc.equal(table["bs"], 1)))
+    if SPLIT_FIELD in table.column_names:
+        split = table[SPLIT_FIELD]
+        grid = table.filter(pc.and_(one, pc.equal(split, "grid")))
+        line = table.filter(pc.and_(one, pc.equal(split, "line")))
+    else:
+        grid, line = table.filter(one), table.slice(0, 0)
+    names = [f.name for f in PROFILE_SCHEMA]
+    by_count = {r["tokens"]: r for r in grid.select(names).to_pylist()}
+    by_count.update({r["tokens"]: r for r in line.select(names).to_pylist()})
+    rows = [by_count[t] for t in sorted(by_count)]
+    return pa.Table.from_pylist(rows, schema=PROFILE_SCHEMA) if rows else PROFILE_SCHEMA.empty_table()
+
+
+def add_line(base: str, donor: str, note: str) -> tuple[pa.Table, dict]:
+    """``base``'s grid and held-out rows and metadata plus ``donor``'s one-request prefill rows
+    at prefix 0 as a prefill line (``split="line"``), as the donor recorded them."""
+    bt, bm, dt, dm = _read_pair(base, donor)
+    dl = _line_source(dt)
+    if len(dl) < 2:
+        raise SpecschedError(f"{'no' if not len(dl) else 'only one'} prefill row of one "
+                             f"request (bs 1) at kv_len 0, so no prefill line to add (it needs "
+                             f"at least 2)", path=donor)
+    bg = _grid(bt)
+    ref = bg.filter(pc.and_(pc.equal(bg["kind"], "prefill"),
+                            pc.and_(pc.equal(bg["kv_len"], 0), pc.equal(bg["bs"], 1))))
+    counts = dl.column("tokens").to_pylist()
+    if not set(ref.column("tokens").to_pylist()) & set(counts):
+        raise SpecschedError(f"none of its prefill counts at kv_len 0 ({min(counts)} to "
+                             f"{max(counts)} tokens) is a grid prefill point of {base} at kv_len 0 "
+                             f"and bs 1, so no level to put the line at", path=donor)
+    factor = level_factors(ref, dl)[0]  # recorded only: the table levels the line per grid token
+    if SPLIT_FIELD in bt.column_names:
+        kept = bt.filter(pc.not_equal(bt[SPLIT_FIELD], "line"))
+    else:
+        kept = bt.append_column(_SPLIT, pa.array(["grid"] * len(bt), pa.string()))
+    line = dl.append_column(_SPLIT, pa.array(["line"] * len(dl), pa.string()))
+    rows = pa.concat_tables([kept, line.select(kept.column_names).cast(kept.schema)])
+    said = {"rows": len(line), "tokens": [min(counts), max(counts)],
+            "grid_over_line": round(factor, 6), "why": note}
+    if len(bt) - len(kept):
+        said["replaced"] = len(bt) - len(kept)
+    return rows, _noted(bm, dm, "line_added", said)
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("base")
@@ -146,6 +209,10 @@ def main(argv: list[str] | None = None) -> int:
     what.add_argument("--kind", help="the kind whose grid rows the donor gives")
     what.add_argument("--add-heldout", action="store_true",
                       help="keep every base row and add the donor's held-out rows")
+    what.add_argument("--add-line", action="store_true",
+                      help="keep the base's grid and held-out rows and add the donor's one-request "
+                           "prefill rows at kv_len 0 as the prefill line (split=line, replacing "
+                           "any line the base had), as recorded")
     ap.add_argument("--keep-level", action="store_true",
                     help="with --kind: scale the donor's rows to the base's level per KV line")
     ap.add_argument("--note", required=True, help="why the rows are taken (kept in the notes)")
@@ -159,6 +226,12 @@ def main(argv: list[str] | None = None) -> int:
         if a.add_heldout:
             rows, meta = add_heldout(a.base, a.donor, a.note)
             what = f"{meta['notes'][-1]['heldout_added']['rows']} held-out rows"
+        elif a.add_line:
+            rows, meta = add_line(a.base, a.donor, a.note)
+            said = meta["notes"][-1]["line_added"]
+            what = (f"a prefill line of {said['rows']} rows ({said['tokens'][0]} to "
+                    f"{said['tokens'][1]} tokens), as recorded (the base's grid / the line: "
+                    f"median {said['grid_over_line']:.4f} at the counts both hold)")
         else:
             rows, meta = take_rows(a.base, a.donor, a.kind, a.note, a.keep_level)
             what = f"the {a.kind} grid rows"

@@ -57,23 +57,25 @@ ITER_SLOTS = 200
 
 
 def _table_tuple(table: LatencyTable | None) -> tuple:
-    """The 29 arrays the compiled core evaluates (dummies when there is no table): the grids'
+    """The 31 arrays the compiled core evaluates (dummies when there is no table): the grids'
     axes and values, then the prefill lookup's MoE block cost per tile and parameters
-    (``backends.moe_prefill``) and its attention wave cost per prefix line and parameters
-    (``backends.prefill_waves``)."""
+    (``backends.moe_prefill``), its attention wave cost per prefix line and parameters
+    (``backends.prefill_waves``) and its prefill line's token counts and seconds (empty without
+    one: ``backends.prefill_line``)."""
     if table is None:
         one = np.ones(1)
         g3 = (one, one, one, np.ones((1, 1, 1)))
         g2 = (one, one, np.ones((1, 1)))
         return g3 + g3 + g2 + g2 + g2 + g3 + g3 + (np.zeros(3), np.zeros(NPRM), np.zeros(1),
-                                                    np.zeros(NWPRM))
+                                                    np.zeros(NWPRM), np.zeros(0), np.zeros(0))
     out = []
     for g in (table.verify_graph, table.verify_eager, table.draft_graph, table.draft_eager,
               table.prefill):
         out.extend(g.axes)
         out.append(g.values)
     return tuple(out) + tuple(extend_arrays(table)) + (table._pf_cost, table._pf_moe,
-                                                        table._pf_wave, table._pf_wprm)
+                                                        table._pf_wave, table._pf_wprm,
+                                                        table._pl_tok, table._pl_val)
 
 
 class StepBuffers:

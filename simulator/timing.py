@@ -52,7 +52,7 @@ def pass_kv(r, p, PI, PF, CF, tab):
     if draft:
         return effective_kv(kvsum, kvmax, nseq, nreal, rows, True, att)
     (vg0, vg1, vg2, vgv, ve0, ve1, ve2, vev, dg0, dg1, dgv, de0, de1, dev, pf0, pf1, pfv,
-     xg0, xg1, xg2, xgv, xe0, xe1, xe2, xev, pfc, pfm, pfw, pfwp) = tab
+     xg0, xg1, xg2, xgv, xe0, xe1, xe2, xev, pfc, pfm, pfw, pfwp, plt, plv) = tab
     if kind == KIND_EXTEND:
         w = float(PI[r, p, P_WIDTH])
         layers = att[ATT_DLAYERS]
@@ -73,7 +73,7 @@ def _fluid_lookups(r, PI, PF, E, CF, tab, MB, fs):
     from its members' KV in launch order (:func:`backends.mla_fluid.fluid_kv`, ``fs`` its
     scratch), where it applies; the rule's coordinate stays where it does not."""
     (vg0, vg1, vg2, vgv, ve0, ve1, ve2, vev, dg0, dg1, dgv, de0, de1, dev, pf0, pf1, pfv,
-     xg0, xg1, xg2, xgv, xe0, xe1, xe2, xev, pfc, pfm, pfw, pfwp) = tab
+     xg0, xg1, xg2, xgv, xe0, xe1, xe2, xev, pfc, pfm, pfw, pfwp, plt, plv) = tab
     att = CF[CF_ATT:]
     for p in range(E[r, E_NPASS]):
         kind = PI[r, p, P_KIND]
@@ -112,14 +112,14 @@ def _time_passes(r, PI, PF, E, CF, tab):
     """Latency of every pending pass from the latency table (the fast path); on an MLA profile a
     batch size between grid points is interpolated in decode waves (``backends.mla_waves``)."""
     (vg0, vg1, vg2, vgv, ve0, ve1, ve2, vev, dg0, dg1, dgv, de0, de1, dev, pf0, pf1, pfv,
-     xg0, xg1, xg2, xgv, xe0, xe1, xe2, xev, pfc, pfm, pfw, pfwp) = tab
+     xg0, xg1, xg2, xgv, xe0, xe1, xe2, xev, pfc, pfm, pfw, pfwp, plt, plv) = tab
     att = CF[CF_ATT:]
     for p in range(E[r, E_NPASS]):
         kind = PI[r, p, P_KIND]
         oog = False
         if kind == KIND_PREFILL:
             tok = float(PI[r, p, P_TOKENS])
-            lat, oog = prefill_lookup(pf0, pf1, pfv, pfc, pfm, pfw, pfwp, tok,
+            lat, oog = prefill_lookup(pf0, pf1, pfv, pfc, pfm, pfw, pfwp, plt, plv, tok,
                                       PF[r, p, PF_LOOKUP])
         elif kind == KIND_DRAFT:
             bs = float(PI[r, p, P_BSPAD])

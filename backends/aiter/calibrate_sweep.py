@@ -24,7 +24,8 @@ from pathlib import Path
 from typing import Any, Callable
 
 from backends.calibrate import (SHAPE, anchor_record, calibrated_metadata, calibrated_rows,
-                                choose_anchors, factors_text, fit_factors, group_name)
+                                choose_anchors, factors_text, fit_factors, group_name,
+                                line_carried, with_splits)
 from backends.heldout import SECTIONS, HeldoutPoint, choose_heldout, grid_span
 from backends.aiter.heldout_sweep import _graph_key, _kernel_widths, measure_points
 from backends.aiter.profiling import ProfileSpec, open_runner
@@ -113,7 +114,8 @@ def run_calibrate(model: Any, out: str, base: str, spec: ProfileSpec, *, anchors
     workload spends its time (``backends.calibrate_workload``), recorded as ``workload``."""
     from backends.aiter import bridge
     from backends.aiter.executor import gpu_info
-    from backends.profile import _check_model, grid_rows, read_profile, write_profile
+    from backends.profile import (_check_model, grid_rows, heldout_rows, line_rows, read_profile,
+                                  write_profile)
 
     t_start = time.perf_counter() if t_start is None else t_start
     deadline = t_start + budget_s - RESERVE_S
@@ -121,7 +123,7 @@ def run_calibrate(model: Any, out: str, base: str, spec: ProfileSpec, *, anchors
     base_rows, meta = read_profile(base)
     _check_model(model, meta.get("model"), str(base))
     grid = grid_rows(base_rows).to_pylist()
-    dropped_heldout = base_rows.num_rows - len(grid)
+    dropped_heldout = heldout_rows(base_rows).num_rows
     widths = sorted({int(r["width"]) for r in grid if r["kind"] == "verify" and r["graph"]})
     runner, shape, cap, fits = open_runner(model, widths, dict(executor_opts or {}), say)
 
@@ -177,11 +179,8 @@ def run_calibrate(model: Any, out: str, base: str, spec: ProfileSpec, *, anchors
         calibration["heldout"] = held_note
     if wl_info is not None:
         calibration["workload"] = wl_info
-    scaled = calibrated_rows(grid, factors)
-    if held:
-        scaled = [dict(r, split="grid") for r in scaled] + held
-    else:
-        scaled = [{k: v for k, v in r.items() if k != "split"} for r in scaled]
+    scaled = with_splits(calibrated_rows(grid, factors),
+                         line_carried(line_rows(base_rows).to_pylist(), factors), held)
     notes: list = [f"calibrated by `specsched calibrate` on {machine.get('name')} at {at}: "
                    f"{len(measured)} anchors from {Path(base).name}, factors "
                    + factors_text(factors)

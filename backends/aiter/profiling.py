@@ -12,7 +12,9 @@ median and the 10th/90th percentiles):
 * draft-extend, graph replays: one graph per (batch size, width) -- the draft model over
   ``width`` rows per request, SGLang's draft-extend pass after a verify -- every KV length
   replayed through it; eager at a few points (``extend_eager_widths`` over the eager grid);
-* prefill: eager ragged passes over (tokens, cached prefix).
+* prefill: eager ragged passes over (tokens, cached prefix);
+* with ``prefill_line`` N, a prefill line: one request at prefix 0 at every count from 1 to N
+  (``split == "line"``: read at the exact count, ``backends.prefill_line``).
 
 Then, with ``heldout`` > 0, shapes off that grid (``backends.heldout`` chooses them,
 ``backends.aiter.heldout_sweep`` measures them the same way), kept out of the tables.
@@ -79,6 +81,9 @@ class ProfileSpec:
     prefill_tokens: Sequence[int] = (32, 64, 128, 256, 512, 768, 1024, 1536, 2048, 3072, 4096,
                                      6144, 8192)
     prefill_prefix: Sequence[int] = (0, 2048, 8192, 16384)
+    #: N > 0: after the prefill grid, one-request prefills at prefix 0 at every count from 1 to
+    #: N, stored as a prefill line (``split == "line"``, ``backends.prefill_line``); 0: none
+    prefill_line: int = 0
     reps: int = 5
     warmup: int = 2
     eager_reps: int = 5
@@ -97,6 +102,8 @@ class ProfileSpec:
                 raise SpecschedError(f"--{name.replace('_', '-')}: every value must be >= 1")
         if any(int(v) < 0 for v in self.prefill_prefix):
             raise SpecschedError("--prefill-prefix: every value must be >= 0")
+        if int(self.prefill_line) < 0:
+            raise SpecschedError("--prefill-line: must be >= 0")
         if not self.bs or not self.widths or not self.kv:
             raise SpecschedError("the verify sweep needs at least one batch size, width and KV length")
         if self.extend and self.draft and not self.extend_widths:
@@ -437,6 +444,22 @@ def _sweep(runner, shape, cap, fits, spec: ProfileSpec, pj, *, out, command, pro
     say(f"prefill: {sum(1 for r in rows if r['kind'] == 'prefill')} points in "
         f"{timing['prefill_s']:.1f} s")
 
+    # ---- the prefill line at every count (backends.prefill_line) -------------------------------
+    t0 = time.perf_counter()
+    line = []
+    for tok in range(1, int(spec.prefill_line) + 1):
+        if not fits(1, 0, tok):
+            skipped["prefill"].append([tok, 0])
+            continue
+        k = ("prefill", False, 1, 0, 0, tok)  # a grid point at prefix 0 is the same pass
+        if k not in pj.rows:
+            ts = runner.prefill(np.array([tok]), np.array([0]), reps=spec.eager_reps, warmup=1)
+            pj.add(_row(*k, [t.latency_s for t in ts]))
+        line.append(dict(pj.rows[k], split="line"))
+    if spec.prefill_line:
+        timing["prefill_line_s"] = time.perf_counter() - t0
+        say(f"prefill line: {len(line)} counts in {timing['prefill_line_s']:.1f} s")
+
     # ---- held-out points off the grid (backends.heldout) ---------------------------------------
     held_note = None
     if heldout:
@@ -448,6 +471,8 @@ def _sweep(runner, shape, cap, fits, spec: ProfileSpec, pj, *, out, command, pro
         rows = [dict(r, split="grid") for r in rows] + held
         timing["heldout_s"] = time.perf_counter() - t0
         say(f"held-out: {len(held)} points in {timing['heldout_s']:.1f} s")
+    if line:
+        rows = [r if "split" in r else dict(r, split="grid") for r in rows] + line
 
     r = runner.describe()
     notes = [
@@ -524,6 +549,7 @@ def _sweep(runner, shape, cap, fits, spec: ProfileSpec, pj, *, out, command, pro
     write_profile(rows, out, meta)
     summary = {"rows": len(rows), "out": str(out), "skipped": {k: len(v) for k, v in skipped.items()},
                "heldout": sum(1 for x in rows if x.get("split") == "heldout"),
+               "prefill_line": len(line),
                "timed_runs_still_starved": t["timed_runs_still_starved"],
                "rows_from_journal": len(pj.rows) - pj.measured, "rows_measured": pj.measured,
                "timing_s": timing, "wall_s": time.perf_counter() - t_start}

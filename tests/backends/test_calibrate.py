@@ -199,6 +199,27 @@ def test_refit_divides_each_measured_anchor_by_the_new_base(tmp_path):
     assert meta["gpu"]["uuid"] == "feedbeef-0000" and cal["at"] == "2026-12-01T00:00:00Z"
 
 
+def test_refit_carries_a_prefill_line_scaled_by_the_prefill_factor(tmp_path):
+    """A base with a prefill line (counts 1-3 at 1, 2, 3 ms): the re-fit keeps it as line rows
+    at 0.90 x (the prefill factor of the anchors above), and the calibrated table reads it."""
+    from backends.calibrate_refit import refit_calibration
+    from backends.profile import (line_rows, load_profile, profile_metadata, read_profile,
+                                  write_profile)
+
+    m, rows, base, src = _refit_files(tmp_path)
+    line = [dict(kind="prefill", graph=False, bs=1, width=0, kv_len=0, tokens=n,
+                 latency_s=n * 1e-3, p10_s=n * 1e-3, p90_s=n * 1e-3, reps=3, split="line")
+            for n in (1, 2, 3)]
+    lined = tmp_path / "lined.parquet"
+    write_profile([dict(r, split="grid") for r in rows] + line, lined,
+                  profile_metadata(m, {"name": "H200"}))
+    out = tmp_path / "refit_line.parquet"
+    refit_calibration(m, str(src), str(lined), str(out))
+    got = {r["tokens"]: r["latency_s"] for r in line_rows(read_profile(out)[0]).to_pylist()}
+    assert got == pytest.approx({1: 0.9e-3, 2: 1.8e-3, 3: 2.7e-3})
+    assert load_profile(out).prefill_s(2, 0)[0] == pytest.approx(1.8e-3)
+
+
 def test_refit_refuses_a_file_without_anchors_and_writes_nothing(tmp_path):
     from backends.calibrate_refit import refit_calibration
     from traces.errors import SpecschedError

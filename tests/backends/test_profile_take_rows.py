@@ -9,6 +9,7 @@ import pyarrow.parquet as pq
 
 from backends.profile import profile_metadata, read_profile, write_profile
 from backends_helpers import roofline_profile_rows
+from traces.errors import SpecschedError
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "benchmarks"))
 
@@ -138,3 +139,143 @@ def test_keep_level_gives_the_donors_shape_at_the_bases_level_per_kv_line(tmp_pa
     assert m.main([str(base), str(donor), "--add-heldout", "--keep-level", "--note", "x",
                    "-o", str(out2)]) == 2
     assert not out2.exists() and capsys.readouterr().err.startswith("error:")
+
+
+# ---- --add-line ------------------------------------------------------------------------------
+def _tiny(path, prefill, gpu, *, kv_prefill=None, line=None, split=True, extra=()):
+    """A tiny profile: one verify and one draft graph row, one-request prefill grid rows at
+    prefix 0 (``prefill``: tokens -> latency), the ``kv_prefill`` ones at prefix 1024, ``line``
+    rows (tokens -> latency) and ``extra`` rows as given; p10 and p90 are 0.75 and 1.25 times the
+    latency (exact in binary, so scaling by 2 is exact). Without ``split`` no split column."""
+    from backends.models import load_model
+
+    def row(kind, graph, bs, w, kv, tok, lat, sp="grid"):
+        r = dict(kind=kind, graph=graph, bs=bs, width=w, kv_len=kv, tokens=tok, latency_s=lat,
+                 p10_s=lat * 0.75, p90_s=lat * 1.25, reps=5)
+        return dict(r, split=sp) if split else r
+
+    rows = [row("verify", True, 1, 1, 256, 1, 0.0625), row("draft", True, 1, 1, 256, 1, 0.03125)]
+    rows += [row("prefill", False, 1, 0, 0, t, v) for t, v in prefill.items()]
+    rows += [row("prefill", False, 1, 0, 1024, t, v) for t, v in (kv_prefill or {}).items()]
+    rows += [row("prefill", False, 1, 0, 0, t, v, "line") for t, v in (line or {}).items()]
+    rows += [row(*e) if split else row(*e[:7]) for e in extra]
+    write_profile(rows, path, profile_metadata(load_model("llama-3.1-8b"), {"name": "H200", "uuid": gpu}))
+    return rows
+
+
+def _rows_by_shape(path):
+    return {(r["kind"], r["graph"], r["bs"], r["width"], r["kv_len"], r["tokens"], r["split"]):
+            (r["latency_s"], r["p10_s"], r["p90_s"], r["reps"]) for r in pq.read_table(path).to_pylist()}
+
+
+def test_add_line_takes_the_donors_prefix_0_prefill_as_recorded(tmp_path, capsys):
+    """Base prefill at prefix 0: 16 -> 0.5 s, 128 -> 1.0, 512 -> 2.0 (plus a prefix-1024 row, a
+    bs-2 row and a held-out row). Donor at prefix 0: 16 -> 0.25, 64 -> 0.375, 128 -> 0.5,
+    256 -> 0.75, 512 -> 0.5, and rows that must not be taken (prefix 1024, bs 2, held-out).
+    The line is the donor's five rows as recorded, p10 and p90 too; every base row is as it
+    was. Ratios at the common counts 16, 128, 512 are 2, 2, 4: the note keeps the median 2 (not
+    the mean 8/3)."""
+    import profile_take_rows as m
+    from backends.profile_file import line_rows
+
+    base, donor, out = tmp_path / "b.parquet", tmp_path / "d.parquet", tmp_path / "o.parquet"
+    brows = _tiny(base, {16: 0.5, 128: 1.0, 512: 2.0}, "base-gpu", kv_prefill={16: 0.75},
+                  extra=[("prefill", False, 2, 0, 0, 32, 1.5), ("prefill", False, 1, 0, 0, 100, 0.875, "heldout")])
+    _tiny(donor, {16: 0.25, 64: 0.375, 128: 0.5, 256: 0.75, 512: 0.5}, "donor-gpu",
+          kv_prefill={16: 0.5, 64: 0.625},
+          extra=[("prefill", False, 2, 0, 0, 32, 0.75), ("prefill", False, 1, 0, 0, 100, 0.4375, "heldout")])
+    assert m.main([str(base), str(donor), "--add-line", "--note", "dense line", "-o", str(out)]) == 0
+    got = _rows_by_shape(out)
+    want_line = {16: 0.25, 64: 0.375, 128: 0.5, 256: 0.75, 512: 0.5}
+    for r in brows:  # (b) the base's rows unchanged
+        k = (r["kind"], r["graph"], r["bs"], r["width"], r["kv_len"], r["tokens"], r["split"])
+        assert got.pop(k) == (r["latency_s"], r["p10_s"], r["p90_s"], r["reps"]), k
+    assert got == {("prefill", False, 1, 0, 0, t, "line"): (v, v * 0.75, v * 1.25, 5)  # (a)
+                   for t, v in want_line.items()}
+    table, meta = read_profile(out)  # (d) validates; the line is the donor's counts exactly
+    assert line_rows(table).column("tokens").to_pylist() == [16, 64, 128, 256, 512]
+    note = meta["notes"][-1]["line_added"]
+    assert {k: note[k] for k in ("rows", "tokens", "grid_over_line", "why")} == {
+        "rows": 5, "tokens": [16, 512], "grid_over_line": 2.0, "why": "dense line"}
+    assert "replaced" not in note and note["from_gpu"]["uuid"] == "donor-gpu"
+    assert meta["gpu"]["uuid"] == "base-gpu"
+    assert "median 2.0000" in capsys.readouterr().out
+
+
+def test_add_line_takes_the_donors_line_rows_and_replaces_the_bases(tmp_path):
+    """Donor grid at prefix 0: 16 -> 0.25, 128 -> 0.5; its line rows 1 -> 0.125, 2 -> 0.125,
+    16 -> 0.3125 (the line row wins at 16). Base grid 16 -> 0.5, 128 -> 1.0, and an old line at
+    1..4 (0.0625 each). The new line is 1 -> 0.125, 2 -> 0.125, 16 -> 0.3125, 128 -> 0.5 and the
+    old line is gone (replaced: 4); ratios 0.5 / 0.3125 = 1.6 and 1.0 / 0.5 = 2, median 1.8."""
+    import profile_take_rows as m
+    from backends.profile_file import grid_rows, line_rows
+
+    base, donor, out = tmp_path / "b.parquet", tmp_path / "d.parquet", tmp_path / "o.parquet"
+    _tiny(base, {16: 0.5, 128: 1.0}, "base-gpu", line={t: 0.0625 for t in (1, 2, 3, 4)})
+    _tiny(donor, {16: 0.25, 128: 0.5}, "donor-gpu", line={1: 0.125, 2: 0.125, 16: 0.3125})
+    assert m.main([str(base), str(donor), "--add-line", "--note", "x", "-o", str(out)]) == 0
+    table, meta = read_profile(out)
+    line = {r["tokens"]: r["latency_s"] for r in line_rows(table).to_pylist()}
+    want = {1: 0.125, 2: 0.125, 16: 0.3125, 128: 0.5}
+    assert line.keys() == want.keys()
+    for t, v in want.items():
+        assert abs(line[t] - v) <= 1e-12 * v, t
+    assert {r["tokens"]: r["latency_s"] for r in grid_rows(table).to_pylist() if r["kind"] == "prefill"} \
+        == {16: 0.5, 128: 1.0}
+    note = meta["notes"][-1]["line_added"]
+    assert (note["rows"], note["tokens"], note["grid_over_line"], note["replaced"]) == (4, [1, 128], 1.8, 4)
+
+
+def test_add_line_gives_a_base_without_a_split_column_one(tmp_path):
+    """A base with no split column: its rows come back as "grid" and the donor's as "line"."""
+    import profile_take_rows as m
+
+    base, donor, out = tmp_path / "b.parquet", tmp_path / "d.parquet", tmp_path / "o.parquet"
+    _tiny(base, {16: 0.5, 128: 1.0}, "base-gpu", split=False)
+    assert "split" not in pq.read_table(base).column_names
+    _tiny(donor, {8: 0.125, 16: 0.25, 128: 0.5}, "donor-gpu", split=False)
+    assert m.main([str(base), str(donor), "--add-line", "--note", "x", "-o", str(out)]) == 0
+    got = pq.read_table(out).to_pylist()
+    assert sorted((r["kind"], r["tokens"], r["split"], r["latency_s"]) for r in got) == sorted([
+        ("verify", 1, "grid", 0.0625), ("draft", 1, "grid", 0.03125),
+        ("prefill", 16, "grid", 0.5), ("prefill", 128, "grid", 1.0),
+        ("prefill", 8, "line", 0.125), ("prefill", 16, "line", 0.25), ("prefill", 128, "line", 0.5)])
+
+
+def test_add_line_refusals(tmp_path, capsys):
+    """Exit 2, one error line and nothing written for: a donor with no one-request prefill row at
+    prefix 0, one with only one, one whose counts the base's grid lacks at prefix 0, and an output
+    that is the base or exists; --add-line with --kind is an argparse error."""
+    import pytest
+
+    import profile_take_rows as m
+
+    base, out = tmp_path / "b.parquet", tmp_path / "o.parquet"
+    _tiny(base, {16: 0.5, 128: 1.0}, "base-gpu", kv_prefill={64: 1.0})
+    cases = {
+        "none": ({}, {16: 0.5}, "no prefill row"),  # only prefix 1024 (and a bs-2 row)
+        "one": ({16: 0.25}, {}, "only one prefill row"),
+        "apart": ({1: 0.125, 2: 0.125, 64: 0.5}, {}, "no level"),  # 64 is the base's at 1024 only
+    }
+    for name, (pre, kvp, says) in cases.items():
+        donor = tmp_path / f"{name}.parquet"
+        _tiny(donor, pre, "d", kv_prefill=kvp or None, extra=[("prefill", False, 2, 0, 0, 32, 0.75)])
+        assert m.main([str(base), str(donor), "--add-line", "--note", "x", "-o", str(out)]) == 2, name
+        err = capsys.readouterr().err
+        assert err.startswith("error:") and err.count("error:") == 1 and says in err, (name, err)
+        assert not out.exists()
+        with pytest.raises(SpecschedError, match=says):
+            m.add_line(str(base), str(donor), "x")
+    good = tmp_path / "good.parquet"
+    _tiny(good, {16: 0.25, 128: 0.5}, "d")
+    before = base.read_bytes()
+    assert m.main([str(base), str(good), "--add-line", "--note", "x", "-o", str(base)]) == 2
+    assert base.read_bytes() == before
+    out.write_text("keep")
+    assert m.main([str(base), str(good), "--add-line", "--note", "x", "-o", str(out)]) == 2
+    assert out.read_text() == "keep"
+    assert capsys.readouterr().err.count("error:") == 2
+    with pytest.raises(SystemExit) as exc:
+        m.main([str(base), str(good), "--add-line", "--kind", "prefill", "--note", "x",
+                "-o", str(tmp_path / "o3.parquet")])
+    assert exc.value.code == 2

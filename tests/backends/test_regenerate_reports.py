@@ -36,9 +36,11 @@ def test_dry_run_lists_every_report_and_keeps_those_of_earlier_profiles():
         assert ("would re-run" in lines[rep]) == (prof["sha256"] == current), lines[rep]
         assert ("kept" in lines[rep]) == (prof["sha256"] != current), lines[rep]
     # the V3 report of 2026-12-02b compared the profile before its prefill points at 32-248
-    # tokens; the 8B's evidence compared the shipped file
+    # tokens, the 8B's report of 2026-12-01b the profile before its prefill line; the 8B's
+    # evidence compared the shipped file
     assert "kept" in lines["benchmarks/results/h200-2026-12-02b/fidelity_v360.md"]
-    assert "would re-run" in lines["benchmarks/results/h200-2026-12-01b/fidelity_adaptive250.md"]
+    assert "kept" in lines["benchmarks/results/h200-2026-12-01b/fidelity_adaptive250.md"]
+    assert "would re-run" in lines["benchmarks/results/h200-2026-12-04b/fidelity_long_fixed_line.md"]
     assert all((ROOT / rep).read_bytes() == data for rep, data in before.items())
 
 
