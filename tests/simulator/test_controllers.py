@@ -142,13 +142,14 @@ def test_captured_widths_and_exported_configs():
 
 
 @pytest.mark.parametrize("rate_scale", [1.0, 8.0])
-def test_oracle_is_never_worse_than_the_real_controllers(rate_scale):
+def test_oracle_has_the_most_throughput_of_the_controllers(rate_scale):
     """On the shipped EAGLE sample, at its rate and 8x: the oracle (per round, the most tokens
     per second with hindsight, among the same 0..7 drafts) has at least every other
-    controller's throughput and, to within 0.5%, at most its mean TPOT: the oracle is greedy
-    per round (docs/simulator.md), and a round that commits more tokens per second can change
-    which requests batch together later, so it does not bound a run's mean TPOT exactly (at 8x,
-    the schedule controller's was 0.1% lower after the 3D lookup's partial-wave form)."""
+    controller's throughput, the quantity it maximises.  Its mean TPOT is not bounded by theirs:
+    the oracle is greedy per round (docs/simulator.md), and a round that commits more tokens per
+    second can change which requests batch together later (at 8x on the 8B profile with its
+    prefill line, the oracle's mean TPOT is 0.7% above the schedule controller's while its
+    throughput and median TPOT are the best), so TPOT is not asserted."""
     from specsched.setup import load_trace, simulate_to
 
     trace = load_trace("traces/samples/azure_conv_eagle_2k.parquet", limit=400)
@@ -156,16 +157,11 @@ def test_oracle_is_never_worse_than_the_real_controllers(rate_scale):
     for name in CONTROLLERS.names():
         cfg = SimConfig.load(None, {"engine.controller": name, "rate_scale": rate_scale,
                                     "engine.num_draft_tokens": 8})
-        res = simulate_to(trace, cfg, None)
-        r = res.requests
-        first, fin = r["first_token_s"].to_numpy(), r["finish_s"].to_numpy()
-        out = r["output_tokens"].to_numpy()
-        tpot = ((fin - first) / np.maximum(out - 1, 1))[out > 1].mean()
-        got[name] = (res.summary["throughput_tok_s"], tpot)
-    best_tp, best_tpot = got.pop("oracle")
-    for name, (tp, tpot) in got.items():
-        assert best_tp >= tp, name
-        assert best_tpot <= tpot * 1.005, name
+        got[name] = simulate_to(trace, cfg, None).summary["throughput_tok_s"]
+    best = got.pop("oracle")
+    assert len(got) >= 4
+    for name, tp in got.items():
+        assert best >= tp, name
 
 
 def test_extra_captured_widths_leave_the_kv_pool_as_sglang_sizes_it():
