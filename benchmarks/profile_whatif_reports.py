@@ -88,6 +88,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--calibrated", action="store_true",
                     help="the model's reports on kept calibrated profiles, their anchors "
                          "re-fitted to the candidate")
+    ap.add_argument("--only", default=None, metavar="TEXT",
+                    help="only the reports whose path contains TEXT")
     a = ap.parse_args(argv)
     if not a.candidate.is_file():
         print(f"error: {a.candidate}: no such file", file=sys.stderr)
@@ -108,9 +110,11 @@ def main(argv: list[str] | None = None) -> int:
             old = json.loads(md.with_suffix(".json").read_text())
             if name == a.name and old["profile"]["sha256"] == sha:
                 todo.append((md, old))
+    if a.only:
+        todo = [(md, old) for md, old in todo if a.only in str(md.relative_to(ROOT))]
     if not todo:
-        print(f"error: no report in the record compared {a.name} at sha256 {sha[:12]}",
-              file=sys.stderr)
+        print(f"error: no report of {a.name} at sha256 {sha[:12]}"
+              + (f" matches --only {a.only!r}" if a.only else " in the record"), file=sys.stderr)
         return 2
     tmp = tempfile.TemporaryDirectory()
     plan = []  # (report, its JSON, new report or None, refitted profile or None)
@@ -130,10 +134,13 @@ def main(argv: list[str] | None = None) -> int:
           "missed on the candidate |")
     print("|---|---|---|---|---|---|")
     tot = [0, 0, 0, 0]
+    refitted: dict[Path, Path] = {}  # reports that share a calibration share its re-fit
     for md, old, dest, out in plan:
         profile = candidate
         if out is not None:
-            profile = _rel(_refitted(kept_profile(old), candidate, old["model"], out))
+            if out not in refitted:
+                refitted[out] = _rel(_refitted(kept_profile(old), candidate, old["model"], out))
+            profile = refitted[out]
         new, _ = rerun(old, old["model"], dest or md, write=dest is not None, profile=profile)
         before, _ = met(old["checks"])
         after, missed = met(new["checks"])
