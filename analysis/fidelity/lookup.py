@@ -220,14 +220,20 @@ def grid_position(p: dict[str, np.ndarray], table, measured: dict[str, set] | No
     """Where each step's lookup point sits on the profile: one boolean array per entry of
     :data:`AXES` (true: off the grid that way), and ``on_grid``: on a grid line in every axis,
     KV uniform in the batch, at a measured node (the prediction replays a measurement).  Steps of
-    a kind the table has no grid for are false everywhere."""
+    a kind the table has no grid for are false everywhere.  A prefill of one request at prefix 0
+    at a count of the table's prefill line (``backends.prefill_line``) is on a measured point."""
     measured = measured_points(table) if measured is None else measured
+    line = {float(t) for t in getattr(table, "_pl_tok", ())}
     n = len(p["kind"])
     out = {a: np.zeros(n, dtype=bool) for a in AXES}
     on = np.zeros(n, dtype=bool)
     for i in range(n):
         k = str(p["kind"][i])
         if k not in GRIDS:
+            continue
+        if (k == "prefill" and not p["mixed"][i] and float(p["kv"][i]) == 0.0
+                and float(p["tokens"][i]) in line):
+            on[i] = True  # one request at prefix 0 at a count of the prefill line: measured
             continue
         graph = bool(p["graph"][i])
         g_graph, g_eager, names = GRIDS[k]

@@ -77,6 +77,31 @@ def test_grid_position_axis_by_axis(prof):
         assert bool(pos["on_grid"][i]) == on, name
 
 
+def test_a_prefill_at_a_count_of_the_line_is_on_a_measured_point(prof):
+    """The roofline profile given a prefill line at 1..200 tokens: one request at prefix 0 at
+    100 tokens (between the grid's tokens) is on a measured point; at 100.5 tokens (an average,
+    between two counts), at a prefix, or two requests, it is off the grid as before."""
+    import dataclasses
+
+    from backends.latency_table import Grid
+
+    table = load_profile(prof / "p.parquet")
+    counts = np.arange(1.0, 201.0)
+    lined = dataclasses.replace(table, prefill_line=Grid((counts,), counts * 1e-5))
+    rows = [("prefill", False, 1, 1, 0, 100, 0.0, 0, 0, None, 0.0),
+            ("prefill", False, 1, 1, 0, 100.5, 0.0, 0, 0, None, 0.0),
+            ("prefill", False, 1, 1, 0, 100, 512.0, 512, 0, None, 512.0),
+            ("prefill", False, 2, 2, 0, 100, 0.0, 0, 0, None, 0.0)]
+    steps = _steps(rows)
+    plain = grid_position(lookup_points(steps), table)
+    pos = grid_position(lookup_points(steps), lined)
+    assert list(pos["on_grid"]) == [True, False, False, False]
+    assert not any(pos[a][0] for a in ("batch", "width", "kv", "mixed_kv", "unmeasured"))
+    assert not plain["on_grid"][0] and plain["batch"][0]
+    for a in ("batch", "kv", "mixed_kv"):
+        assert list(pos[a][1:]) == list(plain[a][1:]), a
+
+
 def test_step_errors_split_on_and_off_the_grid(prof):
     """Measured latencies set so each step's error is known: +1% on measured points, -2% off
     the grid; an unknown kind is counted, not scored."""
