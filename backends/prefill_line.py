@@ -39,7 +39,7 @@ from typing import Any
 
 import numpy as np
 
-from backends.interp import interp_prefill
+from backends.interp import _locate, interp_prefill
 from backends.jit import njit
 from backends.moe_prefill import prefill_block_term
 from backends.prefill_waves import prefill_wave_term
@@ -77,20 +77,10 @@ def line_at(lt, lv, tokens):
         return 0.0, False
     if n == 1:
         return lv[0], True
-    lo = 0
-    hi = n - 1
-    while hi - lo > 1:
-        mid = (lo + hi) // 2
-        if lt[mid] <= tokens:
-            lo = mid
-        else:
-            hi = mid
-    w = (tokens - lt[lo]) / (lt[hi] - lt[lo])
-    if w <= 0.0:
-        return lv[lo], True
-    if w >= 1.0:
-        return lv[hi], True
-    return lv[lo] + w * (lv[hi] - lv[lo]), True
+    i, w, _ = _locate(lt, tokens)  # within the counts: 0 <= w <= 1
+    if w >= 1.0:  # the last count, exactly as measured
+        return lv[i + 1], True
+    return lv[i] + w * (lv[i + 1] - lv[i]), True
 
 
 def leveled(lt: np.ndarray, lv: np.ndarray, grid_tokens: np.ndarray, grid_at0: np.ndarray

@@ -94,6 +94,9 @@ def main(argv: list[str] | None = None) -> int:
     if not a.candidate.is_file():
         print(f"error: {a.candidate}: no such file", file=sys.stderr)
         return 2
+    if not a.old_sha and not (PROFILES_DIR / a.name).is_file():
+        print(f"error: {a.name}: not a shipped profile in {_rel(PROFILES_DIR)}", file=sys.stderr)
+        return 2
     sha = a.old_sha or file_sha256(PROFILES_DIR / a.name)
     candidate = _rel(a.candidate)
     os.chdir(ROOT)  # reports record paths relative to the repository

@@ -44,5 +44,7 @@ def test_refusals(tmp_path, capsys):
 
     assert m.main(["llama-3.1-8b__H200.parquet", str(tmp_path / "none.parquet")]) == 2
     assert m.main(["llama-3.1-8b__H200.parquet", SHIPPED, "--only", "no-such-report"]) == 2
+    assert m.main(["llama-9b__H200.parquet", SHIPPED]) == 2
     err = capsys.readouterr().err
-    assert err.count("error:") == 2 and "no such file" in err and "--only" in err
+    assert err.count("error:") == 3 and "no such file" in err and "--only" in err
+    assert "not a shipped profile" in err
