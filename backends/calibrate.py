@@ -24,7 +24,7 @@ the anchors go where that workload spends its time instead (:func:`_weighted`).
 that group's anchors (the median: one disturbed point does not move it).  A group without a
 measured anchor takes the median ratio over all anchors, and the fit says so (``"source":
 "all anchors"``).  :func:`calibrated_rows` multiplies ``latency_s``, ``p10_s`` and ``p90_s`` of
-every base grid row by its group's factor, and a prefill line's rows (:func:`line_carried`)
+every base grid row by its group's factor, and :func:`calibrated_copy` a prefill line's rows
 by the prefill factor.  A per-group scale is all it can fix: a difference
 between machines that depends on the shape (one kernel slower at long KV only) stays.
 """
@@ -39,7 +39,7 @@ import numpy as np
 from backends.heldout import SECTIONS, HeldoutPoint, allocate
 
 __all__ = ["DEFAULT_ANCHORS", "MIN_PER_GROUP", "GROUPS", "SHAPE", "group_name",
-           "choose_anchors", "fit_factors", "calibrated_rows", "line_carried", "with_splits",
+           "choose_anchors", "fit_factors", "calibrated_rows", "calibrated_copy",
            "anchor_record", "factors_text",
            "calibrated_metadata"]
 
@@ -178,18 +178,17 @@ def calibrated_rows(grid: Any, factors: dict[str, dict]) -> list[dict]:
     return out
 
 
-def line_carried(line: Any, factors: dict[str, dict]) -> list[dict]:
-    """A base profile's prefill-line rows (``split == "line"``, :mod:`backends.prefill_line`)
-    as a calibrated copy keeps them: scaled by the prefill group's factor, like the grid's
-    prefill rows, so the line stays at the grid's level."""
-    return [dict(r, split="line") for r in calibrated_rows(line, factors)]
-
-
-def with_splits(grid: list[dict], line: list[dict], held: list[dict]) -> list[dict]:
-    """A calibrated copy's rows: ``grid`` as ``split == "grid"`` beside ``line`` and ``held``
-    rows when there are any; without either, the grid alone and no ``split`` column."""
+def calibrated_copy(grid: Any, line: Any, factors: dict[str, dict],
+                    held: Sequence[dict] = ()) -> list[dict]:
+    """A calibrated copy's rows: the base's ``grid`` rows scaled by their groups' factors
+    (:func:`calibrated_rows`) and its prefill-``line`` rows (``split == "line"``,
+    :mod:`backends.prefill_line`) by the prefill factor, so the line stays at the grid's level,
+    then ``held`` (held-out rows measured on this machine). With line or held-out rows each row
+    says its ``split``; without, the grid alone and no ``split`` column."""
+    grid, line = calibrated_rows(grid, factors), calibrated_rows(line, factors)
     if line or held:
-        return [dict(r, split="grid") for r in grid] + list(line) + list(held)
+        return ([dict(r, split="grid") for r in grid] + [dict(r, split="line") for r in line]
+                + list(held))
     return [{k: v for k, v in r.items() if k != "split"} for r in grid]
 
 

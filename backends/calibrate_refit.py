@@ -22,9 +22,8 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
-from backends.calibrate import (SHAPE, anchor_record, calibrated_metadata, calibrated_rows,
-                                factors_text, fit_factors, group_name, line_carried,
-                                with_splits)
+from backends.calibrate import (SHAPE, anchor_record, calibrated_metadata,
+                                calibrated_copy, factors_text, fit_factors, group_name)
 from backends.shipped import file_sha256
 
 __all__ = ["refit_calibration", "rebase_anchors"]
@@ -89,8 +88,7 @@ def refit_calibration(model: Any, source: str, base: str, out: str) -> dict[str,
             f"{len(anchors)} anchors measured on {machine.get('name')} "
             f"{str(machine.get('uuid', ''))[:8]} at {cal.get('at')}, factors "
             + factors_text(factors))
-    rows = with_splits(calibrated_rows(grid, factors),
-                       line_carried(line_rows(base_rows).to_pylist(), factors), [])
+    rows = calibrated_copy(grid, line_rows(base_rows).to_pylist(), factors)
     out_meta = calibrated_metadata(meta, machine or meta.get("gpu"), calibration, [note])
     write_profile(rows, out, out_meta, inputs=(base, source))
     return {"rows": len(rows), "out": str(out), "anchors": len(anchors),

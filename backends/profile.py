@@ -58,7 +58,6 @@ from backends.interp import interp2, interp3
 from backends.latency_table import EXTEND_FALLBACK_CAVEAT, Grid, LatencyTable, TableExecutor
 from backends.moe_prefill import moe_spec
 from backends.prefill_waves import wave_spec
-from backends.prefill_line import line_arrays
 from backends.profile_file import (PROFILE_SCHEMA, PROFILE_VERSION, SPLIT_FIELD, SPLITS, _columns,
                                    grid_rows, heldout_rows, line_rows, profile_metadata,
                                    read_profile,
@@ -264,11 +263,10 @@ def load_profile(path: "str | Path") -> LatencyTable:
     held = heldout_rows(rows).num_rows
     if held:
         stats["heldout_rows"] = held  # not in the grids
-    line = line_rows(rows)
+    line = line_rows(rows).sort_by("tokens")  # one row a count (the file is validated)
     if line.num_rows:
-        lt, lv = line_arrays(line.column("tokens").to_numpy(), line.column("latency_s").to_numpy(),
-                             f"{where}: prefill line")
-        grids["prefill_line"] = Grid((lt,), lv)
+        grids["prefill_line"] = Grid((line.column("tokens").to_numpy().astype(np.float64),),
+                                     line.column("latency_s").to_numpy())
     source = {"backend": "profile", "file": str(path), "sha256": file_sha256(path),
               "rows": table.num_rows, "model": meta.get("model"), "gpu": meta.get("gpu"),
               "versions": meta.get("versions"), "kernels": meta.get("kernels"),

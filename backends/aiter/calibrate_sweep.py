@@ -23,9 +23,9 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any, Callable
 
-from backends.calibrate import (SHAPE, anchor_record, calibrated_metadata, calibrated_rows,
-                                choose_anchors, factors_text, fit_factors, group_name,
-                                line_carried, with_splits)
+from backends.calibrate import (SHAPE, anchor_record, calibrated_metadata,
+                                calibrated_copy, choose_anchors, factors_text, fit_factors,
+                                group_name)
 from backends.heldout import SECTIONS, HeldoutPoint, choose_heldout, grid_span
 from backends.aiter.heldout_sweep import _graph_key, _kernel_widths, measure_points
 from backends.aiter.profiling import ProfileSpec, open_runner
@@ -179,8 +179,7 @@ def run_calibrate(model: Any, out: str, base: str, spec: ProfileSpec, *, anchors
         calibration["heldout"] = held_note
     if wl_info is not None:
         calibration["workload"] = wl_info
-    scaled = with_splits(calibrated_rows(grid, factors),
-                         line_carried(line_rows(base_rows).to_pylist(), factors), held)
+    scaled = calibrated_copy(grid, line_rows(base_rows).to_pylist(), factors, held)
     notes: list = [f"calibrated by `specsched calibrate` on {machine.get('name')} at {at}: "
                    f"{len(measured)} anchors from {Path(base).name}, factors "
                    + factors_text(factors)

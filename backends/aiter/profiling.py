@@ -167,6 +167,18 @@ def _eager_point(runner: Any, spec: ProfileSpec, pj: Any, k: tuple, settled: boo
     return True
 
 
+def _prefill_point(runner: Any, spec: ProfileSpec, pj: Any, k: tuple, settled: bool) -> bool:
+    """Measure the one-request prefill ``k`` (a row key: prefix ``k[4]``, tokens ``k[5]``) and
+    keep its row in ``pj``; the first prefill of a sitting (``settled`` false) runs untimed for
+    ``spec.settle_s`` first.  Returns True: prefill is settled."""
+    tok, pre = np.array([k[5]]), np.array([k[4]])
+    if not settled:
+        _settle(spec.settle_s, lambda: runner.prefill(tok, pre))
+    ts = runner.prefill(tok, pre, reps=spec.eager_reps, warmup=1)
+    pj.add(_row(*k, [t.latency_s for t in ts]))
+    return True
+
+
 def open_runner(model: Any, widths: Sequence[int], opts: dict,
                 say: Callable[[str], None]) -> tuple[Any, Any, int | None, Callable[[int, int, int], bool]]:
     """The live executor's runner for ``model`` with graphs for ``widths`` (and the default
@@ -434,11 +446,7 @@ def _sweep(runner, shape, cap, fits, spec: ProfileSpec, pj, *, out, command, pro
                 continue
             k = ("prefill", False, 1, 0, pre, tok)
             if k not in pj.rows:
-                if not settled:  # the first prefill point measured in this sitting
-                    _settle(spec.settle_s, lambda: runner.prefill(np.array([tok]), np.array([pre])))
-                    settled = True
-                ts = runner.prefill(np.array([tok]), np.array([pre]), reps=spec.eager_reps, warmup=1)
-                pj.add(_row(*k, [t.latency_s for t in ts]))
+                settled = _prefill_point(runner, spec, pj, k, settled)
             rows.append(pj.rows[k])
     timing["prefill_s"] = time.perf_counter() - t0
     say(f"prefill: {sum(1 for r in rows if r['kind'] == 'prefill')} points in "
@@ -452,9 +460,8 @@ def _sweep(runner, shape, cap, fits, spec: ProfileSpec, pj, *, out, command, pro
             skipped["prefill"].append([tok, 0])
             continue
         k = ("prefill", False, 1, 0, 0, tok)  # a grid point at prefix 0 is the same pass
-        if k not in pj.rows:
-            ts = runner.prefill(np.array([tok]), np.array([0]), reps=spec.eager_reps, warmup=1)
-            pj.add(_row(*k, [t.latency_s for t in ts]))
+        if k not in pj.rows:  # settled already unless every grid prefill came from the journal
+            settled = _prefill_point(runner, spec, pj, k, settled)
         line.append(dict(pj.rows[k], split="line"))
     if spec.prefill_line:
         timing["prefill_line_s"] = time.perf_counter() - t0
