@@ -65,7 +65,7 @@ def tune_spec_cmd(trace_path, config_path, backend, model, gpu, profile_path, ac
 
     \b
     Example:
-      specsched tune-spec --trace traces/samples/azure_conv_eagle_2k.parquet \
+      specsched tune-spec --trace traces/samples/azure_conv_eagle_2k.parquet \\
           --slo ttft=2s,tpot=5ms --plot tune.png
     """
     from analysis.parallel import make_backend

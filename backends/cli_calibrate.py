@@ -65,7 +65,7 @@ def calibrate(model, tp, base, out, budget_s, anchors, heldout, seed, reps, warm
       specsched calibrate --model llama-3.1-8b --base my8b.parquet --anchors 32 --heldout 16 \\
           --budget-s 180 -o my8b_here.parquet
       specsched calibrate --model llama-3.1-8b --anchors-from 8b_here.parquet -o 8b_here_new.parquet
-      specsched calibrate --model llama-3.1-8b --trace prod.parquet --limit 200 \
+      specsched calibrate --model llama-3.1-8b --trace prod.parquet --limit 200 \\
           --set engine.policy=bucket -o 8b_for_prod.parquet
 
     Re-measures --anchors of the base profile's own grid points (spread over verify, draft and

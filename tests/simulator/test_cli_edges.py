@@ -145,3 +145,35 @@ def test_a_usage_error_is_one_error_line_and_exit_2(args, says):
     assert proc.stdout == ""
     lines = proc.stderr.splitlines()
     assert len(lines) == 1 and lines[0].startswith("error: ") and says in lines[0], proc.stderr
+
+
+def _all_commands():
+    """Every command and sub-command of `specsched`, as (path, click command)."""
+    import click
+
+    from specsched.cli import COMMANDS, cli
+    ctx = click.Context(cli)
+    todo = [((name,), cli.get_command(ctx, name)) for name in sorted(COMMANDS)]
+    out = []
+    while todo:
+        path, cmd = todo.pop()
+        out.append((path, cmd))
+        if isinstance(cmd, click.Group):
+            todo += [(path + (n,), cmd.get_command(ctx, n)) for n in cmd.list_commands(ctx)]
+    return sorted(out, key=lambda p: p[0])
+
+
+@pytest.mark.parametrize("path,cmd", _all_commands(), ids=lambda v: " ".join(v) if isinstance(v, tuple) else "")
+def test_help_examples_keep_their_line_breaks(path, cmd):
+    """An example continued with a backslash prints as two lines: a docstring that writes a
+    single backslash before the newline joins them, and the help shows one line with a run of
+    spaces in the middle of the command."""
+    from click.testing import CliRunner
+
+    from specsched.cli import cli
+    res = CliRunner().invoke(cli, [*path, "--help"])
+    assert res.exit_code == 0, res.output
+    text = res.output.split("\nOptions:")[0]
+    joined = [ln for ln in text.splitlines() if ln.strip().startswith("specsched ")
+              and "      --" in ln.strip()]
+    assert joined == [], f"`specsched {' '.join(path)} --help` joins example lines: {joined}"
