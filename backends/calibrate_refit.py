@@ -23,7 +23,8 @@ from pathlib import Path
 from typing import Any
 
 from backends.calibrate import (SHAPE, anchor_record, calibrated_metadata,
-                                calibrated_copy, factors_text, fit_factors, group_name)
+                                calibrated_copy, factors_text, fit_factors, group_name,
+                                prefill_summary, settle_prefill)
 from backends.shipped import file_sha256
 
 __all__ = ["refit_calibration", "rebase_anchors"]
@@ -49,9 +50,11 @@ def rebase_anchors(kept: list[dict], grid: list[dict]) -> tuple[list[dict], list
     return anchors, missing
 
 
-def refit_calibration(model: Any, source: str, base: str, out: str) -> dict[str, Any]:
+def refit_calibration(model: Any, source: str, base: str, out: str, *,
+                      prefill: str = "auto") -> dict[str, Any]:
     """Write ``base`` calibrated by the anchors measured for ``source`` (a calibrated profile)
-    to ``out``; returns a summary.  Raises ``SpecschedError`` when ``source`` holds no
+    to ``out``; returns a summary.  ``prefill``: whether the prefill factor is applied
+    (``backends.calibrate.settle_prefill``; the source's choice is not carried over).  Raises ``SpecschedError`` when ``source`` holds no
     calibration, is of another model, or none of its anchors is a grid row of ``base``."""
     from backends.profile import (_check_model, grid_rows, heldout_rows, line_rows, read_profile,
                                   write_profile)
@@ -70,7 +73,9 @@ def refit_calibration(model: Any, source: str, base: str, out: str) -> dict[str,
     if not anchors:
         raise SpecschedError(f"none of the {len(cal['anchors'])} anchors of {Path(source).name} "
                              "is a grid row of this profile: nothing to fit", path=str(base))
-    factors = fit_factors(anchors, sorted({group_name(r["kind"], r["graph"]) for r in grid}))
+    factors = settle_prefill(
+        fit_factors(anchors, sorted({group_name(r["kind"], r["graph"]) for r in grid})),
+        prefill, moe=model.is_moe)
     at = datetime.now(timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
     calibration = {k: v for k, v in cal.items() if k not in ("anchors", "factors", "refit")}
     calibration.update(
@@ -82,7 +87,8 @@ def refit_calibration(model: Any, source: str, base: str, out: str) -> dict[str,
                "from_base_sha256": cal.get("base_sha256"), "at": at,
                "anchors_used": len(anchors), "anchors_missing": missing,
                "rule": "the anchors' measured_s from the source's calibration, each divided by "
-                       "this base's row of the same shape; fit as `specsched calibrate` fits"})
+                       "this base's row of the same shape; fit as `specsched calibrate` fits, "
+                       f"prefill {prefill}"})
     machine = cal.get("machine") or {}
     note = (f"calibrated by `specsched calibrate --anchors-from {Path(source).name}` at {at}: "
             f"{len(anchors)} anchors measured on {machine.get('name')} "
@@ -93,4 +99,5 @@ def refit_calibration(model: Any, source: str, base: str, out: str) -> dict[str,
     write_profile(rows, out, out_meta, inputs=(base, source))
     return {"rows": len(rows), "out": str(out), "anchors": len(anchors),
             "anchors_missing": len(missing),
-            "factors": {g: round(f["factor"], 6) for g, f in factors.items()}}
+            "factors": {g: round(f["factor"], 6) for g, f in factors.items()},
+            "prefill": prefill_summary(factors)}

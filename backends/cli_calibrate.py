@@ -49,6 +49,11 @@ __all__ = ["calibrate"]
               help="With --trace: the simulation config TOML.")
 @click.option("--set", "sets", multiple=True, metavar="KEY=VALUE",
               help="With --trace: any configuration key, e.g. --set engine.policy=bucket.")
+@click.option("--prefill", "prefill", type=click.Choice(["auto", "scale", "keep"]), default="auto",
+              show_default=True,
+              help="Prefill rows: scale them by their anchors' factor, keep the base's, or auto: "
+                   "keep on a MoE model (there the anchors did not predict live prefills), scale "
+                   "on a dense one. The factor is recorded either way.")
 @click.option("--anchors-from", type=click.Path(dir_okay=False), default=None,
               metavar="CALIBRATED.parquet",
               help="Measure nothing: re-fit the anchors an earlier calibrate measured (kept in "
@@ -56,7 +61,7 @@ __all__ = ["calibrate"]
                    "re-recorded under the same timing protocol. Needs no GPU.")
 def calibrate(model, tp, base, out, budget_s, anchors, heldout, seed, reps, warmup, eager_reps,
               settle_s, page_size, max_context, kv_pool_gib, gpu_sheet, extend_logits, progress,
-              trace_path, limit, config_path, sets, anchors_from):
+              trace_path, limit, config_path, sets, prefill, anchors_from):
     """Fit a recorded profile to this machine's GPU from a few re-measured shapes.
 
     \b
@@ -72,13 +77,15 @@ def calibrate(model, tp, base, out, budget_s, anchors, heldout, seed, reps, warm
     draft-extend, graph and eager, and prefill; few captured graphs, several KV lengths each)
     with the profile's protocol, fits one factor per pass group (the median of measured / base)
     and writes the base's grid rows scaled by it to -o, with the anchors and the fit in the
-    metadata (specsched.calibration).  The base's held-out rows are not carried over.  Only a
-    scale per group is fitted: a shape-dependent difference between the machines stays
-    (docs/aiter.md, "specsched calibrate").  Needs a CUDA or ROCm GPU (exit 2 without one),
-    except with --anchors-from, which re-fits an earlier calibration's measured anchors to --base
-    (those not among the base's grid rows are left out and listed in the metadata).  With
-    --trace the anchors are the grid rows a simulated run of that workload spends most time
-    nearest, shared over the pass groups by that time (docs/aiter.md, "specsched calibrate").
+    metadata (specsched.calibration).  On a MoE model the prefill rows stay the base's unless
+    --prefill scale says otherwise (the factor is recorded).  The base's held-out rows are not
+    carried over.  Only a scale per group is fitted: a shape-dependent difference between the
+    machines stays (docs/aiter.md, "specsched calibrate").  Needs a CUDA or ROCm GPU (exit 2
+    without one), except with --anchors-from, which re-fits an earlier calibration's measured
+    anchors to --base (those not among the base's grid rows are left out and listed in the
+    metadata).  With --trace the anchors are the grid rows a simulated run of that workload
+    spends most time nearest, shared over the pass groups by that time (docs/aiter.md,
+    "specsched calibrate").
     """
     import time
 
@@ -98,7 +105,8 @@ def calibrate(model, tp, base, out, budget_s, anchors, heldout, seed, reps, warm
         if anchors is not None or heldout or trace_path:
             raise SpecschedError("--anchors-from measures nothing: drop --anchors, --heldout "
                                  "and --trace")
-        click.echo(json.dumps(refit_calibration(load_model(model, tp=tp), anchors_from, base, out)))
+        click.echo(json.dumps(refit_calibration(load_model(model, tp=tp), anchors_from, base, out,
+                                                prefill=prefill)))
         return
     spec = ProfileSpec(reps=reps, warmup=warmup, eager_reps=eager_reps, settle_s=settle_s)
     spec.check()
@@ -111,7 +119,7 @@ def calibrate(model, tp, base, out, budget_s, anchors, heldout, seed, reps, warm
     summary = _with_progress(progress, lambda prog, log: run_calibrate(
         shape, out, base, spec, anchors=n, heldout=heldout, seed=seed, budget_s=budget_s,
         t_start=t_start, executor_opts=opts, command=cmd, progress=prog, log=log,
-        workload=workload))
+        workload=workload, prefill=prefill))
     click.echo(json.dumps(summary))
 
 

@@ -130,6 +130,7 @@ def main(argv=None) -> int:
           "| prefill | prefill after scaling | prefill on grid tokens (prefills) | on grid tokens after scaling |")
     print("|---|---|---|---|---|---|---|---|---|---|")
     nearer = further = 0
+    per_model: dict[str, dict[Path, list[tuple[float, float]]]] = {}  # prefill (factor, live)
     on = {"nearer": 0, "further": 0, "gaps": []}
     gaps: dict[str, list[tuple[float, float]]] = {g: [] for g in GROUP_OF.values()}
     for cal, model, gpu in cals:
@@ -150,6 +151,7 @@ def main(argv=None) -> int:
                 verdict = "nearer" if after < before else "further"
                 nearer += after < before
                 further += after >= before
+                per_model.setdefault(model, {}).setdefault(cal, []).append((f, v[0]))
                 cells.append(f"{after:.2f} vs {before:.2f} ({verdict})")
             else:
                 cells.append("-")
@@ -169,12 +171,29 @@ def main(argv=None) -> int:
           "per group: " + "; ".join(
               f"{g} {sum(x for x, _ in v) / len(v):.2f} vs {sum(y for _, y in v) / len(v):.2f} "
               f"({len(v)})" for g, v in gaps.items() if v) + ".")
+    print_prefill_by_model(per_model)
     if on["gaps"]:
         g = on["gaps"]
         print(f"Prefill on the grid's tokens: nearer in {on['nearer']}, further in {on['further']}; "
               f"mean |live - calibration| {sum(a for a, _ in g) / len(g):.2f} vs mean |live| "
               f"{sum(b for _, b in g) / len(g):.2f} ({len(g)}).")
     return 0
+
+
+def print_prefill_by_model(per_model: dict[str, dict[Path, list[tuple[float, float]]]]) -> None:
+    """Per model, each calibration's prefill factor against its live sittings' prefill offset
+    (means over its sittings): the correlation over calibrations, and the mean distance from the
+    live offset scaled by the factor and not (what ``backends.calibrate.settle_prefill`` rests
+    on)."""
+    print("\nPrefill per model, one point per calibration (its sittings averaged): correlation "
+          "of the factor with the live offset; mean |live - factor| against mean |live|.")
+    for model, cals in sorted(per_model.items()):
+        pts = [(float(np.mean([f for f, _ in v])), float(np.mean([x for _, x in v])))
+               for v in cals.values()]
+        f, x = np.array(pts).T
+        r = float(np.corrcoef(f, x)[0, 1]) if len(pts) > 2 else float("nan")
+        print(f"- {model}: {len(pts)} calibrations, correlation {r:+.2f}; "
+              f"{np.mean(np.abs(x - f)):.2f} vs {np.mean(np.abs(x)):.2f} points")
 
 
 def print_prefill_anchors(cals, by_gpu) -> int:

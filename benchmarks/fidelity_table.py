@@ -6,7 +6,8 @@ recorded (``config.engine.policy``, with the controller unless ``static``; ``*``
 recorded run's ``summary.json``, the report predating its ``config`` key); requests; profile
 kind (``calibrated``: it carries ``specsched calibrate`` metadata; ``shipped``: its recorded
 status is a shipped one, or without a status it lies in ``backends/profiles/``, ``†`` when its
-sha256 is not today's file's; else ``other``); one GPU on both sides (``machines.same_gpu``);
+sha256 is not today's file's, or for a calibrated profile when it is not today's ``specsched
+calibrate`` of today's file, :func:`calibration_current`; else ``other``); one GPU on both sides (``machines.same_gpu``);
 the ``--set`` what-ifs (backend settings other than today's defaults, the rule
 ``benchmarks/regenerate_reports.py`` re-runs them by); checks met ``N of M`` (a check without a
 value is not met) and the missed ones.  A second table gives, per model, trace, policy and
@@ -136,6 +137,31 @@ def is_current(profile: dict) -> bool | None:
     return None if today is None or "sha256" not in profile else profile["sha256"] == today
 
 
+@lru_cache(maxsize=None)
+def _calibration_meta(file: str) -> dict | None:
+    from backends.profile import read_profile
+
+    f = ROOT / file
+    if Path(file).is_absolute() or not f.is_file():
+        return None
+    return read_profile(f)[1].get("calibration")
+
+
+def calibration_current(profile: dict, moe: bool) -> bool | None:
+    """Whether a calibrated profile is what ``specsched calibrate`` makes today of today's
+    shipped file: its base's sha256 is that file's and, on a MoE model, its prefill factor was
+    settled by today's rule (``backends.calibrate.settle_prefill``: its ``applied`` recorded);
+    None when the calibrated file is not kept here or names no base."""
+    cal = _calibration_meta(str(profile.get("file") or ""))
+    if not isinstance(cal, dict) or not cal.get("base") or "base_sha256" not in cal:
+        return None
+    today = shipped_sha(Path(str(cal["base"])).name)
+    if today is None:
+        return None
+    pre = (cal.get("factors") or {}).get("prefill") or {}
+    return cal["base_sha256"] == today and (not moe or "applied" in pre)
+
+
 def make_row(path: Path, report: dict) -> dict:
     checks = need(report, "checks", path, dict)
     missed = []
@@ -153,10 +179,20 @@ def make_row(path: Path, report: dict) -> dict:
             "trace": trace_kind(need(report, "trace", path, str)),
             "policy": pol, "policy_from_recorded_run": recorded,
             "requests": need(report, "requests", path, int),
-            "profile": kind, "profile_current": is_current(profile) if kind == "shipped" else None,
+            "profile": kind, "profile_current": (
+                is_current(profile) if kind == "shipped" else
+                calibration_current(profile, _is_moe(report["model"])) if kind == "calibrated"
+                else None),
             "same_gpu": (report.get("machines") or {}).get("same_gpu"), "what_ifs": whatifs,
             "met": len(checks) - len(missed), "checks": len(checks), "missed": missed,
             "report": str(md if md.is_file() else path)}
+
+
+@lru_cache(maxsize=None)
+def _is_moe(model: str) -> bool:
+    from backends.models import load_model
+
+    return load_model(model).is_moe
 
 
 def load_rows(results: Path) -> list[dict]:
@@ -274,6 +310,7 @@ def render_matrix(cells: dict[tuple[str, str, str], dict], models: list[str]) ->
             b = c[kind]
             if b is not None:
                 parts.append(f"{label}{b['met']}/{b['checks']}"
+                             + ("†" if b["profile_current"] is False else "")
                              + (" ✓" if b["met"] == b["checks"] else ""))
         return " · ".join(parts) or "-"
 

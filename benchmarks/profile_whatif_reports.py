@@ -106,7 +106,7 @@ def main(argv: list[str] | None = None) -> int:
         for js in sorted((ROOT / "benchmarks" / "results").glob("*/fidelity*.json")):
             old = json.loads(js.read_text())
             if old.get("model") == model and isinstance(old.get("profile"), dict) \
-                    and kept_profile(old) is not None:
+                    and "calibration" in old["profile"] and kept_profile(old) is not None:
                 todo.append((js.with_suffix(".md"), old))
     else:
         for name, md in reports():

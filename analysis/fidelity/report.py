@@ -178,6 +178,10 @@ def build_report(reference_steps: pa.Table, reference_summary: dict, profile_sum
             "gpu": (cal.get("machine") or {}).get("name"), "at": cal.get("at"),
             "base": cal.get("base"), "anchors": len(cal.get("anchors") or []),
             "factors": {g: f.get("factor") for g, f in (cal.get("factors") or {}).items()}}
+        kept = {g: f["measured"] for g, f in (cal.get("factors") or {}).items()
+                if f.get("applied") is False}
+        if kept:  # fitted but not applied (backends.calibrate.settle_prefill)
+            report["profile"]["calibration"]["not_applied"] = kept
     report["machines"] = recording_machines(src, reference_summary)
     sittings = sitting_errors(arrays, reference_summary)
     if sittings:

@@ -25,7 +25,7 @@ from typing import Any, Callable
 
 from backends.calibrate import (SHAPE, anchor_record, calibrated_metadata,
                                 calibrated_copy, choose_anchors, factors_text, fit_factors,
-                                group_name)
+                                group_name, prefill_summary, settle_prefill)
 from backends.heldout import SECTIONS, HeldoutPoint, choose_heldout, grid_span
 from backends.aiter.heldout_sweep import _graph_key, _kernel_widths, measure_points
 from backends.aiter.profiling import ProfileSpec, open_runner
@@ -39,8 +39,9 @@ RESERVE_S = 8.0
 _RULE = ("per (kind, graph) group: factor = median of measured / base over the group's anchors "
          "(base grid points re-measured here with the grid's protocol); a group without an "
          "anchor takes the median over all anchors; every base grid row's latency_s, p10_s and "
-         "p90_s is multiplied by its group's factor. Shape-dependent differences between the "
-         "machines are not corrected (one scale per group)")
+         "p90_s is multiplied by its group's factor, the prefill group's only where it is "
+         "applied (by default on dense models, not on MoE ones: its `applied`). Shape-dependent "
+         "differences between the machines are not corrected (one scale per group)")
 
 
 def _chunk_key(p: HeldoutPoint) -> tuple:
@@ -107,11 +108,14 @@ def run_calibrate(model: Any, out: str, base: str, spec: ProfileSpec, *, anchors
                   t_start: float | None = None, executor_opts: dict | None = None,
                   command: str = "", progress: Callable[[str, int, int], None] | None = None,
                   log: Callable[[str], None] | None = None,
-                  workload: Callable[[list], tuple[dict, dict]] | None = None) -> dict[str, Any]:
+                  workload: Callable[[list], tuple[dict, dict]] | None = None,
+                  prefill: str = "auto") -> dict[str, Any]:
     """Calibrate the profile ``base`` to this machine and write it to ``out`` (never ``base``);
     returns a summary.  ``t_start``: when the command started (``time.perf_counter()``), so
     the budget covers its start-up too.  ``workload(grid) -> (weights, info)``: anchors where a
-    workload spends its time (``backends.calibrate_workload``), recorded as ``workload``."""
+    workload spends its time (``backends.calibrate_workload``), recorded as ``workload``.
+    ``prefill``: whether the prefill group's factor is applied
+    (``backends.calibrate.settle_prefill``)."""
     from backends.aiter import bridge
     from backends.aiter.executor import gpu_info
     from backends.profile import (_check_model, grid_rows, heldout_rows, line_rows, read_profile,
@@ -147,8 +151,8 @@ def run_calibrate(model: Any, out: str, base: str, spec: ProfileSpec, *, anchors
         raise SpecschedError(f"no anchor could be measured within --budget-s {budget_s:g} "
                              f"(elapsed {time.perf_counter() - t_start:.1f} s); nothing written")
     groups = sorted({group_name(r["kind"], r["graph"]) for r in grid})
-    factors = fit_factors(measured, groups)
-    say("factors: " + ", ".join(f"{g} {f['factor']:.4f} (n {f['n']})" for g, f in factors.items()))
+    factors = settle_prefill(fit_factors(measured, groups), prefill, moe=model.is_moe)
+    say("factors: " + factors_text(factors))
 
     held: list[dict] = []
     held_note: dict[str, Any] = {}
@@ -193,6 +197,7 @@ def run_calibrate(model: Any, out: str, base: str, spec: ProfileSpec, *, anchors
     summary = {"rows": len(scaled), "out": str(out), "anchors": len(measured),
                "skipped": len(skipped), "heldout": len(held),
                "factors": {g: round(f["factor"], 6) for g, f in factors.items()},
+               "prefill": prefill_summary(factors),
                "wall_s": round(time.perf_counter() - t_start, 3)}
     say(f"wrote {summary['rows']} rows to {out} in {summary['wall_s']:.1f} s")
     return summary

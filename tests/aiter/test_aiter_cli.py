@@ -232,6 +232,22 @@ def test_calibrate_anchors_from_refits_on_a_cpu(tmp_path):
     assert d["factors"]["verify_graph"] == pytest.approx(1.2) and d["factors"]["prefill"] == pytest.approx(0.9)
 
 
+@pytest.mark.parametrize("extra,want", [((), 1.0), (("--prefill", "scale"), 0.9)])
+def test_calibrate_prefill_option_on_a_moe_model(tmp_path, extra, want):
+    """On DeepSeek-V2-Lite the same anchors leave the prefill rows at the base's unless
+    ``--prefill scale`` applies their 0.9."""
+    from tests.backends.test_calibrate import _refit_files
+
+    _, _, base, src = _refit_files(tmp_path, "deepseek-v2-lite")
+    out = tmp_path / "refit.parquet"
+    r = cli("calibrate", "--model", "deepseek-v2-lite", "--base", str(base), "--anchors-from",
+            str(src), *extra, "-o", str(out))
+    assert r.returncode == 0, r.stderr
+    d = json.loads(r.stdout)
+    assert d["factors"]["prefill"] == pytest.approx(want) and d["factors"]["verify_graph"] == pytest.approx(1.2)
+    assert d["prefill"] == {"measured": pytest.approx(0.9), "applied": want != 1.0}
+
+
 def test_calibrate_default_base_is_the_shipped_profile(tmp_path):
     """Without --base the shipped profile of the model on --gpu is the base: -o naming it is
     refused as the base itself; a GPU name nothing is shipped for is refused."""

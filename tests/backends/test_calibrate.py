@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from backends.calibrate import calibrated_rows, choose_anchors, fit_factors
+from backends.calibrate import calibrated_rows, choose_anchors, factors_text, fit_factors, settle_prefill
 from backends.heldout import HeldoutPoint
 
 
@@ -88,6 +88,33 @@ def test_fit_is_the_group_median_and_falls_back_to_all_anchors():
         fit_factors([], ["prefill"])
 
 
+def test_prefill_factor_is_kept_on_moe_models_unless_asked():
+    """Fitted prefill 0.9: ``auto`` applies it on a dense model and keeps the base's rows (factor
+    1, the 0.9 recorded) on a MoE one; ``scale`` and ``keep`` decide it on either; the other
+    groups are never touched, and settling twice changes nothing."""
+    fit = {"verify_graph": {"factor": 1.2, "n": 3}, "prefill": {"factor": 0.9, "n": 4}}
+    dense = settle_prefill(fit, "auto", moe=False)
+    moe = settle_prefill(fit, "auto", moe=True)
+    assert dense["prefill"] == {"factor": 0.9, "n": 4, "measured": 0.9, "applied": True,
+                                  "mode": "auto"}
+    assert (moe["prefill"]["factor"], moe["prefill"]["measured"], moe["prefill"]["applied"]) == (
+        1.0, 0.9, False)
+    assert "MoE" in moe["prefill"]["why"]
+    assert settle_prefill(fit, "scale", moe=True)["prefill"]["factor"] == 0.9
+    assert settle_prefill(fit, "keep", moe=False)["prefill"]["factor"] == 1.0
+    assert settle_prefill(moe, "scale", moe=True)["prefill"]["factor"] == 0.9
+    assert dense["verify_graph"] == moe["verify_graph"] == {"factor": 1.2, "n": 3}
+    assert fit["prefill"] == {"factor": 0.9, "n": 4}
+    assert factors_text(moe) == "verify_graph 1.2000, prefill 1.0000 (anchors 0.9000, not applied)"
+    assert settle_prefill({"verify_graph": {"factor": 1.2}}, "keep", moe=True) == {
+        "verify_graph": {"factor": 1.2}}
+    with pytest.raises(ValueError):
+        settle_prefill(fit, "half", moe=True)
+    rows = [_row("prefill", False, 1, 0, 0, 8, lat=4.0)]
+    assert [r["latency_s"] for r in calibrated_rows(rows, moe)] == [4.0]
+    assert [r["latency_s"] for r in calibrated_rows(rows, dense)] == [pytest.approx(3.6)]
+
+
 def test_calibrated_rows_scale_by_group():
     rows = [_row("verify", True, 1, 1, 100, 1, lat=2.0), _row("prefill", False, 1, 0, 0, 8, lat=4.0)]
     f = {"verify_graph": {"factor": 1.5}, "prefill": {"factor": 0.5}}
@@ -146,14 +173,14 @@ def test_calibration_metadata_is_written_only_when_given_and_loads(tmp_path):
 
 
 # ---- re-fitting an earlier calibration's anchors (calibrate --anchors-from) -------------------
-def _refit_files(tmp_path):
-    """A base profile (roofline rows) and a calibrated file whose anchors were "measured" at
+def _refit_files(tmp_path, model="llama-3.1-8b"):
+    """A base profile (roofline rows of ``model``) and a calibrated file whose anchors were "measured" at
     1.10, 1.20 and 1.30 x the base's verify graph rows, 0.90 x a prefill row, and one draft shape
     the base lacks."""
     from backends.profile import profile_metadata, write_profile
     from tests.backends.backends_helpers import roofline_profile_rows
 
-    m, rows = roofline_profile_rows()
+    m, rows = roofline_profile_rows(model)
     base = tmp_path / "base.parquet"
     write_profile(rows, base, profile_metadata(m, {"name": "H200"}))
     at = {(r["kind"], r["graph"], r["bs"], r["width"], r["kv_len"], r["tokens"]): r["latency_s"]
@@ -218,6 +245,27 @@ def test_refit_carries_a_prefill_line_scaled_by_the_prefill_factor(tmp_path):
     got = {r["tokens"]: r["latency_s"] for r in line_rows(read_profile(out)[0]).to_pylist()}
     assert got == pytest.approx({1: 0.9e-3, 2: 1.8e-3, 3: 2.7e-3})
     assert load_profile(out).prefill_s(2, 0)[0] == pytest.approx(1.8e-3)
+
+
+@pytest.mark.parametrize("mode,want", [("auto", 1.0), ("scale", 0.90), ("keep", 1.0)])
+def test_refit_keeps_a_moe_models_prefill_rows_by_default(tmp_path, mode, want):
+    """The anchors above on DeepSeek-V2-Lite (MoE): verify graph x1.20 as on the dense model;
+    the prefill rows stay the base's under ``auto`` and ``keep`` (the anchors' 0.90 recorded as
+    measured, not applied) and take it under ``scale``."""
+    from backends.calibrate_refit import refit_calibration
+    from backends.profile import read_profile
+
+    m, rows, base, src = _refit_files(tmp_path, "deepseek-v2-lite")
+    out = tmp_path / f"refit_{mode}.parquet"
+    s = refit_calibration(m, str(src), str(base), str(out), prefill=mode)
+    assert s["factors"]["verify_graph"] == pytest.approx(1.20)
+    assert s["factors"]["prefill"] == pytest.approx(want)
+    table, meta = read_profile(out)
+    pre = meta["calibration"]["factors"]["prefill"]
+    assert (pre["measured"], pre["applied"]) == (pytest.approx(0.90), want != 1.0)
+    base_pre = sorted(r["latency_s"] for r in rows if r["kind"] == "prefill")
+    got = sorted(r["latency_s"] for r in table.to_pylist() if r["kind"] == "prefill")
+    assert got == pytest.approx([x * want for x in base_pre])
 
 
 def test_refit_refuses_a_file_without_anchors_and_writes_nothing(tmp_path):
