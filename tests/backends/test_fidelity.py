@@ -519,3 +519,26 @@ def test_a_run_recorded_over_sittings_is_scored_per_sitting():
     assert rows[0].split(" | ")[1:5] == ["a122", "0", "3", "20.00%"]
     assert rows[1].split(" | ")[1:5] == ["0641", "3", "2", "3.00%"]
     assert rows[1].endswith("| -2.00% | - | +4.00% |")  # verify, draft, prefill
+
+
+def test_a_calibration_that_kept_its_prefill_rows_says_so(setup, tmp_path):
+    """A calibrated profile whose prefill factor was fitted but not applied (``calibrate
+    --prefill keep``, or ``auto`` on a MoE model): the report's JSON names the anchors' factor
+    under ``not_applied`` and its text prints it beside the factor used, 1."""
+    m, rows = roofline_profile_rows()
+    cal = {"machine": {"name": "NVIDIA H200", "uuid": "625d"}, "at": "2026-12-05T00:00:00Z",
+           "base": "p.parquet", "anchors": [],
+           "factors": {"verify_graph": {"factor": 1.0}, "prefill": {
+               "factor": 1.0, "measured": 1.03, "applied": False, "mode": "keep"}}}
+    write_profile(rows, tmp_path / "cal.parquet",
+                  dict(profile_metadata(m, {"name": "H200"}), calibration=cal))
+    r = CliRunner().invoke(fidelity, ["--trace", str(setup / "t.parquet"), "--model", "llama-3.1-8b",
+                                      "--reference", "roofline", "--profile", str(tmp_path / "cal.parquet"),
+                                      "--json", "--jitter-runs", "0", "--offset-pct", "0",
+                                      "--out", str(tmp_path / "out")], standalone_mode=False)
+    assert r.exception is None, r.output
+    rep = json.loads(r.output)
+    assert rep["profile"]["calibration"]["factors"] == {"verify_graph": 1.0, "prefill": 1.0}
+    assert rep["profile"]["calibration"]["not_applied"] == {"prefill": 1.03}
+    md = (tmp_path / "out" / "fidelity.md").read_text()
+    assert "factors prefill 1.0000 (anchors 1.0300, not applied), verify_graph 1.0000." in md

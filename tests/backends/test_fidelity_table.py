@@ -231,3 +231,36 @@ def test_the_docs_table_is_what_the_shipped_reports_give():
     assert models == ["deepseek-v2-lite", "deepseek-v3", "llama-3.1-70b", "llama-3.1-8b"]
     assert text[i:j] == ft.render_matrix(ft.matrix(rows, models), models), \
         "run: python benchmarks/fidelity_table.py --docs docs/backends.md"
+
+
+def test_a_calibration_is_current_only_of_todays_file_and_rule(tmp_path, monkeypatch):
+    """A calibrated profile counts as today's when its base's sha256 is the shipped file's
+    and, on a MoE model, its prefill factor carries the settled rule (``applied``); a base of
+    another sha256, a MoE fit without the rule, and a file not kept in the repository do not
+    (the last: None, cannot tell)."""
+    import fidelity_table as ft
+
+    from backends.profile import profile_metadata, write_profile
+    from backends.shipped import file_sha256
+    from tests.backends.backends_helpers import roofline_profile_rows
+
+    m, rows = roofline_profile_rows()
+    today = file_sha256(ROOT / SHIPPED)
+
+    def cal(name, sha, prefill):
+        meta = dict(profile_metadata(m, {"name": "H200"}),
+                    calibration={"base": "llama-3.1-8b__H200.parquet", "base_sha256": sha,
+                                 "factors": {"prefill": prefill}})
+        write_profile(rows, tmp_path / name, meta)
+        return {"file": name}
+
+    monkeypatch.setattr(ft, "ROOT", tmp_path)
+    ft._calibration_meta.cache_clear()
+    settled = {"factor": 1.0, "measured": 1.03, "applied": False}
+    assert ft.calibration_current(cal("a.parquet", today, {"factor": 1.03}), moe=False) is True
+    assert ft.calibration_current(cal("b.parquet", "0" * 64, {"factor": 1.03}), moe=False) is False
+    assert ft.calibration_current(cal("c.parquet", today, {"factor": 1.03}), moe=True) is False
+    assert ft.calibration_current(cal("d.parquet", today, settled), moe=True) is True
+    assert ft.calibration_current({"file": "gone.parquet"}, moe=False) is None
+    assert ft.calibration_current({"file": str(tmp_path / "a.parquet")}, moe=False) is None
+    ft._calibration_meta.cache_clear()
