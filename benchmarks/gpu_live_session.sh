@@ -126,7 +126,8 @@
 #                h200-2026-12-04e)
 #   live-v2litep:POLICY:N  the same on DeepSeek-V2-Lite with engine.max_draft 3: its MLA decode
 #                kernels take at most 4 rows a request, so wider proposals are capped (a run
-#                without the cap is refused before it starts); not yet run
+#                without the cap is refused before it starts); bucket:150 224 s, split:150 217 s (done:
+#                h200-2026-12-05)
 #   live-code    live `simulate --backend aiter` of the whole code sample
 #   live-adaptive:N  live run of the first N conversation requests with --controller sglang-adaptive
 #                (SGLang PR #24055's per-bs candidates: widths 2, 4 and 8 below bs 64)
