@@ -1,0 +1,198 @@
+"""Bring one GPU call's files into a results folder and score every live run it brought (CPU).
+
+After a device call of ``benchmarks/gpu_live_session.sh`` its files lie in one folder (the
+``run`` tool's ``files_at``): the job log ``gpuG.log``, ``smi_gpuG.csv`` with ``SMI=1``, one
+``live_NAME.tar.gz`` per finished live run, journals of runs that were cut, profiles and
+calibrated profiles, JSON of the benchmarks. This copies them into ``DEST`` (a folder under
+``benchmarks/results/``, made if missing; earlier calls of the day may already be there), the
+log and the clock samples as ``callN_gpuG.log`` / ``callN_smi_gpuG.csv`` with ``--call N``,
+unpacks each live run as ``DEST/live_NAME/``, and then, for each live run it unpacked:
+
+- ``specsched fidelity --reference-run DEST/live_NAME`` against the shipped profile of the run's
+  model, written as ``DEST/fidelity_NAME.md`` and ``.json``;
+- the same with ``--profile`` each calibrated profile in ``DEST`` (this call's or an earlier
+  one's) of that model calibrated on a GPU the run used, as
+  ``DEST/fidelity_NAME_calibrated[_TAG].md`` (``TAG``: what follows ``calibrated`` in the
+  profile's name).
+
+It prints a table of those reports (checks met, per-step MAPE, the missed checks) for the
+folder's README. Nothing is written over: a file or folder that would be is named and the script
+exits 2 before it copies anything. Reports are written with paths relative to the repository,
+as ``regenerate_reports.py`` re-runs them.
+
+    python benchmarks/ingest_call.py FILES_AT benchmarks/results/h200-2026-12-06 --call 1
+    python benchmarks/ingest_call.py FILES_AT benchmarks/results/h200-2026-12-06 --no-score
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import re
+import shutil
+import sys
+import tarfile
+import tempfile
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+from traces.errors import SpecschedError  # noqa: E402
+
+#: a job log and its clock samples, renamed with ``--call``
+_LOG = re.compile(r"^(gpu\d+\.log|smi_gpu\d+\.csv)$")
+_LIVE = re.compile(r"^live_([A-Za-z0-9_.-]+)\.tar\.gz$")
+
+
+def plan_copies(src: Path, dest: Path, call: int | None) -> list[tuple[Path, Path]]:
+    """(source file, destination) for every plain file of ``src`` but the live runs' tarballs;
+    with ``call``, the job log and clock samples get the prefix ``call{call}_``."""
+    out = []
+    for f in sorted(src.iterdir()):
+        if not f.is_file() or _LIVE.match(f.name):
+            continue
+        name = f"call{call}_{f.name}" if call is not None and _LOG.match(f.name) else f.name
+        out.append((f, dest / name))
+    return out
+
+
+def live_members(tar: Path, name: str) -> list[tarfile.TarInfo]:
+    """The members of a live run's tarball, all regular files or folders under ``live_NAME/``
+    (anything else, or a path that leaves that folder, is refused)."""
+    top = f"live_{name}"
+    with tarfile.open(tar, "r:gz") as t:
+        members = t.getmembers()
+    for m in members:
+        parts = Path(m.name).parts
+        if Path(m.name).is_absolute() or ".." in parts or not parts or parts[0] != top \
+                or not (m.isfile() or m.isdir()):
+            raise SpecschedError(f"member {m.name!r} is not a file under {top}/", path=str(tar))
+    return members
+
+
+def unpack(tar: Path, name: str, dest: Path) -> Path:
+    """Unpack ``live_NAME.tar.gz`` into ``dest`` (through a temporary folder beside it, so a
+    broken archive leaves nothing); return the run's folder."""
+    members = live_members(tar, name)
+    with tempfile.TemporaryDirectory(dir=dest) as tmp, tarfile.open(tar, "r:gz") as t:
+        for m in members:
+            if m.isdir():
+                (Path(tmp) / m.name).mkdir(parents=True, exist_ok=True)
+                continue
+            out = Path(tmp) / m.name
+            out.parent.mkdir(parents=True, exist_ok=True)
+            with t.extractfile(m) as fh, open(out, "wb") as w:
+                shutil.copyfileobj(fh, w)
+        run = dest / f"live_{name}"
+        os.replace(Path(tmp) / f"live_{name}", run)
+    if not (run / "summary.json").is_file():
+        raise SpecschedError("the unpacked run has no summary.json", path=str(run))
+    return run
+
+
+def calibrations(dest: Path, model: str, run_summary: dict) -> list[tuple[Path, str]]:
+    """The calibrated profiles in ``dest`` of ``model`` calibrated on a GPU the run used, with
+    their report suffix (``calibrated`` and what follows it in the file's name)."""
+    from analysis.fidelity.report import recording_machines
+    from backends.profile import read_profile
+
+    out = []
+    for f in sorted(dest.glob(f"{model}__*.parquet")):
+        _, meta = read_profile(f)
+        cal = meta.get("calibration")
+        if not isinstance(cal, dict) or (meta.get("model") or {}).get("name") != model:
+            continue
+        if not recording_machines({"calibration": cal}, run_summary)["shared_gpus"]:
+            continue
+        tag = f.stem.split(".", 1)[1] if "." in f.stem else "calibrated"
+        out.append((f, tag))
+    return out
+
+
+def score(run: Path, dest: Path, name: str, profile: Path | None, suffix: str) -> dict:
+    """``specsched fidelity --reference-run RUN [--profile P]``, written as
+    ``dest/fidelity_NAME[_SUFFIX].md`` and ``.json``; returns the report."""
+    from click.testing import CliRunner
+
+    from analysis.fidelity.cli import fidelity
+
+    stem = f"fidelity_{name}" + (f"_{suffix}" if suffix else "")
+    md, js = dest / f"{stem}.md", dest / f"{stem}.json"
+    with tempfile.TemporaryDirectory() as tmp:
+        args = ["--reference-run", _rel(run), "--out", str(Path(tmp) / "f"), "--json"]
+        if profile is not None:
+            args += ["--profile", _rel(profile)]
+        r = CliRunner().invoke(fidelity, args, standalone_mode=False)
+        if r.exception is not None:
+            raise SpecschedError(f"fidelity failed: {r.exception}", path=str(run))
+        shutil.copy(Path(tmp) / "f" / "fidelity.md", md)
+        shutil.copy(Path(tmp) / "f" / "fidelity.json", js)
+    return json.loads(js.read_text())
+
+
+def _rel(p: Path) -> str:
+    try:
+        return str(p.resolve().relative_to(ROOT))
+    except ValueError:
+        return str(p)
+
+
+def _row(path: Path, rep: dict) -> str:
+    missed = sorted(k for k, c in rep["checks"].items() if not c["pass"])
+    met = len(rep["checks"]) - len(missed)
+    mape = (rep.get("steps") or {}).get("mape_all_pct")
+    return (f"| `{path.name}` | {met} of {len(rep['checks'])} | "
+            f"{'-' if mape is None else f'{mape:.2f}%'} | {', '.join(missed) or '-'} |")
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("files_at", type=Path, help="the call's files (the run tool's files_at)")
+    ap.add_argument("dest", type=Path, help="results folder, e.g. benchmarks/results/h200-DATE")
+    ap.add_argument("--call", type=int, default=None, help="prefix the log and clock samples "
+                    "with callN_")
+    ap.add_argument("--no-score", action="store_true", help="copy and unpack only")
+    a = ap.parse_args(argv)
+    os.chdir(ROOT)  # reports record paths relative to the repository
+    try:
+        if not a.files_at.is_dir():
+            raise SpecschedError("is not a folder", path=str(a.files_at))
+        dest = a.dest.resolve()
+        copies = plan_copies(a.files_at, dest, a.call)
+        lives = [(f, _LIVE.match(f.name).group(1)) for f in sorted(a.files_at.iterdir())
+                 if f.is_file() and _LIVE.match(f.name)]
+        for f, name in lives:
+            live_members(f, name)  # a bad archive is refused before anything is written
+        clash = [d for _, d in copies if d.exists()]
+        clash += [dest / f"live_{n}" for _, n in lives if (dest / f"live_{n}").exists()]
+        if clash:
+            raise SpecschedError("would be written over: " + ", ".join(_rel(c) for c in clash)
+                                 + "; nothing copied")
+        dest.mkdir(parents=True, exist_ok=True)
+        for s, d in copies:
+            shutil.copy2(s, d)
+        runs = [(unpack(f, name, dest), name) for f, name in lives]
+        print(f"copied {len(copies)} files and {len(runs)} live runs into {_rel(dest)}")
+        if a.no_score or not runs:
+            return 0
+        print("\n| report | checks | per-step MAPE | missed |\n|---|---|---|---|")
+        for run, name in runs:
+            summary = json.loads((run / "summary.json").read_text())
+            model = summary["backend_detail"]["model"]
+            for prof, tag in [(None, "")] + calibrations(dest, model, summary):
+                stem = f"fidelity_{name}" + (f"_{tag}" if tag else "")
+                if (dest / f"{stem}.md").exists() or (dest / f"{stem}.json").exists():
+                    print(f"| `{stem}.md` | exists: not written over | | |")
+                    continue
+                rep = score(run, dest, name, prof, tag)
+                print(_row(dest / f"{stem}.md", rep), flush=True)
+    except SpecschedError as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 2
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

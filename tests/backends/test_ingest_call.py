@@ -1,0 +1,70 @@
+"""benchmarks/ingest_call.py: a GPU call's files copied into a results folder, its live runs
+unpacked and scored, on a shipped call of 2026-12-05 (V2-Lite, 150 requests under `split`)."""
+
+from __future__ import annotations
+
+import json
+import shutil
+import sys
+import tarfile
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[2]
+sys.path.insert(0, str(ROOT / "benchmarks"))
+DAY = ROOT / "benchmarks/results/h200-2026-12-05"
+
+
+def _files_at(tmp_path: Path) -> Path:
+    """What call 4 of that day brought back, as the run tool hands it over."""
+    fa = tmp_path / "files_at"
+    fa.mkdir()
+    with tarfile.open(fa / "live_v2lite_split150.tar.gz", "w:gz") as t:
+        t.add(DAY / "live_v2lite_split150", arcname="live_v2lite_split150")
+    shutil.copy(DAY / "call4_gpu0.log", fa / "gpu0.log")
+    shutil.copy(DAY / "deepseek-v2-lite__H200.calibrated_conv_bucket150.parquet", fa)
+    return fa
+
+
+def test_a_call_is_copied_unpacked_and_scored_as_the_shipped_reports(tmp_path, capsys):
+    """The log is renamed for its call, the run unpacked byte for byte, and the two reports
+    (shipped profile; the calibration of the run's GPU) meet the checks the shipped reports of
+    that run met, check for check; run again, it refuses and writes nothing."""
+    import ingest_call
+
+    fa, dest = _files_at(tmp_path), tmp_path / "day"
+    assert ingest_call.main([str(fa), str(dest), "--call", "4"]) == 0
+    names = sorted(p.name for p in dest.iterdir())
+    assert names == ["call4_gpu0.log", "deepseek-v2-lite__H200.calibrated_conv_bucket150.parquet",
+                     "fidelity_v2lite_split150.json", "fidelity_v2lite_split150.md",
+                     "fidelity_v2lite_split150_calibrated_conv_bucket150.json",
+                     "fidelity_v2lite_split150_calibrated_conv_bucket150.md",
+                     "live_v2lite_split150"]
+    for f in (DAY / "live_v2lite_split150").iterdir():
+        assert (dest / "live_v2lite_split150" / f.name).read_bytes() == f.read_bytes()
+    for new, old in (("fidelity_v2lite_split150", "fidelity_v2lite_split150"),
+                     ("fidelity_v2lite_split150_calibrated_conv_bucket150",
+                      "fidelity_v2lite_split150_calibrated_conv")):
+        got = json.loads((dest / f"{new}.json").read_text())["checks"]
+        want = json.loads((DAY / f"{old}.json").read_text())["checks"]
+        assert {k: c["pass"] for k, c in got.items()} == {k: c["pass"] for k, c in want.items()}
+    out = capsys.readouterr().out
+    assert "| `fidelity_v2lite_split150.md` | 17 of 17 |" in out
+    before = sorted(p.name for p in dest.iterdir())
+    assert ingest_call.main([str(fa), str(dest), "--call", "4"]) == 2
+    assert "would be written over" in capsys.readouterr().err
+    assert sorted(p.name for p in dest.iterdir()) == before
+
+
+def test_an_archive_that_leaves_its_folder_is_refused_before_anything_is_written(tmp_path, capsys):
+    import ingest_call
+
+    fa = tmp_path / "files_at"
+    fa.mkdir()
+    (tmp_path / "evil").write_text("x")
+    with tarfile.open(fa / "live_a.tar.gz", "w:gz") as t:
+        t.add(tmp_path / "evil", arcname="live_a/../../evil")
+    (fa / "gpu0.log").write_text("log")
+    dest = tmp_path / "day"
+    assert ingest_call.main([str(fa), str(dest)]) == 2
+    assert "is not a file under live_a/" in capsys.readouterr().err
+    assert not dest.exists()
