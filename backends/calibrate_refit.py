@@ -54,8 +54,9 @@ def refit_calibration(model: Any, source: str, base: str, out: str, *,
                       prefill: str = "auto") -> dict[str, Any]:
     """Write ``base`` calibrated by the anchors measured for ``source`` (a calibrated profile)
     to ``out``; returns a summary.  ``prefill``: whether the prefill factor is applied
-    (``backends.calibrate.settle_prefill``; the source's choice is not carried over).  Raises ``SpecschedError`` when ``source`` holds no
-    calibration, is of another model, or none of its anchors is a grid row of ``base``."""
+    (``backends.calibrate.settle_prefill``; the source's choice is not carried over).  Raises
+    ``SpecschedError`` when ``source`` holds no calibration, is of another model, or none of
+    its anchors is a grid row of ``base``."""
     from backends.profile import (_check_model, grid_rows, heldout_rows, line_rows, read_profile,
                                   write_profile)
     from traces.errors import SpecschedError

@@ -5,7 +5,8 @@ from __future__ import annotations
 
 import pytest
 
-from backends.calibrate import calibrated_rows, choose_anchors, factors_text, fit_factors, settle_prefill
+from backends.calibrate import (calibrated_rows, choose_anchors, factors_text, fit_factors,
+                                settle_prefill)
 from backends.heldout import HeldoutPoint
 
 
@@ -174,9 +175,9 @@ def test_calibration_metadata_is_written_only_when_given_and_loads(tmp_path):
 
 # ---- re-fitting an earlier calibration's anchors (calibrate --anchors-from) -------------------
 def _refit_files(tmp_path, model="llama-3.1-8b"):
-    """A base profile (roofline rows of ``model``) and a calibrated file whose anchors were "measured" at
-    1.10, 1.20 and 1.30 x the base's verify graph rows, 0.90 x a prefill row, and one draft shape
-    the base lacks."""
+    """A base profile (roofline rows of ``model``) and a calibrated file whose anchors were
+    "measured" at 1.10, 1.20 and 1.30 x the base's verify graph rows, 0.90 x a prefill row, and
+    one draft shape the base lacks."""
     from backends.profile import profile_metadata, write_profile
     from tests.backends.backends_helpers import roofline_profile_rows
 
