@@ -11,7 +11,10 @@ its own source file only, so a compiled caller would keep an old copy of a funct
 another module (``simulator.core`` inlines ``backends.attention_kv.effective_kv``) after that
 module changed.  The cache therefore lives in a folder named after a digest of every source file
 of ``simulator`` and ``backends`` (under ``$XDG_CACHE_HOME/specsched`` or ``~/.cache/specsched``):
-any change there compiles afresh.  ``NUMBA_CACHE_DIR``, when set, is left to the user.
+any change there compiles afresh.  ``NUMBA_CACHE_DIR``, when set, is left to the user.  Each
+folder holds 10-25 MB, so a run that starts a new one removes the folders of older sources
+beyond the :data:`KEEP_CACHES` used most recently (a folder's time is refreshed each time a
+process uses it); a run from another checkout that loses its folder compiles again.
 
 Compiled functions run without numba's reference counting (``_nrt=False``) unless they allocate
 arrays (``@njit(_nrt=True)``: the engine's ``advance``, the radix cache's compaction).  With
@@ -39,7 +42,11 @@ import sys
 import warnings
 from pathlib import Path
 
-__all__ = ["njit", "JIT_ENABLED", "jit_status", "precompile", "COMPILE_NOTICE"]
+__all__ = ["njit", "JIT_ENABLED", "jit_status", "precompile", "COMPILE_NOTICE", "KEEP_CACHES",
+           "prune_caches"]
+
+#: cache folders of other sources kept beside the current one (the most recently used)
+KEEP_CACHES = 3
 
 #: printed on stderr before the first compilation of specsched's code in a process
 COMPILE_NOTICE = ("specsched: compiling the engine with numba, once per install (10-40 s); "
@@ -79,8 +86,43 @@ def _cache_dir() -> Path:
     return Path(base) / "specsched" / f"numba-{_source_digest()}"
 
 
+def prune_caches(current: Path, keep: int = KEEP_CACHES) -> list[Path]:
+    """Remove the ``numba-<digest>`` folders beside ``current`` but the ``keep`` used most
+    recently (by modification time; ``current`` is never removed, nor anything else in the
+    folder); return those removed.  Errors (another process removing the same folder, no
+    permission) are ignored: the cache only saves time."""
+    import re
+    import shutil
+
+    pat = re.compile(r"^numba-[0-9a-f]{16}$")
+    try:
+        others = [d for d in current.parent.iterdir()
+                  if d.is_dir() and pat.match(d.name) and d.name != current.name]
+        others.sort(key=lambda d: d.stat().st_mtime, reverse=True)
+    except OSError:
+        return []
+    gone = others[keep:]
+    for d in gone:
+        shutil.rmtree(d, ignore_errors=True)
+    return gone
+
+
+def _use_cache(folder: Path) -> None:
+    """Point numba at ``folder``; a new folder prunes the stale ones, a used one is marked
+    used now."""
+    _numba.config.CACHE_DIR = str(folder)
+    try:
+        if folder.is_dir():
+            os.utime(folder)
+        else:
+            folder.mkdir(parents=True, exist_ok=True)
+            prune_caches(folder)
+    except OSError:
+        pass
+
+
 if JIT_ENABLED and not os.environ.get("NUMBA_CACHE_DIR"):
-    _numba.config.CACHE_DIR = str(_cache_dir())
+    _use_cache(_cache_dir())
 
 _PACKAGES = ("simulator", "backends")
 _announced = False

@@ -40,3 +40,22 @@ def test_numba_caches_under_the_digest_unless_the_user_chose_a_folder():
         assert numba.config.CACHE_DIR == os.environ["NUMBA_CACHE_DIR"]
     else:
         assert Path(numba.config.CACHE_DIR).name == f"numba-{jit._source_digest()}"
+
+
+def test_a_new_cache_folder_prunes_all_but_the_most_recent_others(tmp_path):
+    """Six folders of older sources, used at times 1..6, a folder that is not a cache and a file:
+    pruning beside a new folder keeps the three used last, the new one and the rest."""
+    for i in range(1, 7):
+        d = tmp_path / f"numba-{i:016x}"
+        d.mkdir()
+        (d / "f.nbi").write_text("x")
+        os.utime(d, (1_000_000 + i, 1_000_000 + i))
+    (tmp_path / "numba-notacache").mkdir()
+    (tmp_path / "notes.txt").write_text("mine")
+    current = tmp_path / f"numba-{'f' * 16}"
+    current.mkdir()
+    gone = jit.prune_caches(current, keep=3)
+    assert sorted(d.name for d in gone) == [f"numba-{i:016x}" for i in (1, 2, 3)]
+    assert sorted(p.name for p in tmp_path.iterdir()) == sorted(
+        [f"numba-{i:016x}" for i in (4, 5, 6)] + ["numba-notacache", "notes.txt", current.name])
+    assert jit.prune_caches(current, keep=3) == []
