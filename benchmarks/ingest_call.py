@@ -9,7 +9,10 @@ log and the clock samples as ``callN_gpuG.log`` / ``callN_smi_gpuG.csv`` with ``
 unpacks each live run as ``DEST/live_NAME/``, and then, for each live run it unpacked:
 
 - ``specsched fidelity --reference-run DEST/live_NAME`` against the shipped profile of the run's
-  model, written as ``DEST/fidelity_NAME.md`` and ``.json``;
+  model, written as ``DEST/fidelity_NAME.md`` and ``.json``, with ``--repeat-run`` each earlier
+  live run under ``benchmarks/results/`` of the same trace, requests, model and configuration
+  (:func:`find_repeats`; ``--no-repeats`` leaves them out), so the report shows how far two
+  recordings differ;
 - the same with ``--profile`` each calibrated profile in ``DEST`` (this call's or an earlier
   one's) of that model calibrated on a GPU the run used, as
   ``DEST/fidelity_NAME_calibrated[_TAG].md`` (``TAG``: what follows ``calibrated`` in the
@@ -111,8 +114,43 @@ def calibrations(dest: Path, model: str, run_summary: dict) -> list[tuple[Path, 
     return out
 
 
-def score(run: Path, dest: Path, name: str, profile: Path | None, suffix: str) -> dict:
-    """``specsched fidelity --reference-run RUN [--profile P]``, written as
+def find_repeats(run: Path, roots: list[Path]) -> list[Path]:
+    """The recorded live runs (``live_*`` folders under each of ``roots``' subfolders) other
+    than ``run`` that replayed the same trace file, requests and model under the same
+    configuration (``analysis.fidelity.runs.recorded_config``, recording-only keys aside): the
+    runs ``fidelity --repeat-run`` accepts beside it. Runs this version cannot re-simulate, and
+    copies of ``run`` (the same ``steps.parquet``), are skipped."""
+    from analysis.fidelity.runs import RECORDING_ONLY, _norm, recorded_config
+
+    def key(folder: Path):
+        summary = json.loads((folder / "summary.json").read_text())
+        if summary.get("backend") != "aiter" or not isinstance(summary.get("config"), dict):
+            return None
+        try:
+            cfg, _ = recorded_config(summary, folder)
+        except SpecschedError:
+            return None
+        cfg = {k: _norm(v) for k, v in cfg.items() if k not in RECORDING_ONLY}
+        trace = Path(str((summary.get("trace") or {}).get("path", ""))).name
+        return trace, summary.get("requests"), json.dumps(cfg, sort_keys=True, default=str)
+
+    from backends.shipped import file_sha256
+
+    want = key(run)
+    own = file_sha256(run / "steps.parquet")
+    out = []
+    for root in roots:
+        for c in sorted(root.glob("*/live_*")):
+            if c.resolve() == run.resolve() or not (c / "summary.json").is_file():
+                continue
+            if want is not None and key(c) == want and file_sha256(c / "steps.parquet") != own:
+                out.append(c)  # another recording, not a copy of this one
+    return out
+
+
+def score(run: Path, dest: Path, name: str, profile: Path | None, suffix: str,
+          repeats: list[Path] = ()) -> dict:
+    """``specsched fidelity --reference-run RUN [--profile P] [--repeat-run R ...]``, written as
     ``dest/fidelity_NAME[_SUFFIX].md`` and ``.json``; returns the report."""
     from click.testing import CliRunner
 
@@ -124,6 +162,8 @@ def score(run: Path, dest: Path, name: str, profile: Path | None, suffix: str) -
         args = ["--reference-run", _rel(run), "--out", str(Path(tmp) / "f"), "--json"]
         if profile is not None:
             args += ["--profile", _rel(profile)]
+        for r in repeats:
+            args += ["--repeat-run", _rel(r)]
         r = CliRunner().invoke(fidelity, args, standalone_mode=False)
         if r.exception is not None:
             raise SpecschedError(f"fidelity failed: {r.exception}", path=str(run))
@@ -154,6 +194,8 @@ def main(argv=None) -> int:
     ap.add_argument("--call", type=int, default=None, help="prefix the log and clock samples "
                     "with callN_")
     ap.add_argument("--no-score", action="store_true", help="copy and unpack only")
+    ap.add_argument("--no-repeats", action="store_true",
+                    help="score without the earlier recordings of the same run")
     a = ap.parse_args(argv)
     os.chdir(ROOT)  # reports record paths relative to the repository
     try:
@@ -177,17 +219,20 @@ def main(argv=None) -> int:
         print(f"copied {len(copies)} files and {len(runs)} live runs into {_rel(dest)}")
         if a.no_score or not runs:
             return 0
-        print("\n| report | checks | per-step MAPE | missed |\n|---|---|---|---|")
+        print("\n| report | checks | per-step MAPE | missed | repeat runs |\n|---|---|---|---|---|")
+        roots = sorted({ROOT / "benchmarks" / "results", dest.parent})
         for run, name in runs:
             summary = json.loads((run / "summary.json").read_text())
             model = summary["backend_detail"]["model"]
+            repeats = [] if a.no_repeats else find_repeats(run, roots)
             for prof, tag in [(None, "")] + calibrations(dest, model, summary):
                 stem = f"fidelity_{name}" + (f"_{tag}" if tag else "")
                 if (dest / f"{stem}.md").exists() or (dest / f"{stem}.json").exists():
-                    print(f"| `{stem}.md` | exists: not written over | | |")
+                    print(f"| `{stem}.md` | exists: not written over | | | |")
                     continue
-                rep = score(run, dest, name, prof, tag)
-                print(_row(dest / f"{stem}.md", rep), flush=True)
+                rep = score(run, dest, name, prof, tag, repeats)
+                print(_row(dest / f"{stem}.md", rep)
+                      + f" {', '.join(_rel(r) for r in repeats) or '-'} |", flush=True)
     except SpecschedError as e:
         print(f"error: {e}", file=sys.stderr)
         return 2

@@ -68,3 +68,20 @@ def test_an_archive_that_leaves_its_folder_is_refused_before_anything_is_written
     assert ingest_call.main([str(fa), str(dest)]) == 2
     assert "is not a file under live_a/" in capsys.readouterr().err
     assert not dest.exists()
+
+
+def test_repeats_are_other_recordings_of_the_same_run(tmp_path):
+    """The 70B `bucket` run of 150 requests of 2026-12-04f has one earlier recording, 2026-12-04e's
+    (another GPU); the `pad` run beside it is not one (another policy), and a copy of the run
+    itself is not another recording."""
+    import ingest_call
+
+    results = ROOT / "benchmarks" / "results"
+    run = results / "h200-2026-12-04f" / "live_70b_bucket150"
+    assert ingest_call.find_repeats(run, [results]) == [results / "h200-2026-12-04e" / "live_70b_bucket150"]
+    pad = ingest_call.find_repeats(results / "h200-2026-12-04f" / "live_70b_pad150", [results])
+    assert run not in pad
+    copy = tmp_path / "day" / "live_copy"
+    shutil.copytree(run, copy)
+    assert ingest_call.find_repeats(copy, [results, tmp_path]) == [
+        results / "h200-2026-12-04e" / "live_70b_bucket150"]
