@@ -117,8 +117,9 @@ def calibrations(dest: Path, model: str, run_summary: dict) -> list[tuple[Path, 
 def find_repeats(run: Path, roots: list[Path]) -> list[Path]:
     """The recorded live runs (``live_*`` folders under each of ``roots``' subfolders) other
     than ``run`` that replayed the same trace file, requests and model under the same
-    configuration (``analysis.fidelity.runs.recorded_config``, recording-only keys aside): the
-    runs ``fidelity --repeat-run`` accepts beside it. Runs this version cannot re-simulate, and
+    configuration (``analysis.fidelity.runs.recorded_config``, recording-only keys aside) and
+    the same live-executor settings (GPU sheet, graph capture; a run that recorded none
+    captured lazily): the runs ``fidelity --repeat-run`` accepts beside it, recorded alike. Runs this version cannot re-simulate, and
     copies of ``run`` (the same ``steps.parquet``), are skipped."""
     from analysis.fidelity.runs import RECORDING_ONLY, _norm, recorded_config
 
@@ -131,6 +132,11 @@ def find_repeats(run: Path, roots: list[Path]) -> list[Path]:
         except SpecschedError:
             return None
         cfg = {k: _norm(v) for k, v in cfg.items() if k not in RECORDING_ONLY}
+        # the live executor's own settings: runs before `capture` was recorded captured their
+        # graphs lazily, which changed how fast graphs replay (docs/aiter.md, Timing)
+        be = summary["config"].get("backend") or {}
+        cfg.update({f"backend.{k}": be.get(k, d) for k, d in (("name", None), ("gpu", None),
+                                                               ("capture", "lazy"))})
         trace = Path(str((summary.get("trace") or {}).get("path", ""))).name
         return trace, summary.get("requests"), json.dumps(cfg, sort_keys=True, default=str)
 

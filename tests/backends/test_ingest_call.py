@@ -72,8 +72,8 @@ def test_an_archive_that_leaves_its_folder_is_refused_before_anything_is_written
 
 def test_repeats_are_other_recordings_of_the_same_run(tmp_path):
     """The 70B `bucket` run of 150 requests of 2026-12-04f has one earlier recording, 2026-12-04e's
-    (another GPU); the `pad` run beside it is not one (another policy), and a copy of the run
-    itself is not another recording."""
+    (another GPU); the `pad` run beside it is not one (another policy), a run captured otherwise
+    is not one, and a copy of the run itself is not another recording."""
     import ingest_call
 
     results = ROOT / "benchmarks" / "results"
@@ -81,6 +81,10 @@ def test_repeats_are_other_recordings_of_the_same_run(tmp_path):
     assert ingest_call.find_repeats(run, [results]) == [results / "h200-2026-12-04e" / "live_70b_bucket150"]
     pad = ingest_call.find_repeats(results / "h200-2026-12-04f" / "live_70b_pad150", [results])
     assert run not in pad
+    # the 8B `split` runs of 150: 2026-12-04d's is one; 2026-12-01's, recorded before graphs
+    # were captured at start-up (no `capture` in its configuration), is not
+    split = ingest_call.find_repeats(results / "h200-2026-12-04f" / "live_split150", [results])
+    assert split == [results / "h200-2026-12-04d" / "live_split150"]
     copy = tmp_path / "day" / "live_copy"
     shutil.copytree(run, copy)
     assert ingest_call.find_repeats(copy, [results, tmp_path]) == [
