@@ -24,6 +24,12 @@ per trace (conversation, long-context) and policy (``fixed``, SGLang's default, 
 what-if, ``✓`` when it met every check, and the best against a calibrated profile (``cal``);
 ``-`` where no live run of that kind has been compared.
 
+``--misses`` prints instead, over today's reports (a shipped profile as it is now, or a
+calibration of it) that have a repeat run, per profile kind and per-step or whole-run check:
+the checks, those missed, and those missed by no more than the target plus how far the two live
+recordings differ on that figure (the report's ``repeat_pct``): misses a second recording of
+the same run could not tell from noise (:func:`misses`).
+
 ``--docs FILE`` writes the summary table into FILE between the lines :data:`BEGIN` and
 :data:`END`, and the matrix between :data:`MATRIX_BEGIN` and :data:`MATRIX_END` when FILE has
 them; ``tests/backends/test_fidelity_table.py`` checks that docs/backends.md holds what the
@@ -348,6 +354,36 @@ def write_docs(path: Path, table: str, matrix_table: str | None = None) -> None:
         raise BadReport(f"{path}: cannot be written ({exc.strerror})") from None
 
 
+def misses(rows: list[dict]) -> dict[tuple[str, str], list[int]]:
+    """(profile kind, ``per-step`` or ``whole-run``) -> [checks, missed, missed within the
+    target plus the repeat run's difference], over the reports of today's profiles
+    (``profile_current`` not False) that have a repeat run."""
+    out: dict[tuple[str, str], list[int]] = {}
+    for r in rows:
+        if r["profile"] not in ("shipped", "calibrated") or r["profile_current"] is False:
+            continue
+        rep = read_json(Path(r["report"]).with_suffix(".json"))
+        if not rep.get("reference_repeats"):
+            continue
+        for name, c in rep["checks"].items():
+            kind = "per-step" if name.startswith(("step_mape", "heldout")) else "whole-run"
+            t = out.setdefault((r["profile"], kind), [0, 0, 0])
+            t[0] += 1
+            if c["pass"] is not True:
+                t[1] += 1
+                rp, v = c.get("repeat_pct"), c.get("value_pct")
+                t[2] += rp is not None and v is not None and abs(v) <= c["target_pct"] + rp
+    return out
+
+
+def render_misses(stats: dict[tuple[str, str], list[int]]) -> str:
+    lines = ["| profile | checks of | checks | missed | missed within target + repeat difference |",
+             "|---|---|---|---|---|"]
+    for (kind, check), (n, m, w) in sorted(stats.items()):
+        lines.append(f"| {kind} | {check} | {n} | {m} | {w} |")
+    return "\n".join(lines) + "\n"
+
+
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--results", type=Path, default=Path("benchmarks/results"),
@@ -360,9 +396,15 @@ def main(argv=None) -> int:
     ap.add_argument("--docs", type=Path, metavar="FILE",
                     help="write the summary table into FILE between its fidelity_table.py "
                          "markers instead of printing the tables")
+    ap.add_argument("--misses", action="store_true",
+                    help="print how many of today's misses lie within the repeat runs' "
+                         "difference (misses)")
     args = ap.parse_args(argv)
     try:
         rows = load_rows(args.results)
+        if args.misses:
+            sys.stdout.write(render_misses(misses(rows)))
+            return 0
         if args.docs:
             models = shipped_models()
             write_docs(args.docs, render_summary(summarize(rows), args.results),

@@ -20,6 +20,11 @@ can be brought up to date; ``tests/backends/test_shipped.py`` fails until they a
     python benchmarks/regenerate_reports.py --calibrated --check  # which reports today's code
                                                                   # would write otherwise (exit 1)
 
+``--add-repeats`` also gives each report every other recording of its live run under
+``benchmarks/results/`` that it does not list yet as a repeat run (``ingest_call.find_repeats``:
+the same trace, requests, model, configuration and capture setting), so its "a repeat differs
+by" column shows how far two recordings differ.
+
 ``--check`` writes nothing: it re-runs each report in a temporary folder and names every report
 whose ``.md`` would change (its checks, floors or wording), so a change to the lookup, the
 fidelity report or the defaults that leaves a shipped report stale is seen before it is cited.
@@ -120,6 +125,19 @@ def rerun(report: dict, model: str, dest: Path, *, write: bool = True,
     return json.loads(js), md
 
 
+def _more_repeats(report: dict) -> list[str]:
+    """The other recordings of the report's live run (``ingest_call.find_repeats``) it does not
+    list yet as repeat runs, as paths relative to the repository."""
+    from benchmarks.ingest_call import find_repeats
+
+    run = ROOT / report["reference"]["recorded_run"]
+    if not (run / "summary.json").is_file():
+        return []
+    have = {str(Path(r["run"])) for r in report.get("reference_repeats") or []}
+    found = [str(r.relative_to(ROOT)) for r in find_repeats(run, [ROOT / "benchmarks" / "results"])]
+    return [r for r in found if r not in have]
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--dry-run", action="store_true", help="list the reports, change nothing")
@@ -136,6 +154,9 @@ def main() -> None:
                     help="also every report under benchmarks/results/ that compared a calibrated "
                          "profile kept beside it, against that profile (whose bytes must be the "
                          "ones it recorded)")
+    ap.add_argument("--add-repeats", action="store_true",
+                    help="also add, as repeat runs, the other recordings of each report's live "
+                         "run that it does not list yet")
     args = ap.parse_args()
     record = reports()
     names = {n for n, _ in record}
@@ -175,6 +196,13 @@ def main() -> None:
             against = f" against {old['profile']['file']}" if kept else ""
             print(f"{rel}: would re-run{against} ({before})")
             continue
+        if args.add_repeats:
+            more = _more_repeats(old)
+            if not more:
+                continue
+            old = dict(old, reference_repeats=list(old.get("reference_repeats") or [])
+                       + [{"run": r} for r in more])
+            print(f"{rel}: adding repeat runs {', '.join(more)}", flush=True)
         new, text = rerun(old, old["model"], md, write=not args.check)
         after, missed = met(new["checks"])
         if args.check:

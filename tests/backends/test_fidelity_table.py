@@ -264,3 +264,25 @@ def test_a_calibration_is_current_only_of_todays_file_and_rule(tmp_path, monkeyp
     assert ft.calibration_current({"file": "gone.parquet"}, moe=False) is None
     assert ft.calibration_current({"file": str(tmp_path / "a.parquet")}, moe=False) is None
     ft._calibration_meta.cache_clear()
+
+
+def test_misses_within_the_repeat_runs_difference(tmp_path, capsys):
+    """Of the reports above, d2 and d3 get a repeat run: d2's TTFT p50 miss (+4.0%) against a
+    repeat 1.5% apart lies within 3.0 + 1.5, its worst band (+4.0%, repeat 0.5%) does not; d3's
+    throughput miss (+4.0%, repeat 1.0%) is exactly at 3.0 + 1.0, within. d1 has no repeat run
+    and d4 compared an earlier file: neither counts."""
+    import fidelity_table as ft
+
+    r = _results(tmp_path)
+    for name, pct in (("d2/fidelity_conv_calibrated.json", {"ttft_p50": 1.5, "step_mape_worst_band": 0.5}),
+                      ("d3/fidelity_conv.json", {"throughput": 1.0})):
+        rep = json.loads((r / name).read_text())
+        rep["reference_repeats"] = [{"run": "benchmarks/results/y/live"}]
+        for k, c in rep["checks"].items():
+            c["repeat_pct"] = pct.get(k, 0.1)
+        (r / name).write_text(json.dumps(rep))
+    got = ft.misses(ft.load_rows(r))
+    assert got == {("calibrated", "per-step"): [2, 1, 0], ("calibrated", "whole-run"): [2, 1, 1],
+                   ("shipped", "per-step"): [2, 0, 0], ("shipped", "whole-run"): [2, 1, 1]}
+    assert ft.main(["--results", str(r), "--misses"]) == 0
+    assert "| shipped | whole-run | 2 | 1 | 1 |" in capsys.readouterr().out
