@@ -51,7 +51,7 @@ from backends.heldout import SECTIONS, HeldoutPoint, allocate
 
 __all__ = ["DEFAULT_ANCHORS", "MIN_PER_GROUP", "GROUPS", "SHAPE", "group_name",
            "choose_anchors", "fit_factors", "calibrated_rows", "calibrated_copy",
-           "anchor_record", "factors_text", "PREFILL_MODES", "settle_prefill", "prefill_summary",
+           "anchor_record", "factor_text", "factors_text", "PREFILL_MODES", "settle_prefill", "prefill_summary",
            "calibrated_metadata"]
 
 #: Anchors ``specsched calibrate`` measures unless told otherwise (``--anchors``).
@@ -244,12 +244,17 @@ def anchor_record(shape: dict, base_s: float, measured_s: float, reps: Any) -> d
                                            "ratio": measured_s / base_s, "reps": reps}
 
 
+def factor_text(group: str, factor: float, not_applied: float | None = None) -> str:
+    """``verify_graph 1.0012``, or for a group whose fitted factor was not applied
+    ``prefill 1.0000 (anchors 1.0303, not applied)``."""
+    return f"{group} {factor:.4f}" + (
+        "" if not_applied is None else f" (anchors {not_applied:.4f}, not applied)")
+
+
 def factors_text(factors: dict[str, dict]) -> str:
-    """``verify_graph 1.0012, prefill 0.9870, ...``: a fit in one line (a group whose fitted
-    factor was not applied: ``prefill 1.0000 (anchors 1.0303, not applied)``)."""
-    return ", ".join(f"{g} {f['factor']:.4f}" + (
-        f" (anchors {f['measured']:.4f}, not applied)" if f.get("applied") is False else "")
-        for g, f in factors.items())
+    """``verify_graph 1.0012, prefill 0.9870, ...``: a fit in one line (:func:`factor_text`)."""
+    return ", ".join(factor_text(g, f["factor"], f["measured"] if f.get("applied") is False
+                                 else None) for g, f in factors.items())
 
 
 def calibrated_metadata(meta: dict, machine: Any, calibration: dict, notes: list) -> dict:

@@ -11,6 +11,7 @@ import math
 
 from analysis.fidelity.fragile import fragile_line
 from analysis.fidelity.lookup import AXES
+from backends.calibrate import factor_text
 
 __all__ = ["render_markdown"]
 
@@ -158,10 +159,8 @@ def render_markdown(report: dict, *, reference: str) -> str:
     if cal:
         lines += [f"Profile calibrated on {cal['gpu']} at {cal['at']} from {cal['base']} "
                   f"({cal['anchors']} anchors): factors "
-                  + ", ".join(f"{g} {f:.4f}" + (
-                      f" (anchors {cal['not_applied'][g]:.4f}, not applied)"
-                      if g in (cal.get("not_applied") or {}) else "")
-                      for g, f in cal["factors"].items()) + ".", ""]
+                  + ", ".join(factor_text(g, f, (cal.get("not_applied") or {}).get(g))
+                              for g, f in cal["factors"].items()) + ".", ""]
     lines += _steps_section(s, bool(reps))
     if report.get("heldout"):
         lines += _heldout_section(report["heldout"])
