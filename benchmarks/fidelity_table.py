@@ -8,9 +8,9 @@ kind (``calibrated``: it carries ``specsched calibrate`` metadata; ``shipped``: 
 status is a shipped one, or without a status it lies in ``backends/profiles/``, ``†`` when its
 sha256 is not today's file's, or for a calibrated profile when it is not today's ``specsched
 calibrate`` of today's file, :func:`calibration_current`; else ``other``); one GPU on both
-sides (``machines.same_gpu``); the ``--set`` what-ifs (backend settings other than today's defaults, the rule
-``benchmarks/regenerate_reports.py`` re-runs them by); checks met ``N of M`` (a check without a
-value is not met) and the missed ones.  A second table gives, per model, trace, policy and
+sides (``machines.same_gpu``); the ``--set`` what-ifs (backend settings other than today's
+defaults, the rule ``benchmarks/regenerate_reports.py`` re-runs them by); checks met ``N of M``
+(a check without a value is not met) and the missed ones.  A second table gives, per model, trace, policy and
 what-ifs, the best report on a calibrated and on the shipped profile (checks met as a fraction,
 then as a count, then the latest path), ``none`` where there is none.
 

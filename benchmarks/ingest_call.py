@@ -37,6 +37,7 @@ import shutil
 import sys
 import tarfile
 import tempfile
+from functools import lru_cache
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -114,42 +115,53 @@ def calibrations(dest: Path, model: str, run_summary: dict) -> list[tuple[Path, 
     return out
 
 
+@lru_cache(maxsize=None)
+def _run_key(folder: Path) -> tuple | None:
+    """What two recordings of one run share (:func:`find_repeats`): trace file name, requests,
+    and the recorded configuration with the live executor's settings; None for a run that is
+    not a live one or that this version cannot re-simulate. Read once per folder a process."""
+    from analysis.fidelity.runs import RECORDING_ONLY, _norm, recorded_config
+
+    summary = json.loads((folder / "summary.json").read_text())
+    if summary.get("backend") != "aiter" or not isinstance(summary.get("config"), dict):
+        return None
+    try:
+        cfg, _ = recorded_config(summary, folder)
+    except SpecschedError:
+        return None
+    cfg = {k: _norm(v) for k, v in cfg.items() if k not in RECORDING_ONLY}
+    # the live executor's own settings: runs before `capture` was recorded captured their
+    # graphs lazily, which changed how fast graphs replay (docs/aiter.md, Timing)
+    be = summary["config"].get("backend") or {}
+    cfg.update({f"backend.{k}": be.get(k, d) for k, d in (("name", None), ("gpu", None),
+                                                           ("capture", "lazy"))})
+    trace = Path(str((summary.get("trace") or {}).get("path", ""))).name
+    return trace, summary.get("requests"), json.dumps(cfg, sort_keys=True, default=str)
+
+
 def find_repeats(run: Path, roots: list[Path]) -> list[Path]:
     """The recorded live runs (``live_*`` folders under each of ``roots``' subfolders) other
     than ``run`` that replayed the same trace file, requests and model under the same
     configuration (``analysis.fidelity.runs.recorded_config``, recording-only keys aside) and
     the same live-executor settings (GPU sheet, graph capture; a run that recorded none
-    captured lazily): the runs ``fidelity --repeat-run`` accepts beside it, recorded alike. Runs this version cannot re-simulate, and
-    copies of ``run`` (the same ``steps.parquet``), are skipped."""
-    from analysis.fidelity.runs import RECORDING_ONLY, _norm, recorded_config
-
-    def key(folder: Path):
-        summary = json.loads((folder / "summary.json").read_text())
-        if summary.get("backend") != "aiter" or not isinstance(summary.get("config"), dict):
-            return None
-        try:
-            cfg, _ = recorded_config(summary, folder)
-        except SpecschedError:
-            return None
-        cfg = {k: _norm(v) for k, v in cfg.items() if k not in RECORDING_ONLY}
-        # the live executor's own settings: runs before `capture` was recorded captured their
-        # graphs lazily, which changed how fast graphs replay (docs/aiter.md, Timing)
-        be = summary["config"].get("backend") or {}
-        cfg.update({f"backend.{k}": be.get(k, d) for k, d in (("name", None), ("gpu", None),
-                                                               ("capture", "lazy"))})
-        trace = Path(str((summary.get("trace") or {}).get("path", ""))).name
-        return trace, summary.get("requests"), json.dumps(cfg, sort_keys=True, default=str)
-
+    captured lazily): the runs ``fidelity --repeat-run`` accepts beside it, recorded alike.
+    Runs this version cannot re-simulate, and copies of ``run`` (the same ``steps.parquet``),
+    are skipped."""
     from backends.shipped import file_sha256
 
-    want = key(run)
-    own = file_sha256(run / "steps.parquet")
+    want = _run_key(run.resolve())
+    if want is None:
+        return []
+    own = None
     out = []
     for root in roots:
         for c in sorted(root.glob("*/live_*")):
             if c.resolve() == run.resolve() or not (c / "summary.json").is_file():
                 continue
-            if want is not None and key(c) == want and file_sha256(c / "steps.parquet") != own:
+            if _run_key(c.resolve()) != want:
+                continue
+            own = file_sha256(run / "steps.parquet") if own is None else own
+            if file_sha256(c / "steps.parquet") != own:
                 out.append(c)  # another recording, not a copy of this one
     return out
 
@@ -158,24 +170,18 @@ def score(run: Path, dest: Path, name: str, profile: Path | None, suffix: str,
           repeats: list[Path] = ()) -> dict:
     """``specsched fidelity --reference-run RUN [--profile P] [--repeat-run R ...]``, written as
     ``dest/fidelity_NAME[_SUFFIX].md`` and ``.json``; returns the report."""
-    from click.testing import CliRunner
-
-    from analysis.fidelity.cli import fidelity
+    from benchmarks.regenerate_reports import fidelity_report
 
     stem = f"fidelity_{name}" + (f"_{suffix}" if suffix else "")
-    md, js = dest / f"{stem}.md", dest / f"{stem}.json"
-    with tempfile.TemporaryDirectory() as tmp:
-        args = ["--reference-run", _rel(run), "--out", str(Path(tmp) / "f"), "--json"]
-        if profile is not None:
-            args += ["--profile", _rel(profile)]
-        for r in repeats:
-            args += ["--repeat-run", _rel(r)]
-        r = CliRunner().invoke(fidelity, args, standalone_mode=False)
-        if r.exception is not None:
-            raise SpecschedError(f"fidelity failed: {r.exception}", path=str(run))
-        shutil.copy(Path(tmp) / "f" / "fidelity.md", md)
-        shutil.copy(Path(tmp) / "f" / "fidelity.json", js)
-    return json.loads(js.read_text())
+    args = ["--reference-run", _rel(run)]
+    if profile is not None:
+        args += ["--profile", _rel(profile)]
+    for r in repeats:
+        args += ["--repeat-run", _rel(r)]
+    js, md = fidelity_report(args)
+    (dest / f"{stem}.md").write_text(md)
+    (dest / f"{stem}.json").write_text(js)
+    return json.loads(js)
 
 
 def _rel(p: Path) -> str:

@@ -47,6 +47,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from backends.shipped import PROFILES_DIR, VALIDATION_FILE, file_sha256  # noqa: E402
+from traces.errors import SpecschedError  # noqa: E402
 
 
 def reports() -> list[tuple[str, Path]]:
@@ -99,10 +100,6 @@ def rerun(report: dict, model: str, dest: Path, *, write: bool = True,
     :func:`kept_profile`, or ``profile`` instead when given: a what-if copy of it); write its
     .md and .json at ``dest`` (the report's .md path) unless ``write`` is false; return the new
     report and its markdown."""
-    from click.testing import CliRunner
-
-    from analysis.fidelity.cli import fidelity
-
     args = ["--trace", report["trace"], "--model", model, "--limit", str(report["requests"]),
             "--reference-run", report["reference"]["recorded_run"]]
     for rep in report.get("reference_repeats") or []:
@@ -113,17 +110,30 @@ def rerun(report: dict, model: str, dest: Path, *, write: bool = True,
         args += ["--profile", str(profile)]
     elif kept is not None:
         args += ["--profile", str(kept.relative_to(ROOT))]
-    with tempfile.TemporaryDirectory() as tmp:
-        out = Path(tmp) / "fid"
-        res = CliRunner().invoke(fidelity, args + ["--out", str(out)], catch_exceptions=False)
-        if res.exit_code != 0:
-            raise SystemExit(f"error: {dest}: fidelity exited {res.exit_code}: {res.output[-400:]}")
-        md, js = (out / "fidelity.md").read_text(), (out / "fidelity.json").read_text()
+    try:
+        js, md = fidelity_report(args)
+    except SpecschedError as exc:
+        raise SystemExit(f"error: {dest}: {exc}") from None
     if write:
         dest.write_text(md)
         dest.with_suffix(".json").write_text(js)
     return json.loads(js), md
 
+
+def fidelity_report(args: list[str]) -> tuple[str, str]:
+    """``specsched fidelity ARGS`` run in this process, into a temporary folder: the report's
+    JSON and markdown, as the command wrote them. A run that exits non-zero raises
+    ``SpecschedError`` with its last output."""
+    from click.testing import CliRunner
+
+    from analysis.fidelity.cli import fidelity
+
+    with tempfile.TemporaryDirectory() as tmp:
+        out = Path(tmp) / "fid"
+        res = CliRunner().invoke(fidelity, args + ["--out", str(out)], catch_exceptions=False)
+        if res.exit_code != 0:
+            raise SpecschedError(f"fidelity exited {res.exit_code}: {res.output[-400:]}")
+        return (out / "fidelity.json").read_text(), (out / "fidelity.md").read_text()
 
 def _more_repeats(report: dict) -> list[str]:
     """The other recordings of the report's live run (``ingest_call.find_repeats``) it does not
