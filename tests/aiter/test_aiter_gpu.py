@@ -384,6 +384,43 @@ def test_profile_heldout_points_with_real_graphs(tmp_path):
     assert h["points"] == 14 and math.isfinite(h["mape_pct"])
 
 
+def test_profile_prefill_line_on_the_gpu(tmp_path):
+    """``run_profile`` with a prefill line to 48 at a tiny shape on the GPU: one line row per count,
+    each one request at prefix 0 with a positive time; the grid's prefill rows at prefix 0 (64 is
+    past the line, 32 on it) keep their own measurement, the line's count 32 being that same pass;
+    the table reads the line at an off-grid count (17) as the line's own row times the level the
+    grid sets at 32 (held below it: the one grid token within the line)."""
+    from backends.aiter.profiling import ProfileSpec, run_profile
+    from backends.models import ModelShape
+    from backends.profile import grid_rows, line_rows, load_profile, read_profile
+
+    m = ModelShape(name="gpu-test", layers=2, hidden=1024, heads=8, kv_heads=2, head_dim=128,
+                   intermediate=2048, vocab=4096)
+    spec = ProfileSpec(bs=(1, 4), widths=(1, 4), kv=(128, 1024), eager_bs=(1, 4), eager_widths=(4,),
+                       eager_kv=(128, 1024), extend_widths=(2, 4), extend_eager_widths=(1, 4),
+                       prefill_tokens=(32, 64), prefill_prefix=(0, 512), reps=3, warmup=1,
+                       eager_reps=3, settle_s=0.01, prefill_line=48)
+    out = tmp_path / "line.parquet"
+    s = run_profile(m, str(out), spec, executor_opts={"max_context": 8192, "kv_pool_gib": 1})
+    rows, _ = read_profile(out)
+    line = line_rows(rows).to_pylist()
+    assert sorted(r["tokens"] for r in line) == list(range(1, 49))
+    assert all(r["kind"] == "prefill" and r["bs"] == 1 and r["kv_len"] == 0 and r["latency_s"] > 0
+               for r in line)
+    by = {r["tokens"]: r["latency_s"] for r in line}
+    grid = {(r["tokens"], r["kv_len"]): r["latency_s"] for r in grid_rows(rows).to_pylist()
+            if r["kind"] == "prefill"}
+    assert set(grid) == {(32, 0), (32, 512), (64, 0), (64, 512)}
+    assert grid[(32, 0)] == by[32]
+    assert s["timing_s"]["prefill_line_s"] > 0
+    t = load_profile(out)
+    src = t.source["prefill_line"]
+    assert src["counts"] == 48 and set(src["level_at_grid_tokens"]) == {"32"}
+    level = src["level_at_grid_tokens"]["32"]
+    assert abs(level - 1) < 0.05  # the same pass; only the grid's isotonic fit can move it
+    assert t.prefill_s(17, 0)[0] == pytest.approx(by[17] * level, rel=1e-5)
+
+
 def test_calibrate_the_shipped_8b_profile_within_120_s(tmp_path):
     """``specsched calibrate`` of the shipped Llama-3.1-8B profile, as a user runs it: the whole
     command finishes within its 120 s budget and fits every pass group from its own anchors."""
