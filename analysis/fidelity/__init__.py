@@ -13,7 +13,8 @@ with the ``profile`` executor, and compares:
    its measurement), per way, by kind and by shape band, with the worst cases.
 2. **Held-out points.**  A profile may carry measured points kept out of its grids
    (``split == "heldout"``, ``backends.profile``); their error is what the profile predicts.
-3. **Whole runs.**  TTFT, TPOT and E2E percentiles and throughput of both runs side by side.
+3. **Whole runs.**  TTFT, TPOT and E2E percentiles and throughput of both runs side by side,
+   and each request's own TTFT, TPOT and E2E paired with its live figure.
 4. **What the profile model does not capture**, in general and as found in this profile.
 
 Every figure carries the noise floor when recorded repeats of the reference are given.
@@ -22,8 +23,9 @@ The package reads in layers: ``lookup`` (where a step lands in a profile), ``sta
 statistics), ``runs`` (recorded runs and their configuration), ``report`` (checks and floors),
 ``render`` (markdown), ``run`` (the orchestration), ``cli`` (the command) and ``degrade``
 (deliberately wrong profiles, which the checks must catch); beside them ``jitter`` and
-``offset`` (the profile side re-run with noisy or offset passes) and ``fragile`` (how many
-requests each missed latency check rests on).
+``offset`` (the profile side re-run with noisy or offset passes), ``fragile`` (how many
+requests each missed latency check rests on) and ``paired`` (each request against its own live
+figure).
 """
 
 from analysis.fidelity.cli import fidelity

@@ -220,6 +220,8 @@ def render_markdown(report: dict, *, reference: str) -> str:
                   "(queueing, transients, shape mix).", "",
                   f"| metric | {reference} | profile, debiased | difference |", "|---|---|---|---|"]
         lines += _diff_rows(deb, ("ttft_s", "tpot_s"), ("p50", "p99"))
+    if report.get("paired"):
+        lines += _paired_section(report["paired"], reference)
     for r in reps:
         lines += ["", f"## The {reference} run against a repeat of it", "",
                   f"`{r['run']}`: the same trace and configuration, run again on the GPU. How far "
@@ -235,6 +237,33 @@ def render_markdown(report: dict, *, reference: str) -> str:
     lines += ["", "## What the profile model does not capture", ""]
     lines += [f"- {x}" for x in report["not_captured"]]
     return "\n".join(lines) + "\n"
+
+
+def _paired_section(p: dict, reference: str) -> list[str]:
+    """Each request's simulated figure against its live one (``report["paired"]``)."""
+    reps = any("repeats" in d for d in p.values())
+    lines = ["", "## Per request", "",
+             f"Each request's profile figure against its own {reference} figure (requests "
+             "finished in both runs): the median is the bias a typical request sees, p10 and p90 "
+             "how far single requests scatter. No request changes rank, so a gap in the live "
+             "distribution at a percentile moves none of these"
+             + (f"; the last columns: the same for the repeat against the {reference} run (the "
+                "floor under them)." if reps else "."), "",
+             "| metric | requests | median | p10 | p90 | within 3% |"
+             + (" repeat: median | repeat: p10 .. p90 |" if reps else ""),
+             "|---|---|---|---|---|---|" + ("---|---|" if reps else "")]
+    for m, d in p.items():
+        share = d.get("within_target_share")
+        row = (f"| {m.upper()} | {d['requests']} | {_fmt(d['median_pct'], pct=True)} | "
+               f"{_fmt(d['p10_pct'], pct=True)} | {_fmt(d['p90_pct'], pct=True)} | "
+               f"{'-' if share is None else f'{share:.0%}'} |")
+        if reps:
+            rr = d.get("repeats") or []
+            row += (" " + ", ".join(_fmt(r["median_pct"], pct=True) for r in rr) + " | "
+                    + ", ".join(f"{_fmt(r['p10_pct'], pct=True)} .. {_fmt(r['p90_pct'], pct=True)}"
+                                for r in rr) + " |")
+        lines.append(row)
+    return lines
 
 
 def _fmt_num(x) -> str:

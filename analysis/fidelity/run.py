@@ -16,6 +16,7 @@ from typing import Any
 from analysis.fidelity.fragile import fragile_checks
 from analysis.fidelity.jitter import apply_jitter, jitter_floors
 from analysis.fidelity.offset import apply_offset, offset_checks
+from analysis.fidelity.paired import paired_with_repeats
 from analysis.fidelity.render import render_markdown
 from analysis.fidelity.report import TARGETS, build_report, debiased_table
 from analysis.fidelity.runs import (config_for_recorded, load_recorded, read_reference_run,
@@ -123,6 +124,10 @@ def run_fidelity(trace_path: str | Path, model: str, *, out_dir: str | Path | No
                         else pq.read_table(Path(reference_run) / "requests.parquet"))
         report["fragile"] = fragile_checks(report["checks"], ref_requests, mod.requests,
                                            TARGETS["whole_run_pct"])
+        report["paired"] = paired_with_repeats(
+            ref_requests, mod.requests,
+            [pq.read_table(Path(r) / "requests.parquet") for r in repeat_runs],
+            TARGETS["whole_run_pct"])
         def run_profile(ex):  # the profile side again, through another executor
             return simulate_to(trace, prof_cfg, None, executor=ex).summary
 
