@@ -35,6 +35,10 @@ the same run could not tell from noise (:func:`misses`).
 them; ``tests/backends/test_fidelity_table.py`` checks that docs/backends.md holds what the
 shipped reports give, so a new report cannot leave the docs' tables behind.
 
+Reports whose live run ran on another GPU model than the profile is for (an H200 profile, or a
+calibration of one, against a run on an H100: :func:`on_profile_gpu`) are left out of every
+table; ``--other-gpus`` prints the rows and summary of those alone.
+
 A report that cannot be read or lacks a key prints ``error: FILE: ...`` and exits 2.
 """
 
@@ -201,11 +205,26 @@ def _is_moe(model: str) -> bool:
     return load_model(model).is_moe
 
 
-def load_rows(results: Path) -> list[dict]:
+def on_profile_gpu(report: dict) -> bool | None:
+    """Whether the live run ran on the GPU model its profile is for (the ``__GPU`` of the
+    profile's file name, or of its calibration's base, in the run's device name); None when a
+    side does not say. An H200 profile against an H100 run is another question than fidelity."""
+    prof = report.get("profile") or {}
+    name = (prof.get("calibration") or {}).get("base") or prof.get("file") or ""
+    sheet = Path(str(name)).stem.partition("__")[2].split(".")[0]
+    dev = ((report.get("reference") or {}).get("detail") or {}).get("gpu")
+    dev = dev.get("name") if isinstance(dev, dict) else None
+    return None if not sheet or not dev else sheet.lower() in str(dev).lower()
+
+
+def load_rows(results: Path, *, other_gpus: bool = False) -> list[dict]:
+    """The rows of every report under ``results``; only those whose live run ran on another
+    GPU model than its profile's (:func:`on_profile_gpu`) with ``other_gpus``, else the rest."""
     files = sorted(results.glob("*/fidelity_*.json"))
     if not files:
         raise BadReport(f"{results}: no */fidelity_*.json")
-    rows = [make_row(f, read_json(f)) for f in files]
+    rows = [make_row(f, rep) for f, rep in ((f, read_json(f)) for f in files)
+            if (on_profile_gpu(rep) is False) == other_gpus]
     return sorted(rows, key=lambda r: (*group(r), r["profile"], r["report"]))
 
 
@@ -396,12 +415,19 @@ def main(argv=None) -> int:
     ap.add_argument("--docs", type=Path, metavar="FILE",
                     help="write the summary table into FILE between its fidelity_table.py "
                          "markers instead of printing the tables")
+    ap.add_argument("--other-gpus", action="store_true",
+                    help="only the reports whose live run ran on another GPU model than the "
+                         "profile is for (left out of every other table)")
     ap.add_argument("--misses", action="store_true",
                     help="print how many of today's misses lie within the repeat runs' "
                          "difference (misses)")
     args = ap.parse_args(argv)
+    if args.docs and args.other_gpus:
+        print("error: --docs writes the tables of profiles on their own GPU model; drop "
+              "--other-gpus", file=sys.stderr)
+        return 2
     try:
-        rows = load_rows(args.results)
+        rows = load_rows(args.results, other_gpus=args.other_gpus)
         if args.misses:
             sys.stdout.write(render_misses(misses(rows)))
             return 0

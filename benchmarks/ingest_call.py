@@ -135,6 +135,10 @@ def _run_key(folder: Path) -> tuple | None:
     be = summary["config"].get("backend") or {}
     cfg.update({f"backend.{k}": be.get(k, d) for k, d in (("name", None), ("gpu", None),
                                                            ("capture", "lazy"))})
+    # the GPU model that ran it (backend.gpu is only the sheet): an H100 run of an H200 sheet is
+    # another machine class, not a repeat
+    dev = (summary.get("backend_detail") or {}).get("gpu")
+    cfg["device"] = dev.get("name") if isinstance(dev, dict) else None
     trace = Path(str((summary.get("trace") or {}).get("path", ""))).name
     return trace, summary.get("requests"), json.dumps(cfg, sort_keys=True, default=str)
 
@@ -142,9 +146,9 @@ def _run_key(folder: Path) -> tuple | None:
 def find_repeats(run: Path, roots: list[Path]) -> list[Path]:
     """The recorded live runs (``live_*`` folders under each of ``roots``' subfolders) other
     than ``run`` that replayed the same trace file, requests and model under the same
-    configuration (``analysis.fidelity.runs.recorded_config``, recording-only keys aside) and
-    the same live-executor settings (GPU sheet, graph capture; a run that recorded none
-    captured lazily): the runs ``fidelity --repeat-run`` accepts beside it, recorded alike.
+    configuration (``analysis.fidelity.runs.recorded_config``, recording-only keys aside), the
+    same live-executor settings (GPU sheet, graph capture; a run that recorded none captured
+    lazily) and the same GPU model (``backend_detail.gpu.name``): the runs ``fidelity --repeat-run`` accepts beside it, recorded alike.
     Runs this version cannot re-simulate, and copies of ``run`` (the same ``steps.parquet``),
     are skipped."""
     from backends.shipped import file_sha256

@@ -286,3 +286,31 @@ def test_misses_within_the_repeat_runs_difference(tmp_path, capsys):
                    ("shipped", "per-step"): [2, 0, 0], ("shipped", "whole-run"): [2, 1, 1]}
     assert ft.main(["--results", str(r), "--misses"]) == 0
     assert "| shipped | whole-run | 2 | 1 | 1 |" in capsys.readouterr().out
+
+
+def test_a_live_run_on_another_gpu_model_is_kept_apart(tmp_path, capsys):
+    """The H200 profile (shipped, or calibrated on an H100 from it) against a run on an H100 is
+    left out of every table and shown alone under --other-gpus; a report that names no device
+    (older ones) stays in."""
+    import fidelity_table as ft
+
+    today = hashlib.sha256((ROOT / SHIPPED).read_bytes()).hexdigest()
+    h100 = {"gpu": {"name": "NVIDIA H100 80GB HBM3"}}
+    on_h100 = _report(CONV, "fixed", {"ttft_p50": False}, _shipped(today))
+    on_h100["reference"]["detail"] = h100
+    cal = dict(CALIBRATED, file="benchmarks/results/e/llama-3.1-8b__H200.calibrated.parquet")
+    cal_h100 = _report(CONV, "fixed", {"ttft_p50": True}, cal)
+    cal_h100["reference"]["detail"] = h100
+    on_h200 = _report(CONV, "fixed", {"ttft_p50": True}, _shipped(today))
+    on_h200["reference"]["detail"] = {"gpu": {"name": "NVIDIA H200"}}
+    assert [ft.on_profile_gpu(x) for x in (on_h100, cal_h100, on_h200)] == [False, False, True]
+    assert ft.on_profile_gpu(_report(CONV, "fixed", {}, _shipped(today))) is None
+    r = tmp_path / "results"
+    _write(r, "e/fidelity_h100.json", on_h100)
+    _write(r, "e/fidelity_h100_calibrated.json", cal_h100)
+    _write(r, "f/fidelity_h200.json", on_h200)
+    assert [Path(x["report"]).name for x in ft.load_rows(r)] == ["fidelity_h200.md"]
+    assert sorted(Path(x["report"]).name for x in ft.load_rows(r, other_gpus=True)) == [
+        "fidelity_h100.md", "fidelity_h100_calibrated.md"]
+    assert ft.main(["--results", str(r), "--other-gpus", "--docs", str(tmp_path / "d.md")]) == 2
+    assert "drop --other-gpus" in capsys.readouterr().err

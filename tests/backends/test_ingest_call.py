@@ -89,3 +89,20 @@ def test_repeats_are_other_recordings_of_the_same_run(tmp_path):
     shutil.copytree(run, copy)
     assert ingest_call.find_repeats(copy, [results, tmp_path]) == [
         results / "h200-2026-12-04e" / "live_70b_bucket150"]
+
+
+def test_a_run_on_another_gpu_model_is_not_a_repeat(tmp_path):
+    """The same requests and configuration replayed on an H100 (its summary's device name) is
+    another machine class: not a repeat of the H200 recordings, nor they of it."""
+    import ingest_call
+
+    results = ROOT / "benchmarks" / "results"
+    run = results / "h200-2026-12-04f" / "live_70b_bucket150"
+    other = tmp_path / "day" / "live_70b_bucket150"
+    shutil.copytree(run, other)
+    summary = json.loads((other / "summary.json").read_text())
+    summary["backend_detail"]["gpu"]["name"] = "NVIDIA H100 80GB HBM3"
+    (other / "summary.json").write_text(json.dumps(summary))
+    (other / "steps.parquet").write_bytes(b"another recording")  # not a copy of the run
+    assert ingest_call.find_repeats(other, [results, tmp_path]) == []
+    assert other not in ingest_call.find_repeats(run, [results, tmp_path])
