@@ -26,7 +26,10 @@ measured anchor takes the median ratio over all anchors, and the fit says so (``
 "all anchors"``).  :func:`calibrated_rows` multiplies ``latency_s``, ``p10_s`` and ``p90_s`` of
 every base grid row by its group's factor, and :func:`calibrated_copy` a prefill line's rows
 by the prefill factor.  A per-group scale is all it can fix: a difference
-between machines that depends on the shape (one kernel slower at long KV only) stays.
+between machines that depends on the shape (one kernel slower at long KV only) stays.  On
+another GPU model, whose ratio to the base's does depend on the shape (bandwidth- against
+compute-bound passes), the fit is against the roofline's ratio between the two GPUs' sheets
+(``backends.calibrate_prior``).
 
 **Prefill on MoE models** (:func:`settle_prefill`).  The prefill group's factor is fitted and
 recorded always, but applied by default only on dense models.  On DeepSeek-V2-Lite the prefill
@@ -156,15 +159,18 @@ def _median(xs: Sequence[float]) -> float:
     return float(np.median(np.asarray(xs, dtype=np.float64)))
 
 
-def fit_factors(anchors: Iterable[dict], groups: Iterable[str]) -> dict[str, dict]:
+def fit_factors(anchors: Iterable[dict], groups: Iterable[str],
+                prior: Callable[[dict], float] | None = None) -> dict[str, dict]:
     """The scale per group from ``anchors`` (dicts with ``kind``, ``graph``, ``base_s`` and
     ``measured_s``), for every group in ``groups``: ``{"factor", "n", "source",
     "ratio_min", "ratio_max"}``; ``source`` is ``"group"`` (median over its own anchors) or
-    ``"all anchors"`` (it had none).  No anchor at all is a ValueError."""
+    ``"all anchors"`` (it had none).  With ``prior`` (``backends.calibrate_prior``: a ratio per
+    shape, for another GPU model) the ratios are ``measured / (base x prior(anchor))``.  No
+    anchor at all is a ValueError."""
     ratios: dict[str, list[float]] = {}
     for a in anchors:
         ratios.setdefault(group_name(a["kind"], a["graph"]), []).append(
-            float(a["measured_s"]) / float(a["base_s"]))
+            float(a["measured_s"]) / float(a["base_s"]) / (prior(a) if prior else 1.0))
     every = [x for rs in ratios.values() for x in rs]
     if not every:
         raise ValueError("no anchor was measured: nothing to fit")
@@ -212,25 +218,31 @@ def prefill_summary(factors: dict[str, dict]) -> dict | None:
             "applied": bool(p.get("applied", True))}
 
 
-def calibrated_rows(grid: Any, factors: dict[str, dict]) -> list[dict]:
+def calibrated_rows(grid: Any, factors: dict[str, dict],
+                    prior: Callable[[dict], float] | None = None) -> list[dict]:
     """The grid rows ``grid`` with ``latency_s``, ``p10_s`` and ``p90_s`` multiplied by their
-    group's factor (every other column, and ``split``, dropped or kept as given)."""
+    group's factor, and by ``prior(row)`` when given (every other column, and ``split``,
+    dropped or kept as given). A group whose factor is not applied (``applied`` false, the
+    prefill on a MoE model) keeps the base's rows, prior or not."""
     out = []
     for r in _rows_of(grid):
-        f = factors[group_name(r["kind"], r["graph"])]["factor"]
+        fit = factors[group_name(r["kind"], r["graph"])]
+        f = fit["factor"] * (prior(r) if prior and fit.get("applied", True) else 1.0)
         out.append(dict(r, latency_s=r["latency_s"] * f, p10_s=r["p10_s"] * f,
                         p90_s=r["p90_s"] * f))
     return out
 
 
 def calibrated_copy(grid: Any, line: Any, factors: dict[str, dict],
-                    held: Sequence[dict] = ()) -> list[dict]:
+                    held: Sequence[dict] = (),
+                    prior: Callable[[dict], float] | None = None) -> list[dict]:
     """A calibrated copy's rows: the base's ``grid`` rows scaled by their groups' factors
     (:func:`calibrated_rows`) and its prefill-``line`` rows (``split == "line"``,
     :mod:`backends.prefill_line`) by the prefill factor, so the line stays at the grid's level,
     then ``held`` (held-out rows measured on this machine). With line or held-out rows each row
-    says its ``split``; without, the grid alone and no ``split`` column."""
-    grid, line = calibrated_rows(grid, factors), calibrated_rows(line, factors)
+    says its ``split``; without, the grid alone and no ``split`` column. ``prior``: as for
+    :func:`calibrated_rows`."""
+    grid, line = calibrated_rows(grid, factors, prior), calibrated_rows(line, factors, prior)
     if line or held:
         return ([dict(r, split="grid") for r in grid] + [dict(r, split="line") for r in line]
                 + list(held))

@@ -25,6 +25,7 @@ from typing import Any
 from backends.calibrate import (SHAPE, anchor_record, calibrated_metadata,
                                 calibrated_copy, factors_text, fit_factors, group_name,
                                 prefill_summary, settle_prefill)
+from backends.calibrate_prior import prior_for
 from backends.shipped import file_sha256
 
 __all__ = ["refit_calibration", "rebase_anchors"]
@@ -51,10 +52,12 @@ def rebase_anchors(kept: list[dict], grid: list[dict]) -> tuple[list[dict], list
 
 
 def refit_calibration(model: Any, source: str, base: str, out: str, *,
-                      prefill: str = "auto") -> dict[str, Any]:
+                      prefill: str = "auto", prior: str = "none") -> dict[str, Any]:
     """Write ``base`` calibrated by the anchors measured for ``source`` (a calibrated profile)
     to ``out``; returns a summary.  ``prefill``: whether the prefill factor is applied
-    (``backends.calibrate.settle_prefill``; the source's choice is not carried over).  Raises
+    (``backends.calibrate.settle_prefill``; the source's choice is not carried over);
+    ``prior``: whether the fit is against the roofline's ratio between the anchors' GPU and the
+    base's when their sheets differ (``backends.calibrate_prior``).  Raises
     ``SpecschedError`` when ``source`` holds no calibration, is of another model, or none of
     its anchors is a grid row of ``base``."""
     from backends.profile import (_check_model, grid_rows, heldout_rows, line_rows, read_profile,
@@ -74,11 +77,16 @@ def refit_calibration(model: Any, source: str, base: str, out: str, *,
     if not anchors:
         raise SpecschedError(f"none of the {len(cal['anchors'])} anchors of {Path(source).name} "
                              "is a grid row of this profile: nothing to fit", path=str(base))
+    machine = cal.get("machine") or {}
+    shape_prior, prior_note = prior_for(model, meta.get("gpu"), machine, prior)
     factors = settle_prefill(
-        fit_factors(anchors, sorted({group_name(r["kind"], r["graph"]) for r in grid})),
-        prefill, moe=model.is_moe)
+        fit_factors(anchors, sorted({group_name(r["kind"], r["graph"]) for r in grid}),
+                    shape_prior), prefill, moe=model.is_moe)
     at = datetime.now(timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
-    calibration = {k: v for k, v in cal.items() if k not in ("anchors", "factors", "refit")}
+    calibration = {k: v for k, v in cal.items()
+                   if k not in ("anchors", "factors", "refit", "prior")}
+    if prior_note:
+        calibration["prior"] = prior_note
     calibration.update(
         base=Path(base).name, base_sha256=file_sha256(base),
         base_gpu=meta.get("gpu"), anchors=anchors, factors=factors,
@@ -89,13 +97,14 @@ def refit_calibration(model: Any, source: str, base: str, out: str, *,
                "anchors_used": len(anchors), "anchors_missing": missing,
                "rule": "the anchors' measured_s from the source's calibration, each divided by "
                        "this base's row of the same shape; fit as `specsched calibrate` fits, "
-                       f"prefill {prefill}"})
-    machine = cal.get("machine") or {}
+                       f"prefill {prefill}, prior {prior}"})
     note = (f"calibrated by `specsched calibrate --anchors-from {Path(source).name}` at {at}: "
             f"{len(anchors)} anchors measured on {machine.get('name')} "
             f"{str(machine.get('uuid', ''))[:8]} at {cal.get('at')}, factors "
-            + factors_text(factors))
-    rows = calibrated_copy(grid, line_rows(base_rows).to_pylist(), factors)
+            + factors_text(factors)
+            + (f" x the roofline's {prior_note['here_sheet']} / {prior_note['base_sheet']} ratio "
+               "per shape" if prior_note else ""))
+    rows = calibrated_copy(grid, line_rows(base_rows).to_pylist(), factors, prior=shape_prior)
     out_meta = calibrated_metadata(meta, machine or meta.get("gpu"), calibration, [note])
     write_profile(rows, out, out_meta, inputs=(base, source))
     return {"rows": len(rows), "out": str(out), "anchors": len(anchors),

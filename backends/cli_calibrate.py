@@ -54,6 +54,13 @@ __all__ = ["calibrate"]
               help="Prefill rows: scale them by their anchors' factor, keep the base's, or auto: "
                    "keep on a MoE model (there the anchors did not predict live prefills), scale "
                    "on a dense one. The factor is recorded either way.")
+@click.option("--prior", "prior", type=click.Choice(["none", "roofline"]), default="none",
+              show_default=True,
+              help="On another GPU model than the base's (both with a sheet, e.g. an H100 "
+                   "calibrating an H200 profile): roofline fits each group against the "
+                   "roofline's ratio between the two sheets per shape (bandwidth- against "
+                   "compute-bound passes; better with the default anchors on three of four H100 "
+                   "runs, worse on long context: docs/aiter.md); none fits one scale per group.")
 @click.option("--anchors-from", type=click.Path(dir_okay=False), default=None,
               metavar="CALIBRATED.parquet",
               help="Measure nothing: re-fit the anchors an earlier calibrate measured (kept in "
@@ -61,7 +68,7 @@ __all__ = ["calibrate"]
                    "re-recorded under the same timing protocol. Needs no GPU.")
 def calibrate(model, tp, base, out, budget_s, anchors, heldout, seed, reps, warmup, eager_reps,
               settle_s, page_size, max_context, kv_pool_gib, gpu_sheet, extend_logits, progress,
-              trace_path, limit, config_path, sets, prefill, anchors_from):
+              trace_path, limit, config_path, sets, prefill, prior, anchors_from):
     """Fit a recorded profile to this machine's GPU from a few re-measured shapes.
 
     \b
@@ -80,7 +87,8 @@ def calibrate(model, tp, base, out, budget_s, anchors, heldout, seed, reps, warm
     metadata (specsched.calibration).  On a MoE model the prefill rows stay the base's unless
     --prefill scale says otherwise (the factor is recorded).  The base's held-out rows are not
     carried over.  Only a scale per group is fitted: a shape-dependent difference between the
-    machines stays (docs/aiter.md, "specsched calibrate").  Needs a CUDA or ROCm GPU (exit 2
+    machines stays (docs/aiter.md, "specsched calibrate"); --prior roofline takes the one
+    between two GPU models' sheets from the roofline.  Needs a CUDA or ROCm GPU (exit 2
     without one), except with --anchors-from, which re-fits an earlier calibration's measured
     anchors to --base (those not among the base's grid rows are left out and listed in the
     metadata).  With --trace the anchors are the grid rows a simulated run of that workload
@@ -106,7 +114,7 @@ def calibrate(model, tp, base, out, budget_s, anchors, heldout, seed, reps, warm
             raise SpecschedError("--anchors-from measures nothing: drop --anchors, --heldout "
                                  "and --trace")
         click.echo(json.dumps(refit_calibration(load_model(model, tp=tp), anchors_from, base, out,
-                                                prefill=prefill)))
+                                                prefill=prefill, prior=prior)))
         return
     spec = ProfileSpec(reps=reps, warmup=warmup, eager_reps=eager_reps, settle_s=settle_s)
     spec.check()
@@ -119,7 +127,7 @@ def calibrate(model, tp, base, out, budget_s, anchors, heldout, seed, reps, warm
     summary = _with_progress(progress, lambda prog, log: run_calibrate(
         shape, out, base, spec, anchors=n, heldout=heldout, seed=seed, budget_s=budget_s,
         t_start=t_start, executor_opts=opts, command=cmd, progress=prog, log=log,
-        workload=workload, prefill=prefill))
+        workload=workload, prefill=prefill, prior=prior))
     click.echo(json.dumps(summary))
 
 

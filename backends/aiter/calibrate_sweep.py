@@ -26,6 +26,7 @@ from typing import Any, Callable
 from backends.calibrate import (SHAPE, anchor_record, calibrated_metadata,
                                 calibrated_copy, choose_anchors, factors_text, fit_factors,
                                 group_name, prefill_summary, settle_prefill)
+from backends.calibrate_prior import prior_for
 from backends.heldout import SECTIONS, HeldoutPoint, choose_heldout, grid_span
 from backends.aiter.heldout_sweep import _graph_key, _kernel_widths, measure_points
 from backends.aiter.profiling import ProfileSpec, open_runner
@@ -109,13 +110,15 @@ def run_calibrate(model: Any, out: str, base: str, spec: ProfileSpec, *, anchors
                   command: str = "", progress: Callable[[str, int, int], None] | None = None,
                   log: Callable[[str], None] | None = None,
                   workload: Callable[[list], tuple[dict, dict]] | None = None,
-                  prefill: str = "auto") -> dict[str, Any]:
+                  prefill: str = "auto", prior: str = "none") -> dict[str, Any]:
     """Calibrate the profile ``base`` to this machine and write it to ``out`` (never ``base``);
     returns a summary.  ``t_start``: when the command started (``time.perf_counter()``), so
     the budget covers its start-up too.  ``workload(grid) -> (weights, info)``: anchors where a
     workload spends its time (``backends.calibrate_workload``), recorded as ``workload``.
     ``prefill``: whether the prefill group's factor is applied
-    (``backends.calibrate.settle_prefill``)."""
+    (``backends.calibrate.settle_prefill``). ``prior``: ``roofline`` fits against the roofline's
+    ratio between this GPU's sheet and the base's when they differ, ``none`` (the default) one
+    scale per group (``backends.calibrate_prior``)."""
     from backends.aiter import bridge
     from backends.aiter.executor import gpu_info
     from backends.profile import (_check_model, grid_rows, heldout_rows, line_rows, read_profile,
@@ -151,7 +154,13 @@ def run_calibrate(model: Any, out: str, base: str, spec: ProfileSpec, *, anchors
         raise SpecschedError(f"no anchor could be measured within --budget-s {budget_s:g} "
                              f"(elapsed {time.perf_counter() - t_start:.1f} s); nothing written")
     groups = sorted({group_name(r["kind"], r["graph"]) for r in grid})
-    factors = settle_prefill(fit_factors(measured, groups), prefill, moe=model.is_moe)
+    machine = gpu_info()
+    shape_prior, prior_note = prior_for(model, meta.get("gpu"), machine, prior)
+    factors = settle_prefill(fit_factors(measured, groups, shape_prior), prefill,
+                             moe=model.is_moe)
+    if prior_note:
+        say(f"fitted against the roofline's {prior_note['here_sheet']} / "
+            f"{prior_note['base_sheet']} ratio per shape (another GPU model than the base's)")
     say("factors: " + factors_text(factors))
 
     held: list[dict] = []
@@ -166,7 +175,6 @@ def run_calibrate(model: Any, out: str, base: str, spec: ProfileSpec, *, anchors
         held_note = {"points": len(held), "asked": int(heldout), "seed": int(seed),
                      "sections": hreport, "skipped_for_budget": len(hskipped)}
 
-    machine = gpu_info()
     at = datetime.now(timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
     elapsed = time.perf_counter() - t_start
     calibration = {
@@ -183,10 +191,14 @@ def run_calibrate(model: Any, out: str, base: str, spec: ProfileSpec, *, anchors
         calibration["heldout"] = held_note
     if wl_info is not None:
         calibration["workload"] = wl_info
-    scaled = calibrated_copy(grid, line_rows(base_rows).to_pylist(), factors, held)
+    if prior_note:
+        calibration["prior"] = prior_note
+    scaled = calibrated_copy(grid, line_rows(base_rows).to_pylist(), factors, held, shape_prior)
     notes: list = [f"calibrated by `specsched calibrate` on {machine.get('name')} at {at}: "
                    f"{len(measured)} anchors from {Path(base).name}, factors "
                    + factors_text(factors)
+                   + (f" x the roofline's {prior_note['here_sheet']} / {prior_note['base_sheet']}"
+                      " ratio per shape" if prior_note else "")
                    + (f"; {dropped_heldout} held-out rows of the base dropped" if dropped_heldout
                       else "") + (f"; {len(held)} held-out rows measured here" if held else "")]
     if held_note:

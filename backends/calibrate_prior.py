@@ -1,0 +1,98 @@
+"""The roofline's time ratio between two GPU models: the prior a calibration to another model fits.
+
+``specsched calibrate`` fits one scale per pass group (``backends.calibrate``), which is all a
+profile needs on another GPU of its own model: there every group's ratio is flat within 1-3%.
+On another GPU model it is not. Measured on an H100 against the H200 profiles (2026-12-05,
+``benchmarks/results/h100-2026-12-05``), measured / base runs from 1.28-1.41 for passes of 1-60
+tokens (they read weights: the H200 has 4.8 TB/s, the H100 3.35) down to 1.00-1.06 from 512
+tokens (they compute: both 989 TFLOP/s), within one group; a median per group then errs by up
+to 9% on whichever shapes its anchors did not sit near.
+
+The prior gives each shape the roofline backend's ratio (:mod:`backends.roofline`: weights,
+KV and activations read at the sheet's bandwidth, GEMMs at its FLOP/s, whichever is longer per
+kernel class): ``prior(row) = roofline(row, this GPU's sheet) / roofline(row, the base's
+sheet)``. The fit then takes, per group, the median of ``measured / (base x prior)`` over its
+anchors, and scales each row by that factor times its own prior. Between two GPUs of one sheet
+the prior is 1 and nothing changes; it is used only when asked for (``specsched calibrate
+--prior roofline``), both GPUs have a sheet (:data:`backends.hardware.GPUS`) and the sheets
+differ.
+
+It is not the default because it did not win everywhere. On the H100 against four live runs
+(three 8B, one 70B), with the default anchors it brought per-step MAPE from 2.08 / 5.78 / 1.76%
+to 1.72 / 2.18 / 1.03% (8B conversation and ``split`` runs, 70B) but from 3.03 to 3.32% on the
+8B long-context run, where the roofline reads attention over long KV as bandwidth-bound and the
+H100 ran it about as fast as the H200; with anchors chosen by ``--trace`` (where a conversation
+run spends its time, graphs only) it changed the conversation runs by under 0.1 point and made
+the ``split`` run worse (1.64 -> 3.53%: eager verify had no anchor, and the residual of the
+other groups is not its own).
+"""
+
+from __future__ import annotations
+
+import re
+from typing import Any, Callable
+
+__all__ = ["PRIOR_MODES", "sheet_of", "roofline_prior", "prior_for"]
+
+
+def sheet_of(device: Any) -> str | None:
+    """The GPU sheet (a key of :data:`backends.hardware.GPUS`) whose name is a word of
+    ``device`` (a device name such as ``"NVIDIA H100 80GB HBM3"``, or a dict with ``name``), the
+    longest such; None when none is."""
+    from backends.hardware import GPUS
+
+    name = device.get("name") if isinstance(device, dict) else device
+    if not name:
+        return None
+    hits = [k for k in GPUS if re.search(rf"(?<![\w]){re.escape(k)}(?![\w])", str(name), re.I)]
+    return max(hits, key=len) if hits else None
+
+
+def roofline_prior(model: Any, base_sheet: str, here_sheet: str) -> Callable[[dict], float]:
+    """``row -> roofline(row, here_sheet) / roofline(row, base_sheet)`` for rows with ``kind``,
+    ``graph``, ``bs``, ``width``, ``kv_len`` and ``tokens`` (a profile's grid rows, or anchors),
+    ``model`` being the profile's :class:`~backends.models.ModelShape`; memoised by shape."""
+    from backends import roofline as rl
+
+    def seconds(r: dict, gpu: str) -> float:
+        kind, graph, bs, width, kv = (str(r["kind"]), bool(r["graph"]), int(r["bs"]),
+                                      int(r["width"]), int(r["kv_len"]))
+        if kind == "verify":
+            return float(rl.verify_time(model, gpu, bs, width, kv, graph=graph))
+        if kind == "draft":
+            return float(rl.draft_pass_time(model, gpu, bs, kv, graph=graph))
+        if kind == "draft_extend":
+            return float(rl.draft_extend_time(model, gpu, bs, width, kv, graph=graph))
+        return float(rl.prefill_time(model, gpu, int(r["tokens"]), kv))
+
+    memo: dict[tuple, float] = {}
+
+    def prior(r: dict) -> float:
+        key = tuple(r[k] for k in ("kind", "graph", "bs", "width", "kv_len", "tokens"))
+        if key not in memo:
+            memo[key] = seconds(r, here_sheet) / seconds(r, base_sheet)
+        return memo[key]
+
+    return prior
+
+
+#: ``specsched calibrate --prior``: ``none`` (one scale per group, the default) or ``roofline``
+PRIOR_MODES = ("none", "roofline")
+
+
+def prior_for(model: Any, base_gpu: Any, here_gpu: Any, mode: str = "none"
+              ) -> tuple[Callable[[dict], float] | None, dict | None]:
+    """The prior a calibration of a profile recorded on ``base_gpu`` to ``here_gpu`` (device
+    names or dicts) uses, and what its metadata records of it: ``(None, None)`` with ``mode``
+    ``"none"``, or when either GPU has no sheet or both have the same one (the roofline's ratio
+    is then 1)."""
+    if mode not in PRIOR_MODES:
+        raise ValueError(f"prior mode {mode!r}: choose one of {', '.join(PRIOR_MODES)}")
+    base, here = sheet_of(base_gpu), sheet_of(here_gpu)
+    if mode == "none" or base is None or here is None or base == here:
+        return None, None
+    return roofline_prior(model, base, here), {
+        "rule": "roofline", "base_sheet": base, "here_sheet": here,
+        "how": "per group, the factor is the median of measured / (base x prior) over its "
+               "anchors; each row is scaled by the factor times its prior, prior = the roofline "
+               "backend's time of the row's shape on here_sheet over base_sheet"}

@@ -1,0 +1,96 @@
+"""The roofline prior of a calibration to another GPU model (backends/calibrate_prior.py)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from backends.calibrate import calibrated_rows, fit_factors
+from backends.calibrate_prior import prior_for, roofline_prior, sheet_of
+from backends.models import load_model
+
+ROOT = Path(__file__).resolve().parents[2]
+H100_CAL = ROOT / "benchmarks/results/h100-2026-12-05/llama-3.1-8b__H200.calibrated.parquet"
+
+
+def test_sheet_of_a_device_name():
+    assert sheet_of("NVIDIA H100 80GB HBM3") == "H100"
+    assert sheet_of({"name": "NVIDIA H200"}) == "H200"
+    assert sheet_of("AMD Instinct MI300X") == "MI300X"
+    assert sheet_of("NVIDIA H1000") is None  # a word, not a prefix
+    assert sheet_of("Tesla T4") is None and sheet_of(None) is None and sheet_of({}) is None
+
+
+def test_prior_only_between_two_known_sheets_when_asked():
+    m = load_model("llama-3.1-8b")
+    assert prior_for(m, "NVIDIA H200", "NVIDIA H100 80GB HBM3") == (None, None)  # default none
+    assert prior_for(m, "NVIDIA H200", "NVIDIA H200", "roofline") == (None, None)
+    assert prior_for(m, "NVIDIA H200", "Tesla T4", "roofline") == (None, None)
+    fn, note = prior_for(m, {"name": "NVIDIA H200"}, "NVIDIA H100 80GB HBM3", "roofline")
+    assert callable(fn) and (note["base_sheet"], note["here_sheet"]) == ("H200", "H100")
+    with pytest.raises(ValueError):
+        prior_for(m, "H200", "H100", "auto")
+
+
+def test_the_roofline_ratio_follows_the_sheets():
+    """One request's verify reads the weights: H100 / H200 near the bandwidth ratio (4.8 / 3.35 TB/s
+    = 1.433); 256 x 8 rows are compute-bound on two chips of the same FLOP/s: near 1."""
+    prior = roofline_prior(load_model("llama-3.1-8b"), "H200", "H100")
+    small = prior({"kind": "verify", "graph": True, "bs": 1, "width": 1, "kv_len": 128, "tokens": 1})
+    big = prior({"kind": "verify", "graph": True, "bs": 256, "width": 8, "kv_len": 128,
+                 "tokens": 2048})
+    assert 1.40 < small <= 4.8 / 3.35 + 1e-9
+    assert 1.0 <= big < 1.1
+
+
+def test_fit_and_rows_against_a_prior_worked_by_hand():
+    """Two verify anchors 1.3x and 1.0x slow where the prior says 1.3 and 1.0: the residual is 1
+    for both, so the factor is 1 and each row gets its own prior; without the prior the median
+    is 1.15 for every row. A group not applied (a MoE model's prefill) keeps the base's rows."""
+    def prior(r):
+        return 1.3 if r["tokens"] < 100 else 1.0
+
+    anchors = [{"kind": "verify", "graph": True, "tokens": 4, "base_s": 1.0, "measured_s": 1.3},
+               {"kind": "verify", "graph": True, "tokens": 512, "base_s": 2.0, "measured_s": 2.0}]
+    with_prior = fit_factors(anchors, ["verify_graph"], prior)
+    assert with_prior["verify_graph"]["factor"] == pytest.approx(1.0)
+    assert fit_factors(anchors, ["verify_graph"])["verify_graph"]["factor"] == pytest.approx(1.15)
+    grid = [{"kind": "verify", "graph": True, "tokens": 8, "latency_s": 1.0, "p10_s": 0.9,
+             "p90_s": 1.1},
+            {"kind": "verify", "graph": True, "tokens": 1024, "latency_s": 3.0, "p10_s": 2.9,
+             "p90_s": 3.1},
+            {"kind": "prefill", "graph": False, "tokens": 32, "latency_s": 5.0, "p10_s": 5.0,
+             "p90_s": 5.0}]
+    factors = {**with_prior, "prefill": {"factor": 1.0, "applied": False}}
+    out = calibrated_rows(grid, factors, prior)
+    assert [r["latency_s"] for r in out] == pytest.approx([1.3, 3.0, 5.0])
+    assert out[0]["p90_s"] == pytest.approx(1.1 * 1.3)
+
+
+def test_refit_of_the_h100_anchors_with_the_prior(tmp_path):
+    """The H100 calibration of 2026-12-05 re-fitted to the shipped 8B profile with the prior: the
+    metadata names it, and every grid row is the base's times its group's factor times its own
+    prior (the verify graph of one request more than that of 256 x 8 rows)."""
+    from backends.calibrate import group_name
+    from backends.calibrate_refit import refit_calibration
+    from backends.profile import grid_rows, read_profile
+
+    m = load_model("llama-3.1-8b")
+    base = ROOT / "backends/profiles/llama-3.1-8b__H200.parquet"
+    out = tmp_path / "prior.parquet"
+    refit_calibration(m, str(H100_CAL), str(base), str(out), prior="roofline")
+    rows, meta = read_profile(out)
+    cal = meta["calibration"]
+    assert (cal["prior"]["base_sheet"], cal["prior"]["here_sheet"]) == ("H200", "H100")
+    prior = roofline_prior(m, "H200", "H100")
+    key = ("kind", "graph", "bs", "width", "kv_len", "tokens")
+    base_of = {tuple(r[k] for k in key): r["latency_s"]
+               for r in grid_rows(read_profile(base)[0]).to_pylist()}
+    ratio = {}
+    for r in grid_rows(rows).to_pylist():
+        f = cal["factors"][group_name(r["kind"], r["graph"])]["factor"]
+        got = r["latency_s"] / base_of[tuple(r[k] for k in key)]
+        assert got == pytest.approx(f * prior(r), rel=1e-9)
+        ratio[tuple(r[k] for k in key)] = got
+    assert ratio[("verify", True, 1, 1, 128, 1)] > ratio[("verify", True, 256, 8, 128, 2048)] + 0.2
