@@ -13,18 +13,20 @@ KV and activations read at the sheet's bandwidth, GEMMs at its FLOP/s, whichever
 kernel class): ``prior(row) = roofline(row, this GPU's sheet) / roofline(row, the base's
 sheet)``. The fit then takes, per group, the median of ``measured / (base x prior)`` over its
 anchors, and scales each row by that factor times its own prior. Between two GPUs of one sheet
-the prior is 1 and nothing changes; it is used only when asked for (``specsched calibrate
---prior roofline``), both GPUs have a sheet (:data:`backends.hardware.GPUS`) and the sheets
+the prior is 1 and nothing changes; it is used (``specsched calibrate --prior roofline``, the
+default) only when both GPUs have a sheet (:data:`backends.hardware.GPUS`) and the sheets
 differ.
 
-It is not the default because it did not win everywhere. On the H100 against four live runs
-(three 8B, one 70B), with the default anchors it brought per-step MAPE from 2.08 / 5.78 / 1.76%
-to 1.72 / 2.18 / 1.03% (8B conversation and ``split`` runs, 70B) but from 3.03 to 3.32% on the
-8B long-context run, where the roofline reads attention over long KV as bandwidth-bound and the
-H100 ran it about as fast as the H200; with anchors chosen by ``--trace`` (where a conversation
-run spends its time, graphs only) it changed the conversation runs by under 0.1 point and made
-the ``split`` run worse (1.64 -> 3.53%: eager verify had no anchor, and the residual of the
-other groups is not its own).
+Measured on two H100s against the H200 profiles (``benchmarks/results/h100-2026-12-05`` and
+``-05b``; the second GPU's calibrations and live runs recorded after this form was fixed), with
+the default anchors it brought per-step MAPE down on six of seven live runs: the 8B's
+conversation runs 2.08 -> 1.72% and 1.74 -> 1.63%, its ``split`` runs 5.78 -> 2.18% and 5.46
+-> 1.82%, the 70B's 1.76 -> 1.03% and 1.62 -> 0.92% (16 of 16 checks); and up on the 8B's
+long-context run, 3.03 -> 3.32%, where the roofline reads attention over long KV as
+bandwidth-bound while the H100 ran it about as fast as the H200. With anchors chosen by
+``--trace`` (a conversation run's: graphs only) it moved the conversation run by under 0.1
+point and made the ``split`` run worse (1.64 -> 3.53%: eager verify had no anchor of its own
+and took the other groups' residual). ``--prior none`` fits one scale per group.
 """
 
 from __future__ import annotations
@@ -76,11 +78,11 @@ def roofline_prior(model: Any, base_sheet: str, here_sheet: str) -> Callable[[di
     return prior
 
 
-#: ``specsched calibrate --prior``: ``none`` (one scale per group, the default) or ``roofline``
-PRIOR_MODES = ("none", "roofline")
+#: ``specsched calibrate --prior``: ``roofline`` (the default) or ``none`` (one scale per group)
+PRIOR_MODES = ("roofline", "none")
 
 
-def prior_for(model: Any, base_gpu: Any, here_gpu: Any, mode: str = "none"
+def prior_for(model: Any, base_gpu: Any, here_gpu: Any, mode: str = "roofline"
               ) -> tuple[Callable[[dict], float] | None, dict | None]:
     """The prior a calibration of a profile recorded on ``base_gpu`` to ``here_gpu`` (device
     names or dicts) uses, and what its metadata records of it: ``(None, None)`` with ``mode``

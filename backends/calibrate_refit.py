@@ -52,7 +52,7 @@ def rebase_anchors(kept: list[dict], grid: list[dict]) -> tuple[list[dict], list
 
 
 def refit_calibration(model: Any, source: str, base: str, out: str, *,
-                      prefill: str = "auto", prior: str = "none") -> dict[str, Any]:
+                      prefill: str = "auto", prior: str = "roofline") -> dict[str, Any]:
     """Write ``base`` calibrated by the anchors measured for ``source`` (a calibrated profile)
     to ``out``; returns a summary.  ``prefill``: whether the prefill factor is applied
     (``backends.calibrate.settle_prefill``; the source's choice is not carried over);

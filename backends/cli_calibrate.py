@@ -54,13 +54,14 @@ __all__ = ["calibrate"]
               help="Prefill rows: scale them by their anchors' factor, keep the base's, or auto: "
                    "keep on a MoE model (there the anchors did not predict live prefills), scale "
                    "on a dense one. The factor is recorded either way.")
-@click.option("--prior", "prior", type=click.Choice(["none", "roofline"]), default="none",
+@click.option("--prior", "prior", type=click.Choice(["roofline", "none"]), default="roofline",
               show_default=True,
               help="On another GPU model than the base's (both with a sheet, e.g. an H100 "
                    "calibrating an H200 profile): roofline fits each group against the "
                    "roofline's ratio between the two sheets per shape (bandwidth- against "
-                   "compute-bound passes; better with the default anchors on three of four H100 "
-                   "runs, worse on long context: docs/aiter.md); none fits one scale per group.")
+                   "compute-bound passes; better per step on six of seven H100 runs, worse on "
+                   "long context: docs/aiter.md); none fits one scale per group. On the base's "
+                   "own GPU model the two are the same.")
 @click.option("--anchors-from", type=click.Path(dir_okay=False), default=None,
               metavar="CALIBRATED.parquet",
               help="Measure nothing: re-fit the anchors an earlier calibrate measured (kept in "
@@ -87,8 +88,8 @@ def calibrate(model, tp, base, out, budget_s, anchors, heldout, seed, reps, warm
     metadata (specsched.calibration).  On a MoE model the prefill rows stay the base's unless
     --prefill scale says otherwise (the factor is recorded).  The base's held-out rows are not
     carried over.  Only a scale per group is fitted: a shape-dependent difference between the
-    machines stays (docs/aiter.md, "specsched calibrate"); --prior roofline takes the one
-    between two GPU models' sheets from the roofline.  Needs a CUDA or ROCm GPU (exit 2
+    machines stays (docs/aiter.md, "specsched calibrate"), except the one between two GPU
+    models' sheets, which --prior roofline (the default) takes from the roofline.  Needs a CUDA or ROCm GPU (exit 2
     without one), except with --anchors-from, which re-fits an earlier calibration's measured
     anchors to --base (those not among the base's grid rows are left out and listed in the
     metadata).  With --trace the anchors are the grid rows a simulated run of that workload

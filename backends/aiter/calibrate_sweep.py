@@ -110,14 +110,14 @@ def run_calibrate(model: Any, out: str, base: str, spec: ProfileSpec, *, anchors
                   command: str = "", progress: Callable[[str, int, int], None] | None = None,
                   log: Callable[[str], None] | None = None,
                   workload: Callable[[list], tuple[dict, dict]] | None = None,
-                  prefill: str = "auto", prior: str = "none") -> dict[str, Any]:
+                  prefill: str = "auto", prior: str = "roofline") -> dict[str, Any]:
     """Calibrate the profile ``base`` to this machine and write it to ``out`` (never ``base``);
     returns a summary.  ``t_start``: when the command started (``time.perf_counter()``), so
     the budget covers its start-up too.  ``workload(grid) -> (weights, info)``: anchors where a
     workload spends its time (``backends.calibrate_workload``), recorded as ``workload``.
     ``prefill``: whether the prefill group's factor is applied
-    (``backends.calibrate.settle_prefill``). ``prior``: ``roofline`` fits against the roofline's
-    ratio between this GPU's sheet and the base's when they differ, ``none`` (the default) one
+    (``backends.calibrate.settle_prefill``). ``prior``: ``roofline`` (the default) fits against
+    the roofline's ratio between this GPU's sheet and the base's when they differ, ``none`` one
     scale per group (``backends.calibrate_prior``)."""
     from backends.aiter import bridge
     from backends.aiter.executor import gpu_info

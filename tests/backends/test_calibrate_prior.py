@@ -22,9 +22,10 @@ def test_sheet_of_a_device_name():
     assert sheet_of("Tesla T4") is None and sheet_of(None) is None and sheet_of({}) is None
 
 
-def test_prior_only_between_two_known_sheets_when_asked():
+def test_prior_only_between_two_known_sheets():
     m = load_model("llama-3.1-8b")
-    assert prior_for(m, "NVIDIA H200", "NVIDIA H100 80GB HBM3") == (None, None)  # default none
+    assert prior_for(m, "NVIDIA H200", "NVIDIA H100 80GB HBM3", "none") == (None, None)
+    assert callable(prior_for(m, "NVIDIA H200", "NVIDIA H100 80GB HBM3")[0])  # the default
     assert prior_for(m, "NVIDIA H200", "NVIDIA H200", "roofline") == (None, None)
     assert prior_for(m, "NVIDIA H200", "Tesla T4", "roofline") == (None, None)
     fn, note = prior_for(m, {"name": "NVIDIA H200"}, "NVIDIA H100 80GB HBM3", "roofline")
