@@ -446,3 +446,13 @@ def test_calibrate_the_shipped_8b_profile_within_120_s(tmp_path):
                       "extend_eager", "prefill"}
     assert all(g["n"] >= 1 and g["source"] == "group" and 0.5 < g["factor"] < 2 for g in f.values()), f
     assert load_profile(out).source["calibration"]["base"] == "llama-3.1-8b__H200.parquet"
+    # on another GPU model than the base's H200 (an H100, say) the fit is against the roofline's
+    # ratio between the two sheets (--prior roofline, the default); on an H200 there is none
+    from backends.calibrate_prior import sheet_of
+
+    here = sheet_of(meta["calibration"]["machine"])
+    prior = meta["calibration"].get("prior")
+    if here in (None, "H200"):
+        assert prior is None
+    else:
+        assert (prior["base_sheet"], prior["here_sheet"]) == ("H200", here)
