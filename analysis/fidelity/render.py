@@ -155,6 +155,12 @@ def render_markdown(report: dict, *, reference: str) -> str:
     m = report.get("machines") or {}
     if m.get("same_gpu") is not None:
         lines += [recorded_on(m), ""]
+    gm = report.get("gpu_models")
+    if gm:
+        lines += [f"GPU models differ: the profile is of an {gm['profile']}, the {reference} run "
+                  f"ran on an {gm['reference']}. The figures below measure how far apart the two "
+                  "models are as much as the profile's fidelity; `specsched calibrate` on that "
+                  "GPU fits the profile to it (docs/aiter.md, \"On another GPU model\").", ""]
     cal = (report.get("profile") or {}).get("calibration")
     if cal:
         lines += [f"Profile calibrated on {cal['gpu']} at {cal['at']} from {cal['base']} "

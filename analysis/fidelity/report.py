@@ -21,7 +21,7 @@ from analysis.fidelity.stats import (compare_runs, run_diff, heldout_errors, mat
 from backends.journal import gpu_name, gpu_uuid, sittings_used
 
 __all__ = ["TARGETS", "BAND_MIN_STEPS", "NOT_CAPTURED", "build_report", "debiased_table",
-           "not_captured", "sitting_errors", "WHOLE_RUN_CHECKS"]
+           "gpu_models", "not_captured", "sitting_errors", "WHOLE_RUN_CHECKS"]
 
 #: targets, in percent: per-step MAPE (overall, off the grid, per kind, the worst shape band,
 #: the held-out points) and whole-run differences (absolute)
@@ -183,6 +183,9 @@ def build_report(reference_steps: pa.Table, reference_summary: dict, profile_sum
         if kept:  # fitted but not applied (backends.calibrate.settle_prefill)
             report["profile"]["calibration"]["not_applied"] = kept
     report["machines"] = recording_machines(src, reference_summary)
+    models = gpu_models(src, reference_summary)
+    if models:
+        report["gpu_models"] = models
     sittings = sitting_errors(arrays, reference_summary)
     if sittings:
         report["by_sitting"] = sittings
@@ -297,6 +300,23 @@ def recording_machines(source: dict, reference_summary: dict) -> dict[str, Any]:
 
     return {"profile_gpu": ids(pg), "reference_gpu": ids(rg), "same_gpu": same,
             "shared_gpus": shared}
+
+
+def gpu_models(source: dict, reference_summary: dict) -> dict[str, str] | None:
+    """``{"profile": name, "reference": name}`` when the profile's GPU (for a calibrated one,
+    the calibrating GPU) and the reference run's are different models (by their GPU sheets,
+    ``backends.calibrate_prior.sheet_of``, else by name); None when they are one model or a
+    side does not name its GPU."""
+    from backends.calibrate_prior import sheet_of
+
+    detail = reference_summary.get("backend_detail")
+    ref = (detail.get("gpu") if isinstance(detail, dict) else None) or {}
+    prof = source.get("gpu") or {}
+    names = [g.get("name") if isinstance(g, dict) else None for g in (prof, ref)]
+    if not all(names):
+        return None
+    a, b = (sheet_of(n) or n for n in names)
+    return None if a == b else {"profile": str(names[0]), "reference": str(names[1])}
 
 
 def not_captured(table, steps_report: dict) -> list[str]:
