@@ -1,6 +1,9 @@
-"""Helpers for the backends tests: small profiles built from the roofline formulas."""
+"""Helpers for the backends tests: small profiles built from the roofline formulas, small
+requests tables and a report dict with only what rendering needs."""
 
 from __future__ import annotations
+
+import pyarrow as pa
 
 from backends import roofline as R
 from backends.models import load_model
@@ -59,3 +62,23 @@ def shipped_table(model: str, tp: int | None = None):
 
     m = load_model(model, tp=tp)
     return ProfileExecutor(default_profile(m.name, "H200"), model=m).latency_table()
+
+
+def requests_table(rows):
+    """A requests table from (id, arrival, first token, finish, output tokens) rows, each
+    admitted on arrival."""
+    ids, arr, first, fin, out = zip(*rows)
+    return pa.table({"request_id": list(ids), "arrival_s": list(arr), "admit_s": list(arr),
+                     "first_token_s": list(first), "finish_s": list(fin),
+                     "output_tokens": list(out)})
+
+
+def bare_report(**extra):
+    """A fidelity report dict with no steps, equal whole runs and no checks, plus ``extra``:
+    enough for ``render_markdown``."""
+    return {"steps": {"steps": 0, "off_grid_steps": 0, "on_grid_steps": 0,
+                      "out_of_grid_steps": 0, "mape_off_grid_pct": None, "mape_all_pct": None,
+                      "by_kind": {}, "off_grid_axes": {}, "by_shape": [], "worst": []},
+            "runs": {m: {q: {"reference": 1.0, "profile": 1.0, "diff_pct": 0.0}
+                         for q in ("p50", "p90", "p99")} for m in ("ttft_s", "tpot_s", "e2e_s")},
+            "checks": {}, "not_captured": [], **extra}

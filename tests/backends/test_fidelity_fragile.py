@@ -2,24 +2,17 @@
 
 import math
 
-import pyarrow as pa
 import pytest
 
 from analysis.fidelity import run_fidelity
 from analysis.fidelity.fragile import (fragile_checks, fragile_line, request_figures,
                                        resting_on)
 from backends.profile import profile_metadata, write_profile
-from backends_helpers import roofline_profile_rows
+from backends_helpers import requests_table, roofline_profile_rows
 from traces.synth import synth
 
 
-def _requests(rows):
-    """A requests table from (id, arrival, first token, finish, output tokens) rows, each
-    admitted on arrival."""
-    ids, arr, first, fin, out = zip(*rows)
-    return pa.table({"request_id": list(ids), "arrival_s": list(arr), "admit_s": list(arr),
-                     "first_token_s": list(first), "finish_s": list(fin),
-                     "output_tokens": list(out)})
+_requests = requests_table
 
 
 def test_request_figures_are_the_summarys_per_request_latencies():

@@ -1,5 +1,7 @@
 """A fidelity report says when the profile and the live run are of two GPU models."""
 
+from backends_helpers import bare_report
+
 from analysis.fidelity.render import render_markdown
 from analysis.fidelity.report import gpu_models
 
@@ -24,13 +26,8 @@ def test_gpu_models_by_sheet():
 
 
 def test_the_report_says_so():
-    report = {"steps": {"steps": 0, "off_grid_steps": 0, "on_grid_steps": 0,
-                        "out_of_grid_steps": 0, "mape_off_grid_pct": None, "mape_all_pct": None,
-                        "by_kind": {}, "off_grid_axes": {}, "by_shape": [], "worst": []},
-              "runs": {m: {q: {"reference": 1.0, "profile": 1.0, "diff_pct": 0.0}
-                           for q in ("p50", "p90", "p99")} for m in ("ttft_s", "tpot_s", "e2e_s")},
-              "checks": {}, "not_captured": [],
-              "gpu_models": {"profile": "NVIDIA H200", "reference": "NVIDIA H100 80GB HBM3"}}
+    report = bare_report(gpu_models={"profile": "NVIDIA H200",
+                                     "reference": "NVIDIA H100 80GB HBM3"})
     md = render_markdown(report, reference="aiter")
     assert ("GPU models differ: the profile is of an NVIDIA H200, the aiter run ran on an "
             "NVIDIA H100 80GB HBM3.") in md

@@ -1,19 +1,13 @@
 """Each request's simulated latency against its live one (analysis/fidelity/paired.py)."""
 
-import pyarrow as pa
 import pytest
+from backends_helpers import bare_report, requests_table
 
 from analysis.fidelity.paired import paired, paired_with_repeats
 from analysis.fidelity.render import render_markdown
 
 
-def _requests(rows):
-    """A requests table from (id, arrival, first token, finish, output tokens) rows, each
-    admitted on arrival."""
-    ids, arr, first, fin, out = zip(*rows)
-    return pa.table({"request_id": list(ids), "arrival_s": list(arr), "admit_s": list(arr),
-                     "first_token_s": list(first), "finish_s": list(fin),
-                     "output_tokens": list(out)})
+_requests = requests_table
 
 
 LIVE = _requests([
@@ -73,12 +67,7 @@ def test_repeats_give_the_floor_under_the_median():
 
 def test_the_report_renders_the_per_request_table():
     p = paired_with_repeats(LIVE, SIM, [LIVE], 3.0)
-    report = {"steps": {"steps": 0, "off_grid_steps": 0, "on_grid_steps": 0,
-                        "out_of_grid_steps": 0, "mape_off_grid_pct": None, "mape_all_pct": None,
-                        "by_kind": {}, "off_grid_axes": {}, "by_shape": [], "worst": []},
-              "runs": {m: {q: {"reference": 1.0, "profile": 1.0, "diff_pct": 0.0}
-                           for q in ("p50", "p90", "p99")} for m in ("ttft_s", "tpot_s", "e2e_s")},
-              "checks": {}, "not_captured": [], "paired": p}
+    report = bare_report(paired=p)
     md = render_markdown(report, reference="aiter")
     assert "## Per request" in md
     assert "| TTFT | 4 | +0.00% | -3.50% | +7.00% | 50% | +0.00% | +0.00% .. +0.00% |" in md
