@@ -27,6 +27,7 @@ sys.path.insert(0, str(ROOT))
 
 from backends.profile import read_profile  # noqa: E402
 from backends.profile_file import write_profile  # noqa: E402
+from benchmarks.fidelity_table import on_profile_gpu  # noqa: E402
 from benchmarks.regenerate_reports import kept_profile, met, rerun  # noqa: E402
 
 
@@ -57,6 +58,8 @@ def main(argv=None) -> int:
     for f in sorted((ROOT / "benchmarks" / "results").glob("*/fidelity_*.json")):
         d = json.loads(f.read_text())
         if "calibration" not in (d.get("profile") or {}) or kept_profile(d) is None:
+            continue
+        if on_profile_gpu(d) is False:  # calibrated on another GPU model than its base's
             continue
         if a.model and d.get("model") != a.model:
             continue

@@ -7,7 +7,7 @@ process, often on another GPU), the GPU, the median residual (``log(live / predi
 graph replays at 8 requests or fewer per decode kind, and of prefills: small graphs are where a
 run's batches are mostly on or near the profile's grid, so the shapes' own error is small there.
 
-    python benchmarks/machine_state.py benchmarks/results/*/live_long_* benchmarks/results/*/live_conv*
+    python benchmarks/machine_state.py benchmarks/results/h200-*/live_long_* benchmarks/results/h200-*/live_conv*
 
 Each run is compared with the shipped profile of its model (``--profile`` for another). Runs of a
 model with no shipped profile, runs without ``steps.parquet`` and sittings with fewer than

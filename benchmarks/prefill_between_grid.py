@@ -10,8 +10,8 @@ token, where the profile replays its own measurement), and prints the residual
 ``log(live / predicted)`` (%) per band of ``--step`` tokens, with the grid tokens marked:
 
     python benchmarks/prefill_between_grid.py --model llama-3.1-8b \\
-        benchmarks/results/*/live_conv* benchmarks/results/*/live_split150 \\
-        benchmarks/results/*/live_schedule250 benchmarks/results/*/live_adaptive250
+        benchmarks/results/h200-*/live_conv* benchmarks/results/h200-*/live_split150 \\
+        benchmarks/results/h200-*/live_schedule250 benchmarks/results/h200-*/live_adaptive250
 
 With ``--what-if OUT.parquet`` it also writes the model's shipped profile with prefill rows added
 at the band centres that have ``--min-n`` prefills: at prefix 0 the profile's own lookup scaled
@@ -25,8 +25,8 @@ results folder, so the file can be scored on the runs after it:
 
     python benchmarks/prefill_between_grid.py --model llama-3.1-8b --hi 1600 \
         --before h200-2026-12-04e --what-if /tmp/8b_prefill_what_if.parquet \
-        benchmarks/results/*/live_conv* benchmarks/results/*/live_split150 \
-        benchmarks/results/*/live_schedule250 benchmarks/results/*/live_adaptive250
+        benchmarks/results/h200-*/live_conv* benchmarks/results/h200-*/live_split150 \
+        benchmarks/results/h200-*/live_schedule250 benchmarks/results/h200-*/live_adaptive250
 
 CPU only, a few seconds a run.
 """

@@ -48,14 +48,19 @@ def run_gpus(summary: dict) -> list[str]:
     return sorted({u[:8] for u in _run_gpus(summary) if u})
 
 
-def live_runs(root: Path, model: str) -> list[Path]:
-    """Results folders under ``root`` of live (aiter) runs of ``model``."""
+def live_runs(root: Path, model: str, gpu: str = "H200") -> list[Path]:
+    """Results folders under ``root`` of live (aiter) runs of ``model`` on a ``gpu`` (the GPU
+    sheet the shipped profiles are for; runs on another model, an H100's, are left out)."""
+    from backends.calibrate_prior import sheet_of
+
     out = []
     for s in sorted(root.glob("*/live_*/summary.json")):
         d = json.loads(s.read_text())
         m = d.get("model")
         m = m if isinstance(m, str) else (m or {}).get("name")
-        if d.get("backend") == "aiter" and m == model and (s.parent / "steps.parquet").exists():
+        dev = sheet_of((d.get("backend_detail") or {}).get("gpu"))
+        if (d.get("backend") == "aiter" and m == model and dev == gpu
+                and (s.parent / "steps.parquet").exists()):
             out.append(s.parent)
     return out
 
