@@ -6,7 +6,7 @@ same for each repeat recording of the live run against it. This collects them ov
 reports (``benchmarks/fidelity_table.py``'s rows: against today's shipped profiles and their
 current calibrations, no backend what-if) per model, trace kind and profile kind:
 
-    python benchmarks/paired_bias.py [--results benchmarks/results]
+    python benchmarks/paired_bias.py [--results benchmarks/results] [--other-gpus]
 
 Per metric it prints the median over the reports of their per-request median (signed), the
 largest absolute one, and how many reports have it within the 3% target; and, over the reports
@@ -76,9 +76,12 @@ def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--results", type=Path, default=Path("benchmarks/results"),
                     help="folder of results folders (default: benchmarks/results)")
+    ap.add_argument("--other-gpus", action="store_true",
+                    help="only the reports whose live run ran on another GPU model than the "
+                         "profile is for (an H200 profile, or a calibration of one, on an H100)")
     args = ap.parse_args(argv)
     try:
-        groups = collect(load_rows(args.results))
+        groups = collect(load_rows(args.results, other_gpus=args.other_gpus))
     except BadReport as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
