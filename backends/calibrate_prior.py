@@ -37,14 +37,20 @@ from typing import Any, Callable
 __all__ = ["PRIOR_MODES", "sheet_of", "roofline_prior", "prior_for"]
 
 
+#: device-name words of parts other than the sheets' (every sheet is an SXM or OAM part: an
+#: H100 PCIe or NVL has other bandwidth and clocks than the H100 sheet)
+OTHER_PARTS = ("PCIe", "NVL")
+
+
 def sheet_of(device: Any) -> str | None:
     """The GPU sheet (a key of :data:`backends.hardware.GPUS`) whose name is a word of
     ``device`` (a device name such as ``"NVIDIA H100 80GB HBM3"``, or a dict with ``name``), the
-    longest such; None when none is."""
+    longest such; None when none is, or when the name is of another part of that GPU
+    (:data:`OTHER_PARTS`)."""
     from backends.hardware import GPUS
 
     name = device.get("name") if isinstance(device, dict) else device
-    if not name:
+    if not name or any(re.search(rf"\b{p}\b", str(name), re.I) for p in OTHER_PARTS):
         return None
     hits = [k for k in GPUS if re.search(rf"(?<![\w]){re.escape(k)}(?![\w])", str(name), re.I)]
     return max(hits, key=len) if hits else None

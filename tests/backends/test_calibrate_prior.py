@@ -19,6 +19,8 @@ def test_sheet_of_a_device_name():
     assert sheet_of({"name": "NVIDIA H200"}) == "H200"
     assert sheet_of("AMD Instinct MI300X") == "MI300X"
     assert sheet_of("NVIDIA H1000") is None  # a word, not a prefix
+    # the sheets are SXM parts: a PCIe or NVL card has other bandwidth and clocks
+    assert sheet_of("NVIDIA H100 PCIe") is None and sheet_of("NVIDIA H100 NVL") is None
     assert sheet_of("Tesla T4") is None and sheet_of(None) is None and sheet_of({}) is None
 
 

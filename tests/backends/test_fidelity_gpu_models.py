@@ -15,9 +15,10 @@ def test_gpu_models_by_sheet():
     assert gpu_models(h200, _summary("NVIDIA H100 80GB HBM3")) == {
         "profile": "NVIDIA H200", "reference": "NVIDIA H100 80GB HBM3"}
     assert gpu_models(h200, _summary("NVIDIA H200")) is None
-    # a calibrated profile names the GPU it was calibrated on
-    assert gpu_models({"gpu": {"name": "NVIDIA H100 80GB HBM3"}},
-                      _summary("NVIDIA H100 PCIe")) is None
+    # a calibrated profile names the GPU it was calibrated on; a PCIe card is another part
+    h100 = {"gpu": {"name": "NVIDIA H100 80GB HBM3"}}
+    assert gpu_models(h100, _summary("NVIDIA H100 80GB HBM3")) is None
+    assert gpu_models(h100, _summary("NVIDIA H100 PCIe")) is not None
     # no sheet: by name; a side without a name says nothing
     assert gpu_models({"gpu": {"name": "Tesla T4"}}, _summary("Tesla T4")) is None
     assert gpu_models({"gpu": {"name": "Tesla T4"}}, _summary("NVIDIA L4")) is not None
