@@ -207,14 +207,16 @@ def _is_moe(model: str) -> bool:
 
 def on_profile_gpu(report: dict) -> bool | None:
     """Whether the live run ran on the GPU model its profile is for (the ``__GPU`` of the
-    profile's file name, or of its calibration's base, in the run's device name); None when a
-    side does not say. An H200 profile against an H100 run is another question than fidelity."""
+    profile's file name, or of its calibration's base, is the sheet of the run's device name,
+    ``backends.calibrate_prior.sheet_of``); None when a side does not say. An H200 profile against an H100 run is another question than fidelity."""
     prof = report.get("profile") or {}
     name = (prof.get("calibration") or {}).get("base") or prof.get("file") or ""
     sheet = Path(str(name)).stem.partition("__")[2].split(".")[0]
+    from backends.calibrate_prior import sheet_of
+
     dev = ((report.get("reference") or {}).get("detail") or {}).get("gpu")
     dev = dev.get("name") if isinstance(dev, dict) else None
-    return None if not sheet or not dev else sheet.lower() in str(dev).lower()
+    return None if not sheet or not dev else (sheet_of(dev) or "").lower() == sheet.lower()
 
 
 def load_rows(results: Path, *, other_gpus: bool = False) -> list[dict]:
