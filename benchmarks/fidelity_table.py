@@ -40,6 +40,10 @@ calibration of one, against a run on an H100: :func:`on_profile_gpu`) are left o
 table; ``--other-gpus`` prints the rows and summary of those alone.
 
 A report that cannot be read or lacks a key prints ``error: FILE: ...`` and exits 2.
+
+It is one file past 400 lines because every table (rows, summary, matrix, misses) reads the
+reports through one reading of their layout, :func:`make_row`, and one notion of "today's
+profile" (:func:`is_current`, :func:`calibration_current`).
 """
 
 from __future__ import annotations
