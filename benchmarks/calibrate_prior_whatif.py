@@ -1,0 +1,116 @@
+"""Per-step MAPE of the H100 calibrations under three fits: none, the roofline prior, and a what-if.
+
+Every calibration recorded on a GPU of another model than its base's (the H100s of
+``benchmarks/results/h100-*``) is re-fitted from its measured anchors, on a CPU, three ways and
+scored per step against each live run recorded on its GPU (``analysis.fidelity.stats.step_errors``,
+the fidelity report's per-step figure, without re-simulating):
+
+- ``none``: one scale per pass group (``specsched calibrate --prior none``);
+- ``roofline``: against the roofline's time ratio between the two sheets per shape (the default,
+  ``backends.calibrate_prior``);
+- ``attention at base``: the same ratio with the roofline's attention term kept at the base
+  sheet's time (a what-if: on the H100 the 8B's attention over long KV ran about as fast as on the
+  H200, while the roofline reads it as bandwidth-bound).
+
+    python benchmarks/calibrate_prior_whatif.py
+
+The what-if is chosen after seeing these runs, so its figures are in sample. CPU only.
+"""
+
+from __future__ import annotations
+
+import sys
+import tempfile
+from pathlib import Path
+
+import pyarrow.parquet as pq
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+from analysis.fidelity.stats import step_errors  # noqa: E402
+from backends import roofline as rl  # noqa: E402
+from backends.calibrate import calibrated_copy, fit_factors, group_name, settle_prefill  # noqa: E402
+from backends.calibrate_prior import roofline_prior, sheet_of  # noqa: E402
+from backends.calibrate_refit import rebase_anchors  # noqa: E402
+from backends.models import load_model  # noqa: E402
+from backends.profile import grid_rows, line_rows, load_profile, read_profile, write_profile  # noqa: E402
+from backends.shipped import default_profile  # noqa: E402
+from benchmarks.systematic_errors import run_gpus  # noqa: E402
+
+
+def attention_at_base(model, base: str, here: str):
+    """The roofline ratio with the attention term at the base sheet's time."""
+    memo: dict[tuple, float] = {}
+
+    def prior(r: dict) -> float:
+        key = tuple(r[k] for k in ("kind", "graph", "bs", "width", "kv_len", "tokens"))
+        if key not in memo:
+            kw = dict(kind=str(r["kind"]), bs=int(r["bs"]), width=int(r["width"]),
+                      kv=int(r["kv_len"]), tokens=int(r["tokens"]), prefix=int(r["kv_len"]),
+                      graph=bool(r["graph"]))
+            a, b = rl.breakdown(model, base, **kw), rl.breakdown(model, here, **kw)
+            b["attention"] = a.get("attention", 0.0)
+            memo[key] = sum(b.values()) / sum(a.values())
+        return memo[key]
+
+    return prior
+
+
+def calibrations(results: Path):
+    """(calibrated profile, its metadata) for every calibration made on another GPU model than
+    its base's, one per measurement (re-fits of the same anchors skipped)."""
+    seen = set()
+    for p in sorted(results.glob("*/*calibrated*.parquet")):
+        _, meta = read_profile(str(p))
+        cal = meta.get("calibration") or {}
+        here, base = sheet_of(cal.get("machine")), sheet_of(cal.get("base_gpu"))
+        if not (here and base and here != base and cal.get("anchors")) or cal.get("refit"):
+            continue
+        key = tuple(a["measured_s"] for a in cal["anchors"])
+        if key not in seen:
+            seen.add(key)
+            yield p, meta
+
+
+def main() -> int:
+    import json
+
+    results = ROOT / "benchmarks" / "results"
+    print("| calibration | live run | none | roofline | attention at base (what-if) |")
+    print("|---|---|---|---|---|")
+    for path, meta in calibrations(results):
+        cal = meta["calibration"]
+        spec = meta.get("model") or {}
+        model = load_model(spec.get("name"), tp=spec.get("tp"))
+        base_sheet, here = sheet_of(cal["base_gpu"]), sheet_of(cal["machine"])
+        base_rows, bmeta = read_profile(str(default_profile(model.name, base_sheet)))
+        grid, line = grid_rows(base_rows).to_pylist(), line_rows(base_rows).to_pylist()
+        anchors, _ = rebase_anchors(cal["anchors"], grid)
+        groups = sorted({group_name(r["kind"], r["graph"]) for r in grid})
+        fits = {"none": None, "roofline": roofline_prior(model, base_sheet, here),
+                "attention": attention_at_base(model, base_sheet, here)}
+        with tempfile.TemporaryDirectory() as tmp:  # a table reads its file for its grid
+            tables = {}
+            for name, prior in fits.items():
+                factors = settle_prefill(fit_factors(anchors, groups, prior), "auto",
+                                         moe=model.is_moe)
+                out = Path(tmp) / f"{name}.parquet"
+                write_profile(calibrated_copy(grid, line, factors, prior=prior), str(out),
+                              {k: v for k, v in bmeta.items() if k != "profile_version"})
+                tables[name] = load_profile(str(out))
+            uuid = str(cal["machine"].get("uuid", ""))[:8]
+            for run in sorted(path.parent.glob("live_*")):
+                summary = json.loads((run / "summary.json").read_text())
+                if summary.get("model") != model.name or run_gpus(summary) != [uuid]:
+                    continue
+                steps = pq.read_table(run / "steps.parquet")
+                got = [step_errors(steps, tables[n], kv_lookup="straggler")["mape_all_pct"]
+                       for n in fits]
+                print(f"| {path.parent.name}/{path.name} | {run.name} | "
+                      + " | ".join(f"{v:.2f}%" for v in got) + " |", flush=True)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
