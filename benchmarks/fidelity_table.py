@@ -409,10 +409,19 @@ def render_misses(stats: dict[tuple[str, str], list[int]]) -> str:
     return "\n".join(lines) + "\n"
 
 
-def main(argv=None) -> int:
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+def results_args(ap: argparse.ArgumentParser) -> None:
+    """``--results`` and ``--other-gpus``, as each script that reads the reports takes them."""
     ap.add_argument("--results", type=Path, default=Path("benchmarks/results"),
                     help="folder of results folders (default: benchmarks/results)")
+    ap.add_argument("--other-gpus", action="store_true",
+                    help="only the reports whose live run ran on another GPU model than the "
+                         "profile is for (an H200 profile, or a calibration of one, on an H100; "
+                         "left out otherwise)")
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    results_args(ap)
     ap.add_argument("--calibrated-only", action="store_true",
                     help="only reports on calibrated profiles (the summary keeps every "
                          "model/trace/policy, 'none' where none is calibrated)")
@@ -421,9 +430,6 @@ def main(argv=None) -> int:
     ap.add_argument("--docs", type=Path, metavar="FILE",
                     help="write the summary table into FILE between its fidelity_table.py "
                          "markers instead of printing the tables")
-    ap.add_argument("--other-gpus", action="store_true",
-                    help="only the reports whose live run ran on another GPU model than the "
-                         "profile is for (left out of every other table)")
     ap.add_argument("--misses", action="store_true",
                     help="print how many of today's misses lie within the repeat runs' "
                          "difference (misses)")

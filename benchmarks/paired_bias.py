@@ -25,7 +25,7 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from benchmarks.fidelity_table import BadReport, load_rows, read_json  # noqa: E402
+from benchmarks.fidelity_table import BadReport, load_rows, read_json, results_args  # noqa: E402
 
 METRICS = ("ttft", "tpot", "e2e")
 TARGET_PCT = 3.0
@@ -74,11 +74,7 @@ def render(groups: dict) -> str:
 
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--results", type=Path, default=Path("benchmarks/results"),
-                    help="folder of results folders (default: benchmarks/results)")
-    ap.add_argument("--other-gpus", action="store_true",
-                    help="only the reports whose live run ran on another GPU model than the "
-                         "profile is for (an H200 profile, or a calibration of one, on an H100)")
+    results_args(ap)
     args = ap.parse_args(argv)
     try:
         groups = collect(load_rows(args.results, other_gpus=args.other_gpus))
