@@ -32,9 +32,10 @@ and took the other groups' residual). ``--prior none`` fits one scale per group.
 from __future__ import annotations
 
 import re
-from typing import Any, Callable
+from typing import Any, Callable, Sequence
 
-__all__ = ["PRIOR_MODES", "sheet_of", "roofline_prior", "prior_for"]
+__all__ = ["PRIOR_MODES", "sheet_of", "roofline_prior", "attention_prior", "fit_attention_power",
+           "prior_for"]
 
 
 #: device-name words of parts other than the sheets' (every sheet is an SXM or OAM part: an
@@ -86,6 +87,62 @@ def roofline_prior(model: Any, base_sheet: str, here_sheet: str) -> Callable[[di
 
 #: ``specsched calibrate --prior``: ``roofline`` (the default) or ``none`` (one scale per group)
 PRIOR_MODES = ("roofline", "none")
+
+
+def attention_prior(model: Any, base_sheet: str, here_sheet: str, power: float
+                    ) -> Callable[[dict], float]:
+    """A what-if form of :func:`roofline_prior`: the roofline's attention term scales by its
+    own ratio to the ``power`` (1: the roofline's ratio, so this is :func:`roofline_prior`;
+    0: attention at the base sheet's time), the rest of the pass by the roofline's:
+    ``(rest_here + attn_base x (attn_here / attn_base) ** power) / (rest_base + attn_base)``
+    from ``backends.roofline.breakdown``. ``benchmarks/calibrate_prior_whatif.py`` scores it;
+    :func:`fit_attention_power` picks ``power`` from a calibration's own anchors."""
+    from backends import roofline as rl
+
+    memo: dict[tuple, tuple[float, float, float, float]] = {}
+
+    def parts(r: dict) -> tuple[float, float, float, float]:
+        key = tuple(r[k] for k in ("kind", "graph", "bs", "width", "kv_len", "tokens"))
+        if key not in memo:
+            kw = dict(kind=str(r["kind"]), bs=int(r["bs"]), width=int(r["width"]),
+                      kv=int(r["kv_len"]), tokens=int(r["tokens"]), prefix=int(r["kv_len"]),
+                      graph=bool(r["graph"]))
+            a, b = rl.breakdown(model, base_sheet, **kw), rl.breakdown(model, here_sheet, **kw)
+            aa, ba = a.get("attention", 0.0), b.get("attention", 0.0)
+            memo[key] = (sum(a.values()) - aa, aa, sum(b.values()) - ba, ba)
+        return memo[key]
+
+    def prior(r: dict) -> float:
+        rest_a, att_a, rest_b, att_b = parts(r)
+        att = att_a * (att_b / att_a) ** power if att_a > 0 else att_b
+        return (rest_b + att) / (rest_a + att_a)
+
+    return prior
+
+
+def fit_attention_power(model: Any, anchors: list[dict], base_sheet: str, here_sheet: str,
+                        powers: Sequence[float] = tuple(i / 10 for i in range(11))
+                        ) -> tuple[float, dict[float, float]]:
+    """The ``power`` of :func:`attention_prior` under which a calibration's anchors (dicts with
+    the shape columns, ``base_s`` and ``measured_s``) agree best with one factor per group: the
+    least sum, over the anchors, of ``|log(measured / (base x prior)) - its group's median|``;
+    ties to the larger power (nearer the roofline). Returns it and the sum at each power."""
+    import math
+
+    import numpy as np
+
+    from backends.calibrate import group_name
+
+    cost: dict[float, float] = {}
+    for p in powers:
+        prior = attention_prior(model, base_sheet, here_sheet, p)
+        by: dict[str, list[float]] = {}
+        for a in anchors:
+            by.setdefault(group_name(a["kind"], a["graph"]), []).append(
+                math.log(float(a["measured_s"]) / float(a["base_s"]) / prior(a)))
+        cost[p] = float(sum(np.abs(np.asarray(v) - np.median(v)).sum() for v in by.values()))
+    best = min(cost.values())
+    return max(p for p, c in cost.items() if c <= best + 1e-12), cost
 
 
 def prior_for(model: Any, base_gpu: Any, here_gpu: Any, mode: str = "roofline"

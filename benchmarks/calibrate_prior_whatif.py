@@ -10,11 +10,15 @@ the fidelity report's per-step figure, without re-simulating):
   ``backends.calibrate_prior``);
 - ``attention at base``: the same ratio with the roofline's attention term kept at the base
   sheet's time (a what-if: on the H100 the 8B's attention over long KV ran about as fast as on the
-  H200, while the roofline reads it as bandwidth-bound).
+  H200, while the roofline reads it as bandwidth-bound);
+- ``fitted``: attention scaled by its roofline ratio to a power between 0 and 1 that the
+  calibration's own anchors choose (``backends.calibrate_prior.fit_attention_power``: the one
+  under which they agree best with one factor per group), no live run consulted.
 
     python benchmarks/calibrate_prior_whatif.py
 
-The what-if is chosen after seeing these runs, so its figures are in sample. CPU only.
+The what-ifs were written after seeing these runs, so their figures are in sample (the fitted
+power reads only the anchors, but its form was chosen here). CPU only.
 """
 
 from __future__ import annotations
@@ -29,32 +33,14 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from analysis.fidelity.stats import step_errors  # noqa: E402
-from backends import roofline as rl  # noqa: E402
 from backends.calibrate import calibrated_copy, fit_factors, group_name, settle_prefill  # noqa: E402
-from backends.calibrate_prior import roofline_prior, sheet_of  # noqa: E402
+from backends.calibrate_prior import (attention_prior, fit_attention_power,  # noqa: E402
+                                      roofline_prior, sheet_of)
 from backends.calibrate_refit import rebase_anchors  # noqa: E402
 from backends.models import load_model  # noqa: E402
 from backends.profile import grid_rows, line_rows, load_profile, read_profile, write_profile  # noqa: E402
 from backends.shipped import default_profile  # noqa: E402
 from benchmarks.systematic_errors import run_gpus  # noqa: E402
-
-
-def attention_at_base(model, base: str, here: str):
-    """The roofline ratio with the attention term at the base sheet's time."""
-    memo: dict[tuple, float] = {}
-
-    def prior(r: dict) -> float:
-        key = tuple(r[k] for k in ("kind", "graph", "bs", "width", "kv_len", "tokens"))
-        if key not in memo:
-            kw = dict(kind=str(r["kind"]), bs=int(r["bs"]), width=int(r["width"]),
-                      kv=int(r["kv_len"]), tokens=int(r["tokens"]), prefix=int(r["kv_len"]),
-                      graph=bool(r["graph"]))
-            a, b = rl.breakdown(model, base, **kw), rl.breakdown(model, here, **kw)
-            b["attention"] = a.get("attention", 0.0)
-            memo[key] = sum(b.values()) / sum(a.values())
-        return memo[key]
-
-    return prior
 
 
 def calibrations(results: Path):
@@ -77,8 +63,9 @@ def main() -> int:
     import json
 
     results = ROOT / "benchmarks" / "results"
-    print("| calibration | live run | none | roofline | attention at base (what-if) |")
-    print("|---|---|---|---|---|")
+    print("| calibration | live run | none | roofline | attention at base (what-if) | "
+          "attention power fitted to the anchors (what-if) |")
+    print("|---|---|---|---|---|---|")
     for path, meta in calibrations(results):
         cal = meta["calibration"]
         spec = meta.get("model") or {}
@@ -88,8 +75,10 @@ def main() -> int:
         grid, line = grid_rows(base_rows).to_pylist(), line_rows(base_rows).to_pylist()
         anchors, _ = rebase_anchors(cal["anchors"], grid)
         groups = sorted({group_name(r["kind"], r["graph"]) for r in grid})
+        power, _ = fit_attention_power(model, anchors, base_sheet, here)
         fits = {"none": None, "roofline": roofline_prior(model, base_sheet, here),
-                "attention": attention_at_base(model, base_sheet, here)}
+                "attention": attention_prior(model, base_sheet, here, 0.0),
+                "fitted": attention_prior(model, base_sheet, here, power)}
         with tempfile.TemporaryDirectory() as tmp:  # a table reads its file for its grid
             tables = {}
             for name, prior in fits.items():
@@ -108,7 +97,8 @@ def main() -> int:
                 got = [step_errors(steps, tables[n], kv_lookup="straggler")["mape_all_pct"]
                        for n in fits]
                 print(f"| {path.parent.name}/{path.name} | {run.name} | "
-                      + " | ".join(f"{v:.2f}%" for v in got) + " |", flush=True)
+                      + " | ".join(f"{v:.2f}%" for v in got[:3])
+                      + f" | {got[3]:.2f}% (power {power:g}) |", flush=True)
     return 0
 
 

@@ -97,3 +97,42 @@ def test_refit_of_the_h100_anchors_with_the_prior(tmp_path):
         assert got == pytest.approx(f * prior(r), rel=1e-9)
         ratio[tuple(r[k] for k in key)] = got
     assert ratio[("verify", True, 1, 1, 128, 1)] > ratio[("verify", True, 256, 8, 128, 2048)] + 0.2
+
+
+def test_attention_prior_at_power_one_is_the_roofline_prior():
+    from backends.calibrate_prior import attention_prior
+
+    m = load_model("llama-3.1-8b")
+    full, one = roofline_prior(m, "H200", "H100"), attention_prior(m, "H200", "H100", 1.0)
+    zero = attention_prior(m, "H200", "H100", 0.0)
+    long_kv = {"kind": "verify", "graph": True, "bs": 12, "width": 5, "kv_len": 32768,
+               "tokens": 60}
+    short_kv = dict(long_kv, kv_len=128)
+    for r in (long_kv, short_kv):
+        assert one(r) == pytest.approx(full(r), rel=1e-9)
+    # attention at the base's time: a long-KV verify (mostly attention) moves much less than
+    # under the roofline's ratio, a short-KV one about as much
+    assert zero(long_kv) < full(long_kv) - 0.2
+    assert zero(short_kv) == pytest.approx(full(short_kv), abs=0.05)
+
+
+@pytest.mark.parametrize("planted", [0.0, 0.5, 1.0])
+def test_the_anchors_give_back_a_planted_attention_power(planted):
+    """Anchors whose measured / base is exactly a group factor times the prior at a planted
+    power: the fit finds that power (there every group's residuals are one value)."""
+    from backends.calibrate_prior import attention_prior, fit_attention_power
+
+    m = load_model("llama-3.1-8b")
+    truth = attention_prior(m, "H200", "H100", planted)
+    shapes = [("verify", True, 1, 1, kv, 1) for kv in (128, 4096, 32768)]
+    shapes += [("verify", True, 12, 5, kv, 60) for kv in (128, 32768)]
+    shapes += [("draft", True, 1, 1, kv, 1) for kv in (128, 32768)]
+    shapes += [("draft", True, 256, 1, 512, 256)]
+    anchors = []
+    for kind, graph, bs, width, kv, tok in shapes:
+        a = {"kind": kind, "graph": graph, "bs": bs, "width": width, "kv_len": kv,
+             "tokens": tok, "base_s": 1.0}
+        a["measured_s"] = (1.05 if kind == "verify" else 0.97) * truth(a)
+        anchors.append(a)
+    power, cost = fit_attention_power(m, anchors, "H200", "H100")
+    assert power == planted and cost[planted] == pytest.approx(0.0, abs=1e-12)
