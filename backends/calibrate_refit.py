@@ -110,4 +110,6 @@ def refit_calibration(model: Any, source: str, base: str, out: str, *,
     return {"rows": len(rows), "out": str(out), "anchors": len(anchors),
             "anchors_missing": len(missing),
             "factors": {g: round(f["factor"], 6) for g, f in factors.items()},
-            "prefill": prefill_summary(factors)}
+            "prefill": prefill_summary(factors),
+            "prior": prior_note and {k: prior_note[k]
+                                       for k in ("rule", "base_sheet", "here_sheet")}}

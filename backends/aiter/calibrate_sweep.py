@@ -210,6 +210,8 @@ def run_calibrate(model: Any, out: str, base: str, spec: ProfileSpec, *, anchors
                "skipped": len(skipped), "heldout": len(held),
                "factors": {g: round(f["factor"], 6) for g, f in factors.items()},
                "prefill": prefill_summary(factors),
+               "prior": prior_note and {k: prior_note[k]
+                                       for k in ("rule", "base_sheet", "here_sheet")},
                "wall_s": round(time.perf_counter() - t_start, 3)}
     say(f"wrote {summary['rows']} rows to {out} in {summary['wall_s']:.1f} s")
     return summary

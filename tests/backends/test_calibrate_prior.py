@@ -82,7 +82,11 @@ def test_refit_of_the_h100_anchors_with_the_prior(tmp_path):
     m = load_model("llama-3.1-8b")
     base = ROOT / "backends/profiles/llama-3.1-8b__H200.parquet"
     out = tmp_path / "prior.parquet"
-    refit_calibration(m, str(H100_CAL), str(base), str(out), prior="roofline")
+    summary = refit_calibration(m, str(H100_CAL), str(base), str(out), prior="roofline")
+    # the factors are over the prior, so the summary says which prior they are over
+    assert summary["prior"] == {"rule": "roofline", "base_sheet": "H200", "here_sheet": "H100"}
+    assert refit_calibration(m, str(H100_CAL), str(base), str(tmp_path / "none.parquet"),
+                             prior="none")["prior"] is None
     rows, meta = read_profile(out)
     cal = meta["calibration"]
     assert (cal["prior"]["base_sheet"], cal["prior"]["here_sheet"]) == ("H200", "H100")
