@@ -34,8 +34,8 @@ from __future__ import annotations
 import re
 from typing import Any, Callable, Sequence
 
-__all__ = ["PRIOR_MODES", "sheet_of", "roofline_prior", "attention_prior", "fit_attention_power",
-           "prior_for"]
+__all__ = ["PRIOR_MODES", "sheet_of", "other_models", "roofline_prior", "fit_attention_power", "prior_for",
+           "prior_text", "prior_summary"]
 
 
 #: device-name words of parts other than the sheets' (every sheet is an SXM or OAM part: an
@@ -57,46 +57,17 @@ def sheet_of(device: Any) -> str | None:
     return max(hits, key=len) if hits else None
 
 
-def roofline_prior(model: Any, base_sheet: str, here_sheet: str) -> Callable[[dict], float]:
+def roofline_prior(model: Any, base_sheet: str, here_sheet: str, attention_power: float = 1.0
+                   ) -> Callable[[dict], float]:
     """``row -> roofline(row, here_sheet) / roofline(row, base_sheet)`` for rows with ``kind``,
     ``graph``, ``bs``, ``width``, ``kv_len`` and ``tokens`` (a profile's grid rows, or anchors),
-    ``model`` being the profile's :class:`~backends.models.ModelShape`; memoised by shape."""
-    from backends import roofline as rl
-
-    def seconds(r: dict, gpu: str) -> float:
-        kind, graph, bs, width, kv = (str(r["kind"]), bool(r["graph"]), int(r["bs"]),
-                                      int(r["width"]), int(r["kv_len"]))
-        if kind == "verify":
-            return float(rl.verify_time(model, gpu, bs, width, kv, graph=graph))
-        if kind == "draft":
-            return float(rl.draft_pass_time(model, gpu, bs, kv, graph=graph))
-        if kind == "draft_extend":
-            return float(rl.draft_extend_time(model, gpu, bs, width, kv, graph=graph))
-        return float(rl.prefill_time(model, gpu, int(r["tokens"]), kv))
-
-    memo: dict[tuple, float] = {}
-
-    def prior(r: dict) -> float:
-        key = tuple(r[k] for k in ("kind", "graph", "bs", "width", "kv_len", "tokens"))
-        if key not in memo:
-            memo[key] = seconds(r, here_sheet) / seconds(r, base_sheet)
-        return memo[key]
-
-    return prior
-
-
-#: ``specsched calibrate --prior``: ``roofline`` (the default) or ``none`` (one scale per group)
-PRIOR_MODES = ("roofline", "none")
-
-
-def attention_prior(model: Any, base_sheet: str, here_sheet: str, power: float
-                    ) -> Callable[[dict], float]:
-    """A what-if form of :func:`roofline_prior`: the roofline's attention term scales by its
-    own ratio to the ``power`` (1: the roofline's ratio, so this is :func:`roofline_prior`;
-    0: attention at the base sheet's time), the rest of the pass by the roofline's:
-    ``(rest_here + attn_base x (attn_here / attn_base) ** power) / (rest_base + attn_base)``
-    from ``backends.roofline.breakdown``. ``benchmarks/calibrate_prior_whatif.py`` scores it;
-    :func:`fit_attention_power` picks ``power`` from a calibration's own anchors."""
+    ``model`` being the profile's :class:`~backends.models.ModelShape`, from the roofline's
+    parts (``backends.roofline.breakdown``); memoised by shape. ``attention_power`` (a what-if,
+    below 1): the attention part scales by its own ratio to that power (0: attention at the
+    base sheet's time), the rest of the pass by the roofline's,
+    ``(rest_here + attn_base x (attn_here / attn_base) ** power) / (rest_base + attn_base)``;
+    ``benchmarks/calibrate_prior_whatif.py`` scores it and :func:`fit_attention_power` picks
+    the power from a calibration's own anchors."""
     from backends import roofline as rl
 
     memo: dict[tuple, tuple[float, float, float, float]] = {}
@@ -114,19 +85,24 @@ def attention_prior(model: Any, base_sheet: str, here_sheet: str, power: float
 
     def prior(r: dict) -> float:
         rest_a, att_a, rest_b, att_b = parts(r)
-        att = att_a * (att_b / att_a) ** power if att_a > 0 else att_b
+        att = att_a * (att_b / att_a) ** attention_power if att_a > 0 else att_b
         return (rest_b + att) / (rest_a + att_a)
 
     return prior
 
 
+#: ``specsched calibrate --prior``: ``roofline`` (the default) or ``none`` (one scale per group)
+PRIOR_MODES = ("roofline", "none")
+
+
 def fit_attention_power(model: Any, anchors: list[dict], base_sheet: str, here_sheet: str,
                         powers: Sequence[float] = tuple(i / 10 for i in range(11))
                         ) -> tuple[float, dict[float, float]]:
-    """The ``power`` of :func:`attention_prior` under which a calibration's anchors (dicts with
-    the shape columns, ``base_s`` and ``measured_s``) agree best with one factor per group: the
-    least sum, over the anchors, of ``|log(measured / (base x prior)) - its group's median|``;
-    ties to the larger power (nearer the roofline). Returns it and the sum at each power."""
+    """The ``attention_power`` of :func:`roofline_prior` under which a calibration's anchors
+    (dicts with the shape columns, ``base_s`` and ``measured_s``) agree best with one factor per
+    group: the least sum, over the anchors, of ``|log(measured / (base x prior)) - its group's
+    median|``; ties to the larger power (nearer the roofline). Returns it and the sum at each
+    power."""
     import math
 
     import numpy as np
@@ -135,7 +111,7 @@ def fit_attention_power(model: Any, anchors: list[dict], base_sheet: str, here_s
 
     cost: dict[float, float] = {}
     for p in powers:
-        prior = attention_prior(model, base_sheet, here_sheet, p)
+        prior = roofline_prior(model, base_sheet, here_sheet, p)
         by: dict[str, list[float]] = {}
         for a in anchors:
             by.setdefault(group_name(a["kind"], a["graph"]), []).append(
@@ -143,6 +119,13 @@ def fit_attention_power(model: Any, anchors: list[dict], base_sheet: str, here_s
         cost[p] = float(sum(np.abs(np.asarray(v) - np.median(v)).sum() for v in by.values()))
     best = min(cost.values())
     return max(p for p, c in cost.items() if c <= best + 1e-12), cost
+
+
+def other_models(base_gpu: Any, here_gpu: Any) -> tuple[str, str] | None:
+    """The two GPUs' sheets (base's, here's) when both have one and they differ: a calibration
+    to another GPU model than its base's; None otherwise."""
+    base, here = sheet_of(base_gpu), sheet_of(here_gpu)
+    return (base, here) if base and here and base != here else None
 
 
 def prior_for(model: Any, base_gpu: Any, here_gpu: Any, mode: str = "roofline"
@@ -153,11 +136,25 @@ def prior_for(model: Any, base_gpu: Any, here_gpu: Any, mode: str = "roofline"
     is then 1)."""
     if mode not in PRIOR_MODES:
         raise ValueError(f"prior mode {mode!r}: choose one of {', '.join(PRIOR_MODES)}")
-    base, here = sheet_of(base_gpu), sheet_of(here_gpu)
-    if mode == "none" or base is None or here is None or base == here:
+    sheets = other_models(base_gpu, here_gpu)
+    if mode == "none" or sheets is None:
         return None, None
+    base, here = sheets
     return roofline_prior(model, base, here), {
         "rule": "roofline", "base_sheet": base, "here_sheet": here,
         "how": "per group, the factor is the median of measured / (base x prior) over its "
                "anchors; each row is scaled by the factor times its prior, prior = the roofline "
                "backend's time of the row's shape on here_sheet over base_sheet"}
+
+
+def prior_text(note: dict | None) -> str:
+    """What a calibration's notes add after its factors: `` x the roofline's H100 / H200 ratio
+    per shape`` (its factors are over that prior), or nothing without one."""
+    return (f" x the roofline's {note['here_sheet']} / {note['base_sheet']} ratio per shape"
+            if note else "")
+
+
+def prior_summary(note: dict | None) -> dict | None:
+    """The prior in a command's printed summary: ``{"rule", "base_sheet", "here_sheet"}``, or
+    None without one."""
+    return note and {k: note[k] for k in ("rule", "base_sheet", "here_sheet")}

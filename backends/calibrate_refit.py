@@ -25,7 +25,7 @@ from typing import Any
 from backends.calibrate import (SHAPE, anchor_record, calibrated_metadata,
                                 calibrated_copy, factors_text, fit_factors, group_name,
                                 prefill_summary, settle_prefill)
-from backends.calibrate_prior import prior_for
+from backends.calibrate_prior import prior_for, prior_summary, prior_text
 from backends.shipped import file_sha256
 
 __all__ = ["refit_calibration", "rebase_anchors"]
@@ -101,9 +101,7 @@ def refit_calibration(model: Any, source: str, base: str, out: str, *,
     note = (f"calibrated by `specsched calibrate --anchors-from {Path(source).name}` at {at}: "
             f"{len(anchors)} anchors measured on {machine.get('name')} "
             f"{str(machine.get('uuid', ''))[:8]} at {cal.get('at')}, factors "
-            + factors_text(factors)
-            + (f" x the roofline's {prior_note['here_sheet']} / {prior_note['base_sheet']} ratio "
-               "per shape" if prior_note else ""))
+            + factors_text(factors) + prior_text(prior_note))
     rows = calibrated_copy(grid, line_rows(base_rows).to_pylist(), factors, prior=shape_prior)
     out_meta = calibrated_metadata(meta, machine or meta.get("gpu"), calibration, [note])
     write_profile(rows, out, out_meta, inputs=(base, source))
@@ -111,5 +109,4 @@ def refit_calibration(model: Any, source: str, base: str, out: str, *,
             "anchors_missing": len(missing),
             "factors": {g: round(f["factor"], 6) for g, f in factors.items()},
             "prefill": prefill_summary(factors),
-            "prior": prior_note and {k: prior_note[k]
-                                       for k in ("rule", "base_sheet", "here_sheet")}}
+            "prior": prior_summary(prior_note)}

@@ -33,12 +33,13 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from analysis.fidelity.stats import step_errors  # noqa: E402
-from backends.calibrate import calibrated_copy, fit_factors, group_name, settle_prefill  # noqa: E402
-from backends.calibrate_prior import (attention_prior, fit_attention_power,  # noqa: E402
-                                      roofline_prior, sheet_of)
+from backends.calibrate import (calibrated_copy, fit_factors, group_name,  # noqa: E402
+                                settle_prefill)
+from backends.calibrate_prior import fit_attention_power, other_models, roofline_prior  # noqa: E402
 from backends.calibrate_refit import rebase_anchors  # noqa: E402
 from backends.models import load_model  # noqa: E402
-from backends.profile import grid_rows, line_rows, load_profile, read_profile, write_profile  # noqa: E402
+from backends.profile import (grid_rows, line_rows, load_profile, read_profile,  # noqa: E402
+                              write_profile)
 from backends.shipped import default_profile  # noqa: E402
 from benchmarks.systematic_errors import run_gpus  # noqa: E402
 
@@ -50,8 +51,8 @@ def calibrations(results: Path):
     for p in sorted(results.glob("*/*calibrated*.parquet")):
         _, meta = read_profile(str(p))
         cal = meta.get("calibration") or {}
-        here, base = sheet_of(cal.get("machine")), sheet_of(cal.get("base_gpu"))
-        if not (here and base and here != base and cal.get("anchors")) or cal.get("refit"):
+        if not (other_models(cal.get("base_gpu"), cal.get("machine")) and cal.get("anchors")) \
+                or cal.get("refit"):
             continue
         key = tuple(a["measured_s"] for a in cal["anchors"])
         if key not in seen:
@@ -70,15 +71,15 @@ def main() -> int:
         cal = meta["calibration"]
         spec = meta.get("model") or {}
         model = load_model(spec.get("name"), tp=spec.get("tp"))
-        base_sheet, here = sheet_of(cal["base_gpu"]), sheet_of(cal["machine"])
+        base_sheet, here = other_models(cal["base_gpu"], cal["machine"])
         base_rows, bmeta = read_profile(str(default_profile(model.name, base_sheet)))
         grid, line = grid_rows(base_rows).to_pylist(), line_rows(base_rows).to_pylist()
         anchors, _ = rebase_anchors(cal["anchors"], grid)
         groups = sorted({group_name(r["kind"], r["graph"]) for r in grid})
         power, _ = fit_attention_power(model, anchors, base_sheet, here)
         fits = {"none": None, "roofline": roofline_prior(model, base_sheet, here),
-                "attention": attention_prior(model, base_sheet, here, 0.0),
-                "fitted": attention_prior(model, base_sheet, here, power)}
+                "attention": roofline_prior(model, base_sheet, here, 0.0),
+                "fitted": roofline_prior(model, base_sheet, here, power)}
         with tempfile.TemporaryDirectory() as tmp:  # a table reads its file for its grid
             tables = {}
             for name, prior in fits.items():

@@ -74,7 +74,7 @@ def pairings(root: Path):
     calibration that names no GPU, repeats an earlier one's measurements, or was made on
     another GPU model than its base's (an H100 calibrating an H200 profile: a question of its
     own, docs/aiter.md, *On another GPU model*) is left out."""
-    from backends.calibrate_prior import sheet_of
+    from backends.calibrate_prior import other_models
 
     cals, runs, seen = [], [], set()
     for p in sorted(root.rglob("*calibrated*.parquet")):
@@ -83,8 +83,7 @@ def pairings(root: Path):
         uuid = ((cal or {}).get("machine") or {}).get("uuid") if isinstance(cal, dict) else None
         if not uuid or not cal.get("anchors"):
             continue  # no anchors, or a GPU the calibration did not name (nothing to pair by)
-        here, base = sheet_of(cal.get("machine")), sheet_of(cal.get("base_gpu"))
-        if here and base and here != base:
+        if other_models(cal.get("base_gpu"), cal.get("machine")):
             continue  # another GPU model than the base's
         measured = tuple(float(a["measured_s"]) for a in cal["anchors"])
         if measured in seen:

@@ -148,7 +148,8 @@ def find_repeats(run: Path, roots: list[Path]) -> list[Path]:
     than ``run`` that replayed the same trace file, requests and model under the same
     configuration (``analysis.fidelity.runs.recorded_config``, recording-only keys aside), the
     same live-executor settings (GPU sheet, graph capture; a run that recorded none captured
-    lazily) and the same GPU model (``backend_detail.gpu.name``): the runs ``fidelity --repeat-run`` accepts beside it, recorded alike.
+    lazily) and the same GPU model (``backend_detail.gpu.name``): the runs ``fidelity
+    --repeat-run`` accepts beside it, recorded alike.
     Runs this version cannot re-simulate, and copies of ``run`` (the same ``steps.parquet``),
     are skipped."""
     from backends.shipped import file_sha256

@@ -26,7 +26,7 @@ from typing import Any, Callable
 from backends.calibrate import (SHAPE, anchor_record, calibrated_metadata,
                                 calibrated_copy, choose_anchors, factors_text, fit_factors,
                                 group_name, prefill_summary, settle_prefill)
-from backends.calibrate_prior import prior_for
+from backends.calibrate_prior import prior_for, prior_summary, prior_text
 from backends.heldout import SECTIONS, HeldoutPoint, choose_heldout, grid_span
 from backends.aiter.heldout_sweep import _graph_key, _kernel_widths, measure_points
 from backends.aiter.profiling import ProfileSpec, open_runner
@@ -159,8 +159,7 @@ def run_calibrate(model: Any, out: str, base: str, spec: ProfileSpec, *, anchors
     factors = settle_prefill(fit_factors(measured, groups, shape_prior), prefill,
                              moe=model.is_moe)
     if prior_note:
-        say(f"fitted against the roofline's {prior_note['here_sheet']} / "
-            f"{prior_note['base_sheet']} ratio per shape (another GPU model than the base's)")
+        say(f"another GPU model than the base's: factors{prior_text(prior_note)}")
     say("factors: " + factors_text(factors))
 
     held: list[dict] = []
@@ -197,8 +196,7 @@ def run_calibrate(model: Any, out: str, base: str, spec: ProfileSpec, *, anchors
     notes: list = [f"calibrated by `specsched calibrate` on {machine.get('name')} at {at}: "
                    f"{len(measured)} anchors from {Path(base).name}, factors "
                    + factors_text(factors)
-                   + (f" x the roofline's {prior_note['here_sheet']} / {prior_note['base_sheet']}"
-                      " ratio per shape" if prior_note else "")
+                   + prior_text(prior_note)
                    + (f"; {dropped_heldout} held-out rows of the base dropped" if dropped_heldout
                       else "") + (f"; {len(held)} held-out rows measured here" if held else "")]
     if held_note:
@@ -210,8 +208,7 @@ def run_calibrate(model: Any, out: str, base: str, spec: ProfileSpec, *, anchors
                "skipped": len(skipped), "heldout": len(held),
                "factors": {g: round(f["factor"], 6) for g, f in factors.items()},
                "prefill": prefill_summary(factors),
-               "prior": prior_note and {k: prior_note[k]
-                                       for k in ("rule", "base_sheet", "here_sheet")},
+               "prior": prior_summary(prior_note),
                "wall_s": round(time.perf_counter() - t_start, 3)}
     say(f"wrote {summary['rows']} rows to {out} in {summary['wall_s']:.1f} s")
     return summary

@@ -103,17 +103,18 @@ def test_refit_of_the_h100_anchors_with_the_prior(tmp_path):
     assert ratio[("verify", True, 1, 1, 128, 1)] > ratio[("verify", True, 256, 8, 128, 2048)] + 0.2
 
 
-def test_attention_prior_at_power_one_is_the_roofline_prior():
-    from backends.calibrate_prior import attention_prior
+def test_the_prior_is_the_roofline_passes_ratio_and_attention_power_zero_holds_attention():
+    from backends import roofline as rl
 
     m = load_model("llama-3.1-8b")
-    full, one = roofline_prior(m, "H200", "H100"), attention_prior(m, "H200", "H100", 1.0)
-    zero = attention_prior(m, "H200", "H100", 0.0)
+    full, zero = roofline_prior(m, "H200", "H100"), roofline_prior(m, "H200", "H100", 0.0)
     long_kv = {"kind": "verify", "graph": True, "bs": 12, "width": 5, "kv_len": 32768,
                "tokens": 60}
     short_kv = dict(long_kv, kv_len=128)
-    for r in (long_kv, short_kv):
-        assert one(r) == pytest.approx(full(r), rel=1e-9)
+    for r in (long_kv, short_kv):  # the roofline backend's whole verify pass, H100 over H200
+        whole = (rl.verify_time(m, "H100", 12, 5, r["kv_len"], graph=True)
+                 / rl.verify_time(m, "H200", 12, 5, r["kv_len"], graph=True))
+        assert full(r) == pytest.approx(float(whole), rel=1e-9)
     # attention at the base's time: a long-KV verify (mostly attention) moves much less than
     # under the roofline's ratio, a short-KV one about as much
     assert zero(long_kv) < full(long_kv) - 0.2
@@ -124,10 +125,10 @@ def test_attention_prior_at_power_one_is_the_roofline_prior():
 def test_the_anchors_give_back_a_planted_attention_power(planted):
     """Anchors whose measured / base is exactly a group factor times the prior at a planted
     power: the fit finds that power (there every group's residuals are one value)."""
-    from backends.calibrate_prior import attention_prior, fit_attention_power
+    from backends.calibrate_prior import fit_attention_power
 
     m = load_model("llama-3.1-8b")
-    truth = attention_prior(m, "H200", "H100", planted)
+    truth = roofline_prior(m, "H200", "H100", planted)
     shapes = [("verify", True, 1, 1, kv, 1) for kv in (128, 4096, 32768)]
     shapes += [("verify", True, 12, 5, kv, 60) for kv in (128, 32768)]
     shapes += [("draft", True, 1, 1, kv, 1) for kv in (128, 32768)]
