@@ -23,8 +23,9 @@ the anchors go where that workload spends its time instead (:func:`_weighted`).
 **The fit** (:func:`fit_factors`): per group, the factor is the median of measured / base over
 that group's anchors (the median: one disturbed point does not move it).  A group without a
 measured anchor takes the median ratio over all anchors, and the fit says so (``"source":
-"all anchors"``).  :func:`calibrated_rows` multiplies ``latency_s``, ``p10_s`` and ``p90_s`` of
-every base grid row by its group's factor, and :func:`calibrated_copy` a prefill line's rows
+"all anchors"``); against a prior (another GPU model, below) it takes the prior alone.
+:func:`calibrated_rows` multiplies ``latency_s``, ``p10_s`` and ``p90_s`` of every base grid
+row by its group's factor, and :func:`calibrated_copy` a prefill line's rows
 by the prefill factor.  A per-group scale is all it can fix: a difference
 between machines that depends on the shape (one kernel slower at long KV only) stays.  On
 another GPU model, whose ratio to the base's does depend on the shape (bandwidth- against
@@ -165,8 +166,10 @@ def fit_factors(anchors: Iterable[dict], groups: Iterable[str],
     ``measured_s``), for every group in ``groups``: ``{"factor", "n", "source",
     "ratio_min", "ratio_max"}``; ``source`` is ``"group"`` (median over its own anchors) or
     ``"all anchors"`` (it had none).  With ``prior`` (``backends.calibrate_prior``: a ratio per
-    shape, for another GPU model) the ratios are ``measured / (base x prior(anchor))``.  No
-    anchor at all is a ValueError."""
+    shape, for another GPU model) the ratios are ``measured / (base x prior(anchor))``, and a
+    group without anchors takes the prior alone (factor 1, ``source`` ``"prior alone"``): a
+    residual over the prior belongs to its group, and the other groups' median would carry the
+    verify graph's into eager passes.  No anchor at all is a ValueError."""
     ratios: dict[str, list[float]] = {}
     for a in anchors:
         ratios.setdefault(group_name(a["kind"], a["graph"]), []).append(
@@ -182,7 +185,8 @@ def fit_factors(anchors: Iterable[dict], groups: Iterable[str],
             out[g] = {"factor": _median(rs), "n": len(rs), "source": "group",
                       "ratio_min": min(rs), "ratio_max": max(rs)}
         else:
-            out[g] = {"factor": overall, "n": 0, "source": "all anchors",
+            out[g] = {"factor": 1.0 if prior else overall, "n": 0,
+                      "source": "prior alone" if prior else "all anchors",
                       "ratio_min": None, "ratio_max": None}
     return out
 

@@ -25,8 +25,11 @@ conversation runs 2.08 -> 1.72% and 1.74 -> 1.63%, its ``split`` runs 5.78 -> 2.
 long-context run, 3.03 -> 3.32%, where the roofline reads attention over long KV as
 bandwidth-bound while the H100 ran it about as fast as the H200. With anchors chosen by
 ``--trace`` (a conversation run's: graphs only) it moved the conversation run by under 0.1
-point and made the ``split`` run worse (1.64 -> 3.53%: eager verify had no anchor of its own
-and took the other groups' residual). ``--prior none`` fits one scale per group.
+point and first made the ``split`` run worse (1.64 -> 3.53%): eager verify had no anchor of its
+own and took the other groups' median residual, the verify graph's 0.90, where the four default
+calibrations' eager groups had 0.963-0.995. A group without anchors now takes the prior alone
+(``backends.calibrate.fit_factors``): that run 1.79%, the same requests on the second H100
+1.76% (against 1.64% and 1.44% with ``--prior none``). ``--prior none`` fits one scale per group.
 """
 
 from __future__ import annotations

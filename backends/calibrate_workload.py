@@ -15,7 +15,8 @@ near each grid point instead:
    (:func:`grid_time_weights`).
 3. ``backends.calibrate.choose_anchors(weights=...)`` then gives each group a share of the
    anchors in proportion to its weight (at least ``MIN_PER_GROUP`` for a group the workload
-   uses, none for one it does not: those take the median of all anchors, as the fit says) and
+   uses, none for one it does not: those take the median of all anchors, or on another GPU
+   model the roofline prior alone, as the fit says) and
    takes the heaviest rows, in a graph group from the heaviest few captured graphs.
 
 It imports neither torch nor the GPU code; the calibration records what it was weighted by

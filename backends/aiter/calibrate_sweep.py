@@ -39,7 +39,8 @@ RESERVE_S = 8.0
 
 _RULE = ("per (kind, graph) group: factor = median of measured / base over the group's anchors "
          "(base grid points re-measured here with the grid's protocol); a group without an "
-         "anchor takes the median over all anchors; every base grid row's latency_s, p10_s and "
+         "anchor takes the median over all anchors (against another GPU model's roofline prior: "
+         "the prior alone); every base grid row's latency_s, p10_s and "
          "p90_s is multiplied by its group's factor, the prefill group's only where it is "
          "applied (by default on dense models, not on MoE ones: its `applied`). Shape-dependent "
          "differences between the machines are not corrected (one scale per group)")

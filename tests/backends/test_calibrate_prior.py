@@ -71,6 +71,28 @@ def test_fit_and_rows_against_a_prior_worked_by_hand():
     assert out[0]["p90_s"] == pytest.approx(1.1 * 1.3)
 
 
+def test_a_group_without_anchors_takes_the_prior_alone():
+    """Against a prior, verify graph anchors 1.3 / 1.3 and 1.8 / 2.0 leave residuals 1.0 and 0.9
+    (median 0.95). Verify eager has no anchor: its factor is 1, so its rows get the prior alone,
+    not the verify graph's 0.95; without a prior it takes the median of all anchors, as before
+    (measured / base 1.3 and 1.8: 1.55)."""
+    def prior(r):
+        return 1.3 if r["tokens"] < 100 else 2.0
+
+    anchors = [{"kind": "verify", "graph": True, "tokens": 4, "base_s": 1.0, "measured_s": 1.3},
+               {"kind": "verify", "graph": True, "tokens": 512, "base_s": 2.0, "measured_s": 3.6}]
+    f = fit_factors(anchors, ["verify_graph", "verify_eager"], prior)
+    assert f["verify_graph"]["factor"] == pytest.approx(0.95)
+    assert f["verify_eager"] == {"factor": 1.0, "n": 0, "source": "prior alone",
+                                 "ratio_min": None, "ratio_max": None}
+    eager = [{"kind": "verify", "graph": False, "tokens": 8, "latency_s": 2.0, "p10_s": 2.0,
+              "p90_s": 2.0}]
+    assert calibrated_rows(eager, f, prior)[0]["latency_s"] == pytest.approx(2.6)
+    plain = fit_factors(anchors, ["verify_graph", "verify_eager"])
+    assert plain["verify_eager"]["source"] == "all anchors"
+    assert plain["verify_eager"]["factor"] == pytest.approx(1.55)
+
+
 def test_refit_of_the_h100_anchors_with_the_prior(tmp_path):
     """The H100 calibration of 2026-12-05 re-fitted to the shipped 8B profile with the prior: the
     metadata names it, and every grid row is the base's times its group's factor times its own
