@@ -34,11 +34,16 @@ calibrations' eager groups had 0.963-0.995. A group without anchors now takes th
 
 from __future__ import annotations
 
+import math
 import re
 from typing import Any, Callable, Sequence
 
-__all__ = ["PRIOR_MODES", "sheet_of", "other_models", "roofline_prior", "fit_attention_power", "prior_for",
-           "prior_text", "prior_summary"]
+import numpy as np
+
+from backends.calibrate import group_name
+
+__all__ = ["PRIOR_MODES", "sheet_of", "other_models", "roofline_prior", "fit_attention_power",
+           "prior_for", "prior_text", "prior_summary"]
 
 
 #: device-name words of parts other than the sheets' (every sheet is an SXM or OAM part: an
@@ -106,12 +111,6 @@ def fit_attention_power(model: Any, anchors: list[dict], base_sheet: str, here_s
     group: the least sum, over the anchors, of ``|log(measured / (base x prior)) - its group's
     median|``; ties to the larger power (nearer the roofline). Returns it and the sum at each
     power."""
-    import math
-
-    import numpy as np
-
-    from backends.calibrate import group_name
-
     cost: dict[float, float] = {}
     for p in powers:
         prior = roofline_prior(model, base_sheet, here_sheet, p)

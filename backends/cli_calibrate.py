@@ -92,9 +92,9 @@ def calibrate(model, tp, base, out, budget_s, anchors, heldout, seed, reps, warm
     models' sheets, which --prior roofline (the default) takes from the roofline.  Needs a CUDA
     or ROCm GPU (exit 2 without one), except with --anchors-from, which re-fits an earlier
     calibration's measured anchors to --base (those not among the base's grid rows are left
-    out and listed in the metadata).  With --trace the anchors are the grid rows a simulated run of that workload
-    spends most time nearest, shared over the pass groups by that time (docs/aiter.md,
-    "specsched calibrate").
+    out and listed in the metadata).  With --trace the anchors are the grid rows a simulated
+    run of that workload spends most time nearest, shared over the pass groups by that time
+    (docs/aiter.md, "specsched calibrate").
     """
     import time
 
