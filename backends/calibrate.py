@@ -10,15 +10,15 @@ verify graph and eager, draft graph and eager, draft-extend graph and eager, pre
 
 **Anchors** (:func:`choose_anchors`) are grid rows of the base (measured points, never filled
 ones), so each has a base value to compare with.  ``n`` is spread over the groups present by
-``backends.heldout.allocate`` (verify weighs most), at least :data:`MIN_PER_GROUP` each.  Only
-rows ``fits`` accepts (the GPU can hold the batch) are candidates.  Within a graph group the
-anchors share few captured graphs (a capture costs far more than a replay): the (batch size,
-width) keys are sorted by tokens and ``ceil(q / 3)`` of them (at least 2) are taken evenly from
-the smallest to the largest; each key's share of the anchors is spread evenly over its KV
-lengths, smallest to largest.  An eager or prefill group takes its anchors evenly over its rows
-sorted by (tokens, KV).  The choice is a pure function of the base rows, ``n`` and ``fits``.
-With a workload's ``weights`` (``specsched calibrate --trace``, ``backends.calibrate_workload``)
-the anchors go where that workload spends its time instead (:func:`_weighted`).
+``backends.heldout.allocate`` (verify weighs most), at least :data:`MIN_PER_GROUP` each.  Only rows
+``fits`` accepts (the GPU can hold the batch) are candidates.  Within a graph group the anchors
+share few captured graphs (a capture costs far more than a replay): the (batch size, width) keys
+are sorted by tokens and ``ceil(q / 3)`` of them (at least 2) are taken evenly from the smallest to
+the largest; each key's share of the anchors is spread evenly over its KV lengths, smallest to
+largest.  An eager or prefill group takes its anchors evenly over its rows sorted by (tokens, batch
+size, width, KV).  The choice is a pure function of the base rows, ``n`` and ``fits``.  With a
+workload's ``weights`` (``specsched calibrate --trace``, ``backends.calibrate_workload``) the
+anchors go where that workload spends its time instead (:func:`_weighted`).
 
 **The fit** (:func:`fit_factors`): per group, the factor is the median of measured / base over
 that group's anchors (the median: one disturbed point does not move it).  A group without a
@@ -55,8 +55,8 @@ from backends.heldout import SECTIONS, HeldoutPoint, allocate
 
 __all__ = ["DEFAULT_ANCHORS", "MIN_PER_GROUP", "GROUPS", "SHAPE", "group_name",
            "choose_anchors", "fit_factors", "calibrated_rows", "calibrated_copy",
-           "anchor_record", "factor_text", "factors_text", "PREFILL_MODES", "settle_prefill", "prefill_summary",
-           "calibrated_metadata"]
+           "anchor_record", "FIT_RULE", "factor_text", "factors_text", "PREFILL_MODES",
+           "settle_prefill", "prefill_summary", "calibrated_metadata"]
 
 #: Anchors ``specsched calibrate`` measures unless told otherwise (``--anchors``).
 DEFAULT_ANCHORS = 24
@@ -67,6 +67,16 @@ SHAPE = ("kind", "graph", "bs", "width", "kv_len", "tokens")
 #: ``specsched calibrate --prefill``: scale the prefill rows by their anchors' factor, keep the
 #: base's, or ``auto`` (keep on a MoE model, scale on a dense one: :func:`settle_prefill`).
 PREFILL_MODES = ("auto", "scale", "keep")
+#: The fit as a calibrated file's metadata states it (``specsched.calibration.rule``), written
+#: by ``specsched calibrate`` and by a re-fit (``--anchors-from``) alike.
+FIT_RULE = ("per (kind, graph) group: factor = median of measured / base over the group's "
+            "anchors (base grid points re-measured here with the grid's protocol); a group "
+            "without an anchor takes the median over all anchors (against another GPU model's "
+            "roofline prior: the prior alone); every base grid row's latency_s, p10_s and "
+            "p90_s is multiplied by its group's factor (and by the prior where there is one), "
+            "the prefill group's only where it is applied (by default on dense models, not on "
+            "MoE ones: its `applied`). Shape-dependent differences between the machines beyond "
+            "the prior are not corrected (one scale per group)")
 #: (kind, graph) -> group name (the section names of ``backends.heldout``).
 GROUPS: dict[tuple[str, bool], str] = {(k, g): s for s, (k, g, _) in SECTIONS.items()}
 
@@ -178,8 +188,9 @@ def fit_factors(anchors: Iterable[dict], groups: Iterable[str],
     if not every:
         raise ValueError("no anchor was measured: nothing to fit")
     overall = _median(every)
+    wanted = set(groups) | set(ratios)  # once: ``groups`` may be a one-pass iterable
     out: dict[str, dict] = {}
-    for g in [s for s in SECTIONS if s in set(groups) | set(ratios)]:
+    for g in [s for s in SECTIONS if s in wanted]:
         rs = ratios.get(g, [])
         if rs:
             out[g] = {"factor": _median(rs), "n": len(rs), "source": "group",
@@ -214,11 +225,12 @@ def settle_prefill(factors: dict[str, dict], mode: str, *, moe: bool) -> dict[st
 
 def prefill_summary(factors: dict[str, dict]) -> dict | None:
     """The prefill group's use in a command's printed summary: ``{"measured", "applied"}``
-    (None without a prefill group)."""
+    (None without a prefill group; ``measured`` None when no prefill anchor was measured)."""
     p = factors.get("prefill")
     if p is None:
         return None
-    return {"measured": round(float(p.get("measured", p["factor"])), 6),
+    own = _own_measured(p)
+    return {"measured": None if own is None else round(float(own), 6),
             "applied": bool(p.get("applied", True))}
 
 
@@ -260,17 +272,31 @@ def anchor_record(shape: dict, base_s: float, measured_s: float, reps: Any) -> d
                                            "ratio": measured_s / base_s, "reps": reps}
 
 
-def factor_text(group: str, factor: float, not_applied: float | None = None) -> str:
+def factor_text(group: str, factor: float, not_applied: float | None = None, *,
+                applied: bool | None = None) -> str:
     """``verify_graph 1.0012``, or for a group whose fitted factor was not applied
-    ``prefill 1.0000 (anchors 1.0303, not applied)``."""
-    return f"{group} {factor:.4f}" + (
-        "" if not_applied is None else f" (anchors {not_applied:.4f}, not applied)")
+    ``prefill 1.0000 (anchors 1.0303, not applied)``, and ``(no anchors, not applied)`` when
+    ``applied`` is False with no figure (the group had no anchor of its own).  ``applied``
+    defaults to whether ``not_applied`` is None."""
+    if applied is None:
+        applied = not_applied is None
+    if applied:
+        return f"{group} {factor:.4f}"
+    return f"{group} {factor:.4f} (" + ("no anchors" if not_applied is None
+                                         else f"anchors {not_applied:.4f}") + ", not applied)"
+
+
+def _own_measured(f: dict) -> float | None:
+    """A group's fitted median from its own anchors; None when it had none (its factor came
+    from the other groups or the prior, :func:`fit_factors`)."""
+    return None if f.get("n") == 0 else f.get("measured", f["factor"])
 
 
 def factors_text(factors: dict[str, dict]) -> str:
     """``verify_graph 1.0012, prefill 0.9870, ...``: a fit in one line (:func:`factor_text`)."""
-    return ", ".join(factor_text(g, f["factor"], f["measured"] if f.get("applied") is False
-                                 else None) for g, f in factors.items())
+    return ", ".join(factor_text(g, f["factor"], _own_measured(f),
+                                 applied=f.get("applied") is not False)
+                     for g, f in factors.items())
 
 
 def calibrated_metadata(meta: dict, machine: Any, calibration: dict, notes: list) -> dict:

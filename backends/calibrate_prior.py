@@ -18,18 +18,18 @@ default) only when both GPUs have a sheet (:data:`backends.hardware.GPUS`) and t
 differ.
 
 Measured on two H100s against the H200 profiles (``benchmarks/results/h100-2026-12-05`` and
-``-05b``; the second GPU's calibrations and live runs recorded after this form was fixed), with
-the default anchors it brought per-step MAPE down on six of seven live runs: the 8B's
-conversation runs 2.08 -> 1.72% and 1.74 -> 1.63%, its ``split`` runs 5.78 -> 2.18% and 5.46
--> 1.82%, the 70B's 1.76 -> 1.03% and 1.62 -> 0.92% (16 of 16 checks); and up on the 8B's
-long-context run, 3.03 -> 3.32%, where the roofline reads attention over long KV as
-bandwidth-bound while the H100 ran it about as fast as the H200. With anchors chosen by
-``--trace`` (a conversation run's: graphs only) it moved the conversation run by under 0.1
-point and first made the ``split`` run worse (1.64 -> 3.53%): eager verify had no anchor of its
-own and took the other groups' median residual, the verify graph's 0.90, where the four default
-calibrations' eager groups had 0.963-0.995. A group without anchors now takes the prior alone
-(``backends.calibrate.fit_factors``): that run 1.79%, the same requests on the second H100
-1.76% (against 1.64% and 1.44% with ``--prior none``). ``--prior none`` fits one scale per group.
+``-05b``; the second GPU's calibrations and live runs recorded after this form was fixed), with the
+default anchors it brought per-step MAPE down on six of seven live runs: the 8B's conversation runs
+2.08 -> 1.72% and 1.74 -> 1.63%, its ``split`` runs 5.78 -> 2.18% and 5.46 -> 1.82%, the 70B's 1.76
+-> 1.03% and 1.62 -> 0.92% (16 of 16 checks); and up on the 8B's long-context run, 3.03 -> 3.32%,
+where the roofline reads attention over long KV as bandwidth-bound while the H100 ran it about as
+fast as the H200. With anchors chosen by ``--trace`` (a conversation run's: graphs only) it moved
+the conversation run by under 0.1 point and first made the ``split`` run worse (1.64 -> 3.53%):
+eager verify had no anchor of its own and took the median residual of all anchors, 0.92 (17 of the
+25 were the verify graph's, whose own was 0.903), where the four default calibrations' eager groups
+had 0.963-0.995. A group without anchors now takes the prior alone
+(``backends.calibrate.fit_factors``): that run 1.79%, the same requests on the second H100 1.76%
+(against 1.64% and 1.44% with ``--prior none``). ``--prior none`` fits one scale per group.
 """
 
 from __future__ import annotations

@@ -18,22 +18,54 @@ here imports torch.
 
 from __future__ import annotations
 
+import math
 from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
-from backends.calibrate import (SHAPE, anchor_record, calibrated_metadata,
+from backends.calibrate import (FIT_RULE, GROUPS, SHAPE, anchor_record, calibrated_metadata,
                                 calibrated_copy, factors_text, fit_factors, group_name,
                                 prefill_summary, settle_prefill)
 from backends.calibrate_prior import prior_for, prior_summary, prior_text
 from backends.shipped import file_sha256
 
-__all__ = ["refit_calibration", "rebase_anchors"]
+__all__ = ["refit_calibration", "rebase_anchors", "check_anchors"]
 
 
 def _key(r: dict) -> tuple:
     return (str(r["kind"]), bool(r["graph"]), int(r["bs"]), int(r["width"]), int(r["kv_len"]),
             int(r["tokens"]))
+
+
+def check_anchors(kept: Any, source: str) -> list[dict]:
+    """``kept`` (a calibration's ``anchors``) when every one has a known (kind, graph), integer
+    shape fields and a finite ``measured_s`` > 0; else ``SpecschedError`` naming ``source`` and
+    the first bad anchor (its position, from 0)."""
+    from traces.errors import SpecschedError
+
+    if not isinstance(kept, list):
+        raise SpecschedError("specsched.calibration.anchors is not a list", path=str(source))
+    for i, a in enumerate(kept):
+        where = f"specsched.calibration.anchors[{i}]"
+        if not isinstance(a, dict):
+            raise SpecschedError(f"{where} is not an object", path=str(source))
+        lacking = [k for k in (*SHAPE, "measured_s") if k not in a]
+        if lacking:
+            raise SpecschedError(f"{where} lacks {', '.join(lacking)}", path=str(source))
+        if (str(a["kind"]), bool(a["graph"])) not in GROUPS or not isinstance(a["graph"], bool):
+            raise SpecschedError(f"{where}: no pass group is kind {a['kind']!r} with graph "
+                                 f"{a['graph']!r}", path=str(source))
+        bad = [k for k in ("bs", "width", "kv_len", "tokens")
+               if isinstance(a[k], bool) or not isinstance(a[k], int) or a[k] < 0]
+        if bad:
+            raise SpecschedError(f"{where}: {bad[0]} must be an integer >= 0, got {a[bad[0]]!r}",
+                                 path=str(source))
+        m = a["measured_s"]
+        if isinstance(m, bool) or not isinstance(m, (int, float)) or not math.isfinite(m) \
+                or m <= 0:
+            raise SpecschedError(f"{where}: measured_s must be a finite number > 0, got {m!r}",
+                                 path=str(source))
+    return kept
 
 
 def rebase_anchors(kept: list[dict], grid: list[dict]) -> tuple[list[dict], list[dict]]:
@@ -70,6 +102,7 @@ def refit_calibration(model: Any, source: str, base: str, out: str, *,
         raise SpecschedError("holds no anchors of `specsched calibrate` (specsched.calibration)",
                              path=str(source))
     _check_model(model, smeta.get("model"), str(source))
+    check_anchors(cal["anchors"], source)
     base_rows, meta = read_profile(base)
     _check_model(model, meta.get("model"), str(base))
     grid = grid_rows(base_rows).to_pylist()
@@ -84,11 +117,11 @@ def refit_calibration(model: Any, source: str, base: str, out: str, *,
                     shape_prior), prefill, moe=model.is_moe)
     at = datetime.now(timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
     calibration = {k: v for k, v in cal.items()
-                   if k not in ("anchors", "factors", "refit", "prior")}
+                   if k not in ("anchors", "factors", "refit", "prior", "rule")}
     if prior_note:
         calibration["prior"] = prior_note
     calibration.update(
-        base=Path(base).name, base_sha256=file_sha256(base),
+        rule=FIT_RULE, base=Path(base).name, base_sha256=file_sha256(base),
         base_gpu=meta.get("gpu"), anchors=anchors, factors=factors,
         base_heldout_rows_dropped=heldout_rows(base_rows).num_rows,
         refit={"from": Path(source).name,

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import math
 import sys
 
 import click
@@ -168,8 +169,8 @@ def _check_calibrate(model, tp, base, out, budget_s, anchors, heldout, gpu_sheet
     from backends.shipped import default_profile
     from traces.atomic import check_output_file
 
-    if budget_s <= 0:
-        raise SpecschedError(f"--budget-s must be > 0, got {budget_s:g}")
+    if not math.isfinite(budget_s) or budget_s <= 0:
+        raise SpecschedError(f"--budget-s must be a finite number > 0, got {budget_s:g}")
     if anchors < 1:
         raise SpecschedError(f"--anchors must be >= 1, got {anchors}")
     if heldout < 0:

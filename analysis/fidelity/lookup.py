@@ -202,7 +202,7 @@ def measured_points(table) -> dict[str, set]:
 
 def _key(kind: str, graph: bool, bs: float, width: float, kv: float, tokens: float) -> tuple:
     kv = round(kv, 6)
-    if kind == "verify":
+    if kind in ("verify", "draft_extend"):  # both grids are (bs, width, KV), graph and eager
         return (graph, bs, round(width, 6), kv)
     if kind == "draft":
         return (graph, bs, kv)

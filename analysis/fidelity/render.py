@@ -165,7 +165,8 @@ def render_markdown(report: dict, *, reference: str) -> str:
     if cal:
         lines += [f"Profile calibrated on {cal['gpu']} at {cal['at']} from {cal['base']} "
                   f"({cal['anchors']} anchors): factors "
-                  + ", ".join(factor_text(g, f, (cal.get("not_applied") or {}).get(g))
+                  + ", ".join(factor_text(g, f, (cal.get("not_applied") or {}).get(g),
+                                          applied=g not in (cal.get("not_applied") or {}))
                               for g, f in cal["factors"].items()) + ".", ""]
     lines += _steps_section(s, bool(reps))
     if report.get("heldout"):

@@ -178,8 +178,8 @@ def build_report(reference_steps: pa.Table, reference_summary: dict, profile_sum
             "gpu": (cal.get("machine") or {}).get("name"), "at": cal.get("at"),
             "base": cal.get("base"), "anchors": len(cal.get("anchors") or []),
             "factors": {g: f.get("factor") for g, f in (cal.get("factors") or {}).items()}}
-        kept = {g: f["measured"] for g, f in (cal.get("factors") or {}).items()
-                if f.get("applied") is False}
+        kept = {g: (None if f.get("n") == 0 else f["measured"])  # None: no anchor of its own
+                for g, f in (cal.get("factors") or {}).items() if f.get("applied") is False}
         if kept:  # fitted but not applied (backends.calibrate.settle_prefill)
             report["profile"]["calibration"]["not_applied"] = kept
     report["machines"] = recording_machines(src, reference_summary)

@@ -74,6 +74,11 @@ def load_recorded(folder: str | Path) -> tuple[dict, pa.Table]:
 
     run = load_run(folder)
     _check_summary(run.summary, folder)
+    for c, what in (("passes", "how many passes each step ran"),
+                    ("kv_mean", "each step's mean KV length")):
+        if c not in run.steps.column_names:  # optional in a results folder, needed here
+            raise SpecschedError(f"steps.parquet has no {c!r} column ({what}): a per-step "
+                                 "comparison needs it", path=str(Path(folder) / "steps.parquet"))
     return run.summary, run.steps
 
 
@@ -85,6 +90,10 @@ def _check_summary(summary: dict, folder: str | Path) -> None:
     if not isinstance(summary.get("config"), dict):
         raise SpecschedError("summary.json has no 'config': this run cannot be re-simulated under "
                              "the configuration it recorded", path=str(folder))
+    if not any((summary.get(m) or {}).get("p50") is not None for m in ("ttft_s", "e2e_s")):
+        raise SpecschedError("summary.json has no TTFT or E2E figure: the recorded run finished "
+                             "no request, so its whole-run checks would have nothing to compare",
+                             path=str(folder))
 
 
 def recorded_inputs(folder: str | Path, trace_path: str | None, model: str | None

@@ -23,7 +23,7 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any, Callable
 
-from backends.calibrate import (SHAPE, anchor_record, calibrated_metadata,
+from backends.calibrate import (FIT_RULE, SHAPE, anchor_record, calibrated_metadata,
                                 calibrated_copy, choose_anchors, factors_text, fit_factors,
                                 group_name, prefill_summary, settle_prefill)
 from backends.calibrate_prior import prior_for, prior_summary, prior_text
@@ -36,14 +36,6 @@ __all__ = ["RESERVE_S", "run_calibrate", "chunks_round_robin"]
 
 #: Seconds kept free at the end of the budget (writing the file, releasing the GPU).
 RESERVE_S = 8.0
-
-_RULE = ("per (kind, graph) group: factor = median of measured / base over the group's anchors "
-         "(base grid points re-measured here with the grid's protocol); a group without an "
-         "anchor takes the median over all anchors (against another GPU model's roofline prior: "
-         "the prior alone); every base grid row's latency_s, p10_s and "
-         "p90_s is multiplied by its group's factor, the prefill group's only where it is "
-         "applied (by default on dense models, not on MoE ones: its `applied`). Shape-dependent "
-         "differences between the machines are not corrected (one scale per group)")
 
 
 def _chunk_key(p: HeldoutPoint) -> tuple:
@@ -184,7 +176,7 @@ def run_calibrate(model: Any, out: str, base: str, spec: ProfileSpec, *, anchors
         "elapsed_s_before_write": round(elapsed, 3), "kv_capacity_tokens": cap,
         "spec": {"reps": spec.reps, "warmup": spec.warmup, "eager_reps": spec.eager_reps,
                  "settle_s": spec.settle_s, "protocol": "the grid's (measure_points)"},
-        "rule": _RULE, "anchors_asked": int(anchors), "groups": asked,
+        "rule": FIT_RULE, "anchors_asked": int(anchors), "groups": asked,
         "anchors": measured, "skipped_for_budget": skipped, "factors": factors,
         "base_heldout_rows_dropped": int(dropped_heldout)}
     if held_note:

@@ -163,7 +163,8 @@ def test_heldout_only_refusals_exit_2_before_the_gpu(tmp_path, case, needle):
     ("missing-base", "no such profile file"),
     ("not-a-profile", "not a profile parquet"),
     ("other-model", "recorded for model 'llama-3.1-8b', not 'llama-3.1-70b'"),
-    ("budget", "--budget-s must be > 0, got 0"),
+    ("budget", "--budget-s must be a finite number > 0, got 0"),
+    ("budget-nan", "--budget-s must be a finite number > 0, got nan"),
     ("anchors", "--anchors must be >= 1, got 0"),
     ("heldout", "--heldout must be >= 0, got -2"),
     ("anchors-from-no-anchors", "holds no anchors of `specsched calibrate`"),
@@ -196,6 +197,8 @@ def test_calibrate_refusals_exit_2_before_the_gpu(tmp_path, case, needle):
         args[1] = "llama-3.1-70b"
     elif case == "budget":
         args += ["--budget-s", "0"]
+    elif case == "budget-nan":
+        args += ["--budget-s", "nan"]
     elif case == "anchors":
         args += ["--anchors", "0"]
     elif case == "heldout":
@@ -230,6 +233,39 @@ def test_calibrate_anchors_from_refits_on_a_cpu(tmp_path):
     d = json.loads(r.stdout)
     assert (d["anchors"], d["anchors_missing"]) == (4, 1) and out.is_file()
     assert d["factors"]["verify_graph"] == pytest.approx(1.2) and d["factors"]["prefill"] == pytest.approx(0.9)
+
+
+@pytest.mark.parametrize("field, value, needle", [
+    ("measured_s", None, "anchors[1]: measured_s must be a finite number > 0, got None"),
+    ("measured_s", float("nan"), "anchors[1]: measured_s must be a finite number > 0, got nan"),
+    ("measured_s", 0.0, "anchors[1]: measured_s must be a finite number > 0, got 0.0"),
+    ("kind", ..., "anchors[1] lacks kind"),
+    ("kind", "decode", "anchors[1]: no pass group is kind 'decode' with graph True"),
+    ("bs", 2.5, "anchors[1]: bs must be an integer >= 0, got 2.5"),
+])
+def test_calibrate_anchors_from_refuses_a_damaged_anchor(tmp_path, field, value, needle):
+    """An --anchors-from file whose second anchor is damaged (a field missing, written ``...``
+    here, or a value no measurement has) is refused naming the file and that anchor, exit 2,
+    nothing written."""
+    from backends.profile import read_profile, write_profile
+    from tests.backends.test_calibrate import _refit_files
+
+    _, rows, base, src = _refit_files(tmp_path)
+    _, meta = read_profile(src)
+    anchor = meta["calibration"]["anchors"][1]
+    if value is ...:
+        del anchor[field]
+    else:
+        anchor[field] = value
+    bad = tmp_path / "damaged.parquet"
+    write_profile(rows, bad, {k: v for k, v in meta.items() if k != "profile_version"})
+    out = tmp_path / "refit.parquet"
+    r = cli("calibrate", "--model", "llama-3.1-8b", "--base", str(base), "--anchors-from",
+            str(bad), "-o", str(out))
+    assert r.returncode == 2 and "Traceback" not in r.stderr, r.stderr
+    assert r.stderr.startswith("error: ") and "damaged.parquet" in r.stderr, r.stderr
+    assert needle in r.stderr, r.stderr
+    assert not out.exists()
 
 
 @pytest.mark.parametrize("extra,want", [((), 1.0), (("--prefill", "scale"), 0.9)])

@@ -5,8 +5,8 @@ from __future__ import annotations
 
 import pytest
 
-from backends.calibrate import (calibrated_rows, choose_anchors, factors_text, fit_factors,
-                                settle_prefill)
+from backends.calibrate import (FIT_RULE, calibrated_rows, choose_anchors, factors_text,
+                                fit_factors, settle_prefill)
 from backends.heldout import HeldoutPoint
 
 
@@ -87,6 +87,24 @@ def test_fit_is_the_group_median_and_falls_back_to_all_anchors():
                                 "ratio_min": None, "ratio_max": None}
     with pytest.raises(ValueError):
         fit_factors([], ["prefill"])
+    once = (g for g in ["verify_graph", "verify_eager", "draft_graph", "prefill"])
+    assert fit_factors(a, once) == f  # a one-pass iterable of groups gives the same fit
+
+
+def test_a_kept_prefill_group_without_anchors_says_so():
+    """A MoE model's prefill group with no anchor of its own (its factor the other groups'
+    median, 1.2 here) is kept at the base's rows; the text and the summary say it had no
+    anchors instead of showing another group's median as the prefill's."""
+    from backends.calibrate import prefill_summary
+
+    fit = fit_factors([_anchor("verify", True, 1.0, 1.2)], ["verify_graph", "prefill"])
+    moe = settle_prefill(fit, "auto", moe=True)
+    assert moe["prefill"]["factor"] == 1.0 and moe["prefill"]["n"] == 0
+    assert factors_text(moe) == "verify_graph 1.2000, prefill 1.0000 (no anchors, not applied)"
+    assert prefill_summary(moe) == {"measured": None, "applied": False}
+    dense = settle_prefill(fit, "auto", moe=False)  # applied: the fallback scales the rows
+    assert dense["prefill"]["factor"] == pytest.approx(1.2)
+    assert prefill_summary(dense) == {"measured": None, "applied": True}
 
 
 def test_prefill_factor_is_kept_on_moe_models_unless_asked():
@@ -195,7 +213,8 @@ def _refit_files(tmp_path, model="llama-3.1-8b"):
     anchors.append(dict(kind="draft", graph=True, bs=3, width=1, kv_len=777, tokens=3,
                         base_s=1e-3, measured_s=1e-3, ratio=1.0, reps=5))
     cal = {"machine": {"name": "NVIDIA H200", "uuid": "feedbeef-0000"}, "at": "2026-12-01T00:00:00Z",
-           "anchors": anchors, "factors": {}, "base_sha256": "0" * 64}
+           "anchors": anchors, "factors": {}, "base_sha256": "0" * 64,
+           "rule": "an older rule than today's"}
     src = tmp_path / "cal.parquet"
     write_profile(rows, src, dict(profile_metadata(m, {"name": "H200"}), calibration=cal))
     return m, rows, base, src
@@ -224,6 +243,7 @@ def test_refit_divides_each_measured_anchor_by_the_new_base(tmp_path):
     cal = meta["calibration"]
     assert cal["refit"]["anchors_missing"] == [dict(kind="draft", graph=True, bs=3, width=1,
                                                     kv_len=777, tokens=3)]
+    assert cal["rule"] == FIT_RULE  # the rule the re-fit applied, not the source's
     assert meta["gpu"]["uuid"] == "feedbeef-0000" and cal["at"] == "2026-12-01T00:00:00Z"
 
 

@@ -172,6 +172,38 @@ def test_recorded_reference_run_gives_the_same_report(setup):
                      profile=str(setup / "p.parquet"), reference_run=setup)
 
 
+@pytest.mark.parametrize("damage, match", [
+    ("passes", "steps.parquet has no 'passes' column"),
+    ("kv_mean", "steps.parquet has no 'kv_mean' column"),
+    ("unfinished", "the recorded run finished no request")])
+def test_a_recorded_run_lacking_what_the_comparison_needs_is_refused(setup, tmp_path, damage,
+                                                                       match):
+    """A results folder loads without the optional ``passes`` and ``kv_mean`` step columns, and
+    with a summary whose requests all lack TTFT and E2E (none finished), but a comparison needs
+    them: each is refused naming what is missing, and nothing is written."""
+    import pyarrow.parquet as pq
+
+    from specsched.cli import cli as cli_main
+
+    rec = tmp_path / "rec"
+    r = CliRunner().invoke(cli_main, ["simulate", "--trace", str(setup / "t.parquet"),
+                                      "--backend", "roofline", "--model", "llama-3.1-8b",
+                                      "--no-report", "--out", str(rec)], standalone_mode=False)
+    assert r.exception is None, r.output
+    if damage == "unfinished":
+        summary = json.loads((rec / "summary.json").read_text())
+        summary.update(ttft_s=None, tpot_s=None, e2e_s=None)
+        (rec / "summary.json").write_text(json.dumps(summary))
+    else:
+        steps = pq.read_table(rec / "steps.parquet")
+        pq.write_table(steps.drop_columns([damage]), rec / "steps.parquet")
+    out = tmp_path / "out"
+    with pytest.raises(SpecschedError, match=match):
+        run_fidelity(setup / "t.parquet", "llama-3.1-8b", reference="roofline",
+                     profile=str(setup / "p.parquet"), reference_run=rec, out_dir=out)
+    assert not out.exists()
+
+
 def test_a_recorded_run_names_its_own_trace_and_model(setup, tmp_path, monkeypatch):
     """`fidelity --reference-run RUN` alone takes the trace and model RUN's summary.json
     recorded; without a recorded run both are asked for; a recorded trace that is not there is
@@ -521,15 +553,19 @@ def test_a_run_recorded_over_sittings_is_scored_per_sitting():
     assert rows[1].endswith("| -2.00% | - | +4.00% |")  # verify, draft, prefill
 
 
-def test_a_calibration_that_kept_its_prefill_rows_says_so(setup, tmp_path):
+@pytest.mark.parametrize("n, not_applied, text", [
+    (4, 1.03, "prefill 1.0000 (anchors 1.0300, not applied)"),
+    (0, None, "prefill 1.0000 (no anchors, not applied)")])
+def test_a_calibration_that_kept_its_prefill_rows_says_so(setup, tmp_path, n, not_applied, text):
     """A calibrated profile whose prefill factor was fitted but not applied (``calibrate
     --prefill keep``, or ``auto`` on a MoE model): the report's JSON names the anchors' factor
-    under ``not_applied`` and its text prints it beside the factor used, 1."""
+    under ``not_applied`` and its text prints it beside the factor used, 1; with no prefill
+    anchor (its 1.03 the other groups' median) it says so, not 1.03."""
     m, rows = roofline_profile_rows()
     cal = {"machine": {"name": "NVIDIA H200", "uuid": "625d"}, "at": "2026-12-05T00:00:00Z",
            "base": "p.parquet", "anchors": [],
            "factors": {"verify_graph": {"factor": 1.0}, "prefill": {
-               "factor": 1.0, "measured": 1.03, "applied": False, "mode": "keep"}}}
+               "factor": 1.0, "measured": 1.03, "applied": False, "mode": "keep", "n": n}}}
     write_profile(rows, tmp_path / "cal.parquet",
                   dict(profile_metadata(m, {"name": "H200"}), calibration=cal))
     r = CliRunner().invoke(fidelity, ["--trace", str(setup / "t.parquet"), "--model", "llama-3.1-8b",
@@ -539,6 +575,6 @@ def test_a_calibration_that_kept_its_prefill_rows_says_so(setup, tmp_path):
     assert r.exception is None, r.output
     rep = json.loads(r.output)
     assert rep["profile"]["calibration"]["factors"] == {"verify_graph": 1.0, "prefill": 1.0}
-    assert rep["profile"]["calibration"]["not_applied"] == {"prefill": 1.03}
+    assert rep["profile"]["calibration"]["not_applied"] == {"prefill": not_applied}
     md = (tmp_path / "out" / "fidelity.md").read_text()
-    assert "factors prefill 1.0000 (anchors 1.0300, not applied), verify_graph 1.0000." in md
+    assert f"factors {text}, verify_graph 1.0000." in md

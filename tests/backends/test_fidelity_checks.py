@@ -77,6 +77,25 @@ def test_grid_position_axis_by_axis(prof):
         assert bool(pos["on_grid"][i]) == on, name
 
 
+def test_a_draft_extend_step_is_measured_only_at_its_own_row():
+    """On the shipped 8B profile eager draft-extend was measured at (bs 1, width 4, KV 2048) but
+    not at (bs 2, width 2, KV 2048), a node derived from the graph's: both have 4 tokens at KV
+    2048, so the first is on a measured point and the second only on grid lines
+    (``unmeasured``), as a verify step would be; a graph step at a measured row is on it."""
+    rows = read_profile(SHIPPED)[0].to_pylist()
+    have = {(r["graph"], r["bs"], r["width"], r["kv_len"]) for r in rows
+            if r["kind"] == "draft_extend" and r.get("split", "grid") == "grid"}
+    assert (False, 1, 4, 2048) in have and (False, 2, 2, 2048) not in have
+    assert (True, 2, 2, 2048) in have
+    table = load_profile(SHIPPED)
+    steps = _steps([("draft_extend", False, 1, 1, 4, 4, 2048.0, 2048, 0, "uniform", 2048.0),
+                    ("draft_extend", False, 2, 2, 2, 4, 2048.0, 2048, 0, "uniform", 2048.0),
+                    ("draft_extend", True, 2, 2, 2, 4, 2048.0, 2048, 0, "uniform", 2048.0)])
+    pos = grid_position(lookup_points(steps), table)
+    assert list(pos["on_grid"]) == [True, False, True]
+    assert list(pos["unmeasured"]) == [False, True, False]
+
+
 def test_a_prefill_at_a_count_of_the_line_is_on_a_measured_point(prof):
     """The roofline profile given a prefill line at 1..200 tokens: one request at prefix 0 at
     100 tokens (between the grid's tokens) is on a measured point; at 100.5 tokens (an average,
