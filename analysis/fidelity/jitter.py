@@ -4,7 +4,8 @@ A live pass of one shape does not take the same time twice; the profile records 
 (each row's ``p10_s`` and ``p90_s``) but replays only the median.  On a queue the small per-pass
 differences compound, so whole-run percentiles (TTFT p90 above all) carry a noise that the
 per-step error does not show.  :func:`jitter_floors` re-runs the profile side ``runs`` times with
-every pass's latency multiplied by an independent factor ``exp(sigma * z)``, ``z ~ N(0, 1)``,
+every pass's latency multiplied by an independent factor ``exp(sigma * z)``, ``z ~ N(0, 1)``
+(one draw per executor call: a draft phase's passes, timed in one call, share theirs),
 where ``sigma`` is the profile's own measured repeat spread (:func:`profile_sigma`), and reports
 for each whole-run check the largest difference of a jittered run from the unjittered profile
 run (:data:`RULE`).
