@@ -99,8 +99,10 @@ def roofline_prior(model: Any, base_sheet: str, here_sheet: str, attention_power
     return prior
 
 
-#: ``specsched calibrate --prior``: ``roofline`` (the default) or ``none`` (one scale per group)
-PRIOR_MODES = ("roofline", "none")
+#: ``specsched calibrate --prior``: ``fitted`` (the default: the roofline's ratio with attention's
+#: own ratio raised to the power the anchors choose, :func:`fit_attention_power`), ``roofline``
+#: (that power fixed at 1) or ``none`` (one scale per group)
+PRIOR_MODES = ("fitted", "roofline", "none")
 
 
 def fit_attention_power(model: Any, anchors: list[dict], base_sheet: str, here_sheet: str,
@@ -130,33 +132,51 @@ def other_models(base_gpu: Any, here_gpu: Any) -> tuple[str, str] | None:
     return (base, here) if base and here and base != here else None
 
 
-def prior_for(model: Any, base_gpu: Any, here_gpu: Any, mode: str = "roofline"
+def prior_for(model: Any, base_gpu: Any, here_gpu: Any, mode: str = "fitted",
+              anchors: list[dict] | None = None
               ) -> tuple[Callable[[dict], float] | None, dict | None]:
     """The prior a calibration of a profile recorded on ``base_gpu`` to ``here_gpu`` (device
     names or dicts) uses, and what its metadata records of it: ``(None, None)`` with ``mode``
     ``"none"``, or when either GPU has no sheet or both have the same one (the roofline's ratio
-    is then 1)."""
+    is then 1).  ``fitted`` needs the calibration's ``anchors`` (with ``base_s`` and
+    ``measured_s``): the attention power is chosen from them (:func:`fit_attention_power`)."""
     if mode not in PRIOR_MODES:
         raise ValueError(f"prior mode {mode!r}: choose one of {', '.join(PRIOR_MODES)}")
     sheets = other_models(base_gpu, here_gpu)
     if mode == "none" or sheets is None:
         return None, None
     base, here = sheets
-    return roofline_prior(model, base, here), {
-        "rule": "roofline", "base_sheet": base, "here_sheet": here,
-        "how": "per group, the factor is the median of measured / (base x prior) over its "
-               "anchors; each row is scaled by the factor times its prior, prior = the roofline "
-               "backend's time of the row's shape on here_sheet over base_sheet"}
+    note = {"rule": mode, "base_sheet": base, "here_sheet": here,
+            "how": "per group, the factor is the median of measured / (base x prior) over its "
+                   "anchors; each row is scaled by the factor times its prior, prior = the "
+                   "roofline backend's time of the row's shape on here_sheet over base_sheet"}
+    if mode == "roofline":
+        return roofline_prior(model, base, here), note
+    if not anchors:
+        raise ValueError("the fitted prior needs the calibration's anchors")
+    power, cost = fit_attention_power(model, anchors, base, here)
+    note.update(attention_power=power, attention_power_cost={f"{p:g}": round(c, 6)
+                                                             for p, c in cost.items()})
+    note["how"] += (", its attention part scaled by attention's own ratio to attention_power, "
+                    "the power of 0, 0.1, ..., 1 under which the anchors agree best with one "
+                    "factor per group (least sum of |log residual - its group's median|; ties "
+                    "to the larger)")
+    return roofline_prior(model, base, here, power), note
 
 
 def prior_text(note: dict | None) -> str:
     """What a calibration's notes add after its factors: `` x the roofline's H100 / H200 ratio
-    per shape`` (its factors are over that prior), or nothing without one."""
+    per shape`` (its factors are over that prior; with a fitted prior ``, attention's to the
+    power 0.1``), or nothing without one."""
+    if not note:
+        return ""
+    power = note.get("attention_power")
     return (f" x the roofline's {note['here_sheet']} / {note['base_sheet']} ratio per shape"
-            if note else "")
+            + ("" if power is None else f", attention's to the power {power:g}"))
 
 
 def prior_summary(note: dict | None) -> dict | None:
-    """The prior in a command's printed summary: ``{"rule", "base_sheet", "here_sheet"}``, or
-    None without one."""
-    return note and {k: note[k] for k in ("rule", "base_sheet", "here_sheet")}
+    """The prior in a command's printed summary: ``{"rule", "base_sheet", "here_sheet"}`` (and
+    ``attention_power`` when fitted), or None without one."""
+    return note and {k: note[k] for k in ("rule", "base_sheet", "here_sheet", "attention_power")
+                     if k in note}

@@ -84,12 +84,12 @@ def rebase_anchors(kept: list[dict], grid: list[dict]) -> tuple[list[dict], list
 
 
 def refit_calibration(model: Any, source: str, base: str, out: str, *,
-                      prefill: str = "auto", prior: str = "roofline") -> dict[str, Any]:
+                      prefill: str = "auto", prior: str = "fitted") -> dict[str, Any]:
     """Write ``base`` calibrated by the anchors measured for ``source`` (a calibrated profile)
     to ``out``; returns a summary.  ``prefill``: whether the prefill factor is applied
     (``backends.calibrate.settle_prefill``; the source's choice is not carried over);
     ``prior``: whether the fit is against the roofline's ratio between the anchors' GPU and the
-    base's when their sheets differ (``backends.calibrate_prior``).  Raises
+    base's when their sheets differ, and how (``backends.calibrate_prior.PRIOR_MODES``).  Raises
     ``SpecschedError`` when ``source`` holds no calibration, is of another model, or none of
     its anchors is a grid row of ``base``."""
     from backends.profile import (_check_model, grid_rows, heldout_rows, line_rows, read_profile,
@@ -111,7 +111,7 @@ def refit_calibration(model: Any, source: str, base: str, out: str, *,
         raise SpecschedError(f"none of the {len(cal['anchors'])} anchors of {Path(source).name} "
                              "is a grid row of this profile: nothing to fit", path=str(base))
     machine = cal.get("machine") or {}
-    shape_prior, prior_note = prior_for(model, meta.get("gpu"), machine, prior)
+    shape_prior, prior_note = prior_for(model, meta.get("gpu"), machine, prior, anchors)
     factors = settle_prefill(
         fit_factors(anchors, sorted({group_name(r["kind"], r["graph"]) for r in grid}),
                     shape_prior), prefill, moe=model.is_moe)

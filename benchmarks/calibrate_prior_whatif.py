@@ -1,4 +1,4 @@
-"""Per-step MAPE of the H100 calibrations under three fits: none, the roofline prior, and a what-if.
+"""Per-step MAPE of the H100 calibrations under four fits: none, roofline, a what-if, fitted.
 
 Every calibration recorded on a GPU of another model than its base's (the H100s of
 ``benchmarks/results/h100-*``) is re-fitted from its measured anchors, on a CPU, three ways and
@@ -6,19 +6,22 @@ scored per step against each live run recorded on its GPU (``analysis.fidelity.s
 the fidelity report's per-step figure, without re-simulating):
 
 - ``none``: one scale per pass group (``specsched calibrate --prior none``);
-- ``roofline``: against the roofline's time ratio between the two sheets per shape (the default,
-  ``backends.calibrate_prior``);
+- ``roofline``: against the roofline's time ratio between the two sheets per shape
+  (``--prior roofline``, the default until 2026-12-06; ``backends.calibrate_prior``);
 - ``attention at base``: the same ratio with the roofline's attention term kept at the base
   sheet's time (a what-if: on the H100 the 8B's attention over long KV ran about as fast as on the
   H200, while the roofline reads it as bandwidth-bound);
 - ``fitted``: attention scaled by its roofline ratio to a power between 0 and 1 that the
   calibration's own anchors choose (``backends.calibrate_prior.fit_attention_power``: the one
-  under which they agree best with one factor per group), no live run consulted.
+  under which they agree best with one factor per group), no live run consulted; the default
+  (``--prior fitted``) since 2026-12-06, after it beat ``roofline`` on all four pairings of
+  ``h100-2026-12-06``, recorded after the form was fixed.
 
     python benchmarks/calibrate_prior_whatif.py
 
-The what-ifs were written after seeing these runs, so their figures are in sample (the fitted
-power reads only the anchors, but its form was chosen here). CPU only.
+The what-ifs were written after seeing the runs of ``h100-2026-12-05`` and ``-05b``, so their
+figures there are in sample (the fitted power reads only the anchors, but its form was chosen
+there); ``h100-2026-12-06`` is out of sample. CPU only.
 """
 
 from __future__ import annotations
@@ -65,7 +68,7 @@ def main() -> int:
 
     results = ROOT / "benchmarks" / "results"
     print("| calibration | live run | none | roofline | attention at base (what-if) | "
-          "attention power fitted to the anchors (what-if) |")
+          "fitted: attention power from the anchors (the default) |")
     print("|---|---|---|---|---|---|")
     for path, meta in calibrations(results):
         cal = meta["calibration"]

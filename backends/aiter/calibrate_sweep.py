@@ -103,15 +103,16 @@ def run_calibrate(model: Any, out: str, base: str, spec: ProfileSpec, *, anchors
                   command: str = "", progress: Callable[[str, int, int], None] | None = None,
                   log: Callable[[str], None] | None = None,
                   workload: Callable[[list], tuple[dict, dict]] | None = None,
-                  prefill: str = "auto", prior: str = "roofline") -> dict[str, Any]:
+                  prefill: str = "auto", prior: str = "fitted") -> dict[str, Any]:
     """Calibrate the profile ``base`` to this machine and write it to ``out`` (never ``base``);
     returns a summary.  ``t_start``: when the command started (``time.perf_counter()``), so
     the budget covers its start-up too.  ``workload(grid) -> (weights, info)``: anchors where a
     workload spends its time (``backends.calibrate_workload``), recorded as ``workload``.
     ``prefill``: whether the prefill group's factor is applied
-    (``backends.calibrate.settle_prefill``). ``prior``: ``roofline`` (the default) fits against
-    the roofline's ratio between this GPU's sheet and the base's when they differ, ``none`` one
-    scale per group (``backends.calibrate_prior``)."""
+    (``backends.calibrate.settle_prefill``). ``prior``: ``fitted`` (the default) fits against
+    the roofline's ratio between this GPU's sheet and the base's when they differ, attention's
+    part to the power the anchors choose; ``roofline`` that power at 1; ``none`` one scale per
+    group (``backends.calibrate_prior``)."""
     from backends.aiter import bridge
     from backends.aiter.executor import gpu_info
     from backends.profile import (_check_model, grid_rows, heldout_rows, line_rows, read_profile,
@@ -148,7 +149,7 @@ def run_calibrate(model: Any, out: str, base: str, spec: ProfileSpec, *, anchors
                              f"(elapsed {time.perf_counter() - t_start:.1f} s); nothing written")
     groups = sorted({group_name(r["kind"], r["graph"]) for r in grid})
     machine = gpu_info()
-    shape_prior, prior_note = prior_for(model, meta.get("gpu"), machine, prior)
+    shape_prior, prior_note = prior_for(model, meta.get("gpu"), machine, prior, measured)
     factors = settle_prefill(fit_factors(measured, groups, shape_prior), prefill,
                              moe=model.is_moe)
     if prior_note:

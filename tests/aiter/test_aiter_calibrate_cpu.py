@@ -116,3 +116,60 @@ print(json.dumps(read_profile({str(out)!r})[1]['calibration']))
     assert cal["groups"]["verify_graph"]["weight_share"] == 0.5
     assert {g for g, f in cal["factors"].items() if f["source"] == "all anchors"} == {
         "verify_eager", "draft_graph", "draft_eager", "extend_graph", "extend_eager"}
+
+
+def test_calibrate_on_another_gpu_model_fits_against_the_fitted_prior(tmp_path):
+    """``run_calibrate`` on an H100 (``gpu_info`` says so here) of a base recorded on an H200:
+    the default prior is recorded with the attention power its anchors choose
+    (``backends.calibrate_prior.fit_attention_power`` on the recorded anchors), and every grid
+    row comes out as the base's times its group's factor times the roofline prior at that
+    power; each factor is the median of its anchors' measured / (base x prior)."""
+    base, out = tmp_path / "tiny.parquet", tmp_path / "tiny_h100.parquet"
+    res = run_interpreted(f"""
+import json
+from backends.aiter import bridge, executor
+from backends.aiter.runner import Runner
+from backends.aiter.profiling import ProfileSpec, run_profile
+from backends.aiter.calibrate_sweep import run_calibrate
+from backends.calibrate_prior import fit_attention_power, roofline_prior
+from backends.models import ModelShape
+from backends.profile import grid_rows, read_profile
+
+{cpu_profiler_prelude('[1, 2, 3]')}
+{TINY_PROFILE}
+executor.gpu_info = lambda: {{'name': 'NVIDIA H200'}}
+run_profile(m, {str(base)!r}, spec, command='pytest')
+executor.gpu_info = lambda: {{'name': 'NVIDIA H100 80GB HBM3'}}
+s = run_calibrate(m, {str(out)!r}, {str(base)!r}, spec, anchors=10, seed=5, budget_s=600,
+                  command='pytest-cal')
+key = ('kind', 'graph', 'bs', 'width', 'kv_len', 'tokens')
+b = {{tuple(r[k] for k in key): r['latency_s'] for r in grid_rows(read_profile({str(base)!r})[0]).to_pylist()}}
+o_rows, meta = read_profile({str(out)!r})
+cal = meta['calibration']
+power, _ = fit_attention_power(m, cal['anchors'], 'H200', 'H100')
+prior = roofline_prior(m, 'H200', 'H100', cal['prior']['attention_power'])
+rows = [dict(r, ratio=r['latency_s'] / b[tuple(r[k] for k in key)], prior=prior(r))
+        for r in grid_rows(o_rows).to_pylist()]
+resid = [a['measured_s'] / a['base_s'] / prior(a) for a in cal['anchors']]
+print(json.dumps({{'s': s, 'prior': cal['prior'], 'power': power, 'factors': cal['factors'],
+                  'rows': rows, 'anchors': cal['anchors'], 'resid': resid}}))
+""")
+    d = json.loads(res.strip().splitlines()[-1])
+    assert d["prior"]["rule"] == "fitted" and d["prior"]["attention_power"] == d["power"]
+    assert (d["prior"]["base_sheet"], d["prior"]["here_sheet"]) == ("H200", "H100")
+    assert d["s"]["prior"]["attention_power"] == d["power"]
+    group = {("verify", True): "verify_graph", ("verify", False): "verify_eager",
+             ("draft", True): "draft_graph", ("draft", False): "draft_eager",
+             ("draft_extend", True): "extend_graph", ("draft_extend", False): "extend_eager",
+             ("prefill", False): "prefill"}
+    per = {}
+    for a, r in zip(d["anchors"], d["resid"]):
+        per.setdefault(group[(a["kind"], a["graph"])], []).append(r)
+    for g, rs in per.items():
+        rs = sorted(rs)
+        assert d["factors"][g]["factor"] == pytest.approx((rs[(len(rs) - 1) // 2]
+                                                          + rs[len(rs) // 2]) / 2)
+    for r in d["rows"]:
+        f = d["factors"][group[(r["kind"], r["graph"])]]
+        want = f["factor"] * (r["prior"] if f.get("applied", True) else 1.0)
+        assert r["ratio"] == pytest.approx(want, rel=1e-9)

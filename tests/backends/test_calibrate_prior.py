@@ -27,7 +27,9 @@ def test_sheet_of_a_device_name():
 def test_prior_only_between_two_known_sheets():
     m = load_model("llama-3.1-8b")
     assert prior_for(m, "NVIDIA H200", "NVIDIA H100 80GB HBM3", "none") == (None, None)
-    assert callable(prior_for(m, "NVIDIA H200", "NVIDIA H100 80GB HBM3")[0])  # the default
+    with pytest.raises(ValueError, match="needs the calibration's anchors"):  # the default
+        prior_for(m, "NVIDIA H200", "NVIDIA H100 80GB HBM3")
+    assert prior_for(m, "NVIDIA H200", "NVIDIA H200") == (None, None)  # no anchors needed
     assert prior_for(m, "NVIDIA H200", "NVIDIA H200", "roofline") == (None, None)
     assert prior_for(m, "NVIDIA H200", "Tesla T4", "roofline") == (None, None)
     fn, note = prior_for(m, {"name": "NVIDIA H200"}, "NVIDIA H100 80GB HBM3", "roofline")
@@ -125,6 +127,37 @@ def test_refit_of_the_h100_anchors_with_the_prior(tmp_path):
     assert ratio[("verify", True, 1, 1, 128, 1)] > ratio[("verify", True, 256, 8, 128, 2048)] + 0.2
 
 
+def test_a_default_refit_of_the_h100_anchors_fits_the_attention_power(tmp_path):
+    """The same anchors re-fitted with the default prior: the metadata and the summary record
+    the power the anchors chose, and every grid row is the base's times its group's factor
+    times the roofline prior at that power."""
+    from backends.calibrate import group_name
+    from backends.calibrate_prior import fit_attention_power
+    from backends.calibrate_refit import rebase_anchors, refit_calibration
+    from backends.profile import grid_rows, read_profile
+
+    m = load_model("llama-3.1-8b")
+    base = ROOT / "backends/profiles/llama-3.1-8b__H200.parquet"
+    out = tmp_path / "fitted.parquet"
+    summary = refit_calibration(m, str(H100_CAL), str(base), str(out))
+    rows, meta = read_profile(out)
+    cal = meta["calibration"]
+    grid = grid_rows(read_profile(base)[0]).to_pylist()
+    want, _ = fit_attention_power(m, rebase_anchors(cal["anchors"], grid)[0], "H200", "H100")
+    assert cal["prior"]["rule"] == "fitted" and cal["prior"]["attention_power"] == want
+    assert summary["prior"] == {"rule": "fitted", "base_sheet": "H200", "here_sheet": "H100",
+                                "attention_power": want}
+    prior = roofline_prior(m, "H200", "H100", want)
+    key = ("kind", "graph", "bs", "width", "kv_len", "tokens")
+    base_of = {tuple(r[k] for k in key): r["latency_s"] for r in grid}
+    for r in grid_rows(rows).to_pylist():
+        f = cal["factors"][group_name(r["kind"], r["graph"])]["factor"]
+        assert r["latency_s"] / base_of[tuple(r[k] for k in key)] == pytest.approx(
+            f * prior(r), rel=1e-9)
+    assert any(f"attention's to the power {want:g}" in n for n in meta["notes"]
+               if isinstance(n, str))
+
+
 def test_the_prior_is_the_roofline_passes_ratio_and_attention_power_zero_holds_attention():
     from backends import roofline as rl
 
@@ -143,13 +176,9 @@ def test_the_prior_is_the_roofline_passes_ratio_and_attention_power_zero_holds_a
     assert zero(short_kv) == pytest.approx(full(short_kv), abs=0.05)
 
 
-@pytest.mark.parametrize("planted", [0.0, 0.5, 1.0])
-def test_the_anchors_give_back_a_planted_attention_power(planted):
-    """Anchors whose measured / base is exactly a group factor times the prior at a planted
-    power: the fit finds that power (there every group's residuals are one value)."""
-    from backends.calibrate_prior import fit_attention_power
-
-    m = load_model("llama-3.1-8b")
+def _planted_anchors(m, planted):
+    """Anchors whose measured / base is exactly a group factor (verify 1.05, draft 0.97) times
+    the roofline prior at attention power ``planted``."""
     truth = roofline_prior(m, "H200", "H100", planted)
     shapes = [("verify", True, 1, 1, kv, 1) for kv in (128, 4096, 32768)]
     shapes += [("verify", True, 12, 5, kv, 60) for kv in (128, 32768)]
@@ -161,5 +190,33 @@ def test_the_anchors_give_back_a_planted_attention_power(planted):
              "tokens": tok, "base_s": 1.0}
         a["measured_s"] = (1.05 if kind == "verify" else 0.97) * truth(a)
         anchors.append(a)
+    return anchors, truth
+
+
+@pytest.mark.parametrize("planted", [0.0, 0.3, 1.0])
+def test_the_fitted_prior_is_the_roofline_at_the_anchors_power(planted):
+    """The default prior (``fitted``) on anchors planted at a power: it records that power, its
+    ratio is the roofline prior at that power on every shape, and the fit over it gives back
+    the planted group factors exactly."""
+    m = load_model("llama-3.1-8b")
+    anchors, truth = _planted_anchors(m, planted)
+    fn, note = prior_for(m, "NVIDIA H200", "NVIDIA H100 80GB HBM3", "fitted", anchors)
+    assert note["rule"] == "fitted" and note["attention_power"] == planted
+    assert note["attention_power_cost"][f"{planted:g}"] == pytest.approx(0.0, abs=1e-9)
+    for a in anchors + [dict(anchors[0], kv_len=16384), dict(anchors[3], bs=64, tokens=320)]:
+        assert fn(a) == pytest.approx(truth(a), rel=1e-12)
+    f = fit_factors(anchors, ["verify_graph", "draft_graph"], fn)
+    assert (f["verify_graph"]["factor"], f["draft_graph"]["factor"]) == (
+        pytest.approx(1.05), pytest.approx(0.97))
+
+
+@pytest.mark.parametrize("planted", [0.0, 0.5, 1.0])
+def test_the_anchors_give_back_a_planted_attention_power(planted):
+    """Anchors whose measured / base is exactly a group factor times the prior at a planted
+    power: the fit finds that power (there every group's residuals are one value)."""
+    from backends.calibrate_prior import fit_attention_power
+
+    m = load_model("llama-3.1-8b")
+    anchors, _ = _planted_anchors(m, planted)
     power, cost = fit_attention_power(m, anchors, "H200", "H100")
     assert power == planted and cost[planted] == pytest.approx(0.0, abs=1e-12)
