@@ -143,7 +143,8 @@ executor.gpu_info = lambda: {{'name': 'NVIDIA H100 80GB HBM3'}}
 s = run_calibrate(m, {str(out)!r}, {str(base)!r}, spec, anchors=10, seed=5, budget_s=600,
                   command='pytest-cal')
 key = ('kind', 'graph', 'bs', 'width', 'kv_len', 'tokens')
-b = {{tuple(r[k] for k in key): r['latency_s'] for r in grid_rows(read_profile({str(base)!r})[0]).to_pylist()}}
+b = {{tuple(r[k] for k in key): r['latency_s']
+     for r in grid_rows(read_profile({str(base)!r})[0]).to_pylist()}}
 o_rows, meta = read_profile({str(out)!r})
 cal = meta['calibration']
 power, _ = fit_attention_power(m, cal['anchors'], 'H200', 'H100')
