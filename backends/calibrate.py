@@ -56,7 +56,7 @@ from backends.heldout import SECTIONS, HeldoutPoint, allocate
 __all__ = ["DEFAULT_ANCHORS", "MIN_PER_GROUP", "GROUPS", "SHAPE", "group_name",
            "choose_anchors", "fit_factors", "calibrated_rows", "calibrated_copy",
            "anchor_record", "FIT_RULE", "factor_text", "factors_text", "PREFILL_MODES",
-           "settle_prefill", "prefill_summary", "calibrated_metadata"]
+           "settle_prefill", "prefill_summary", "own_measured", "calibrated_metadata"]
 
 #: Anchors ``specsched calibrate`` measures unless told otherwise (``--anchors``).
 DEFAULT_ANCHORS = 24
@@ -229,7 +229,7 @@ def prefill_summary(factors: dict[str, dict]) -> dict | None:
     p = factors.get("prefill")
     if p is None:
         return None
-    own = _own_measured(p)
+    own = own_measured(p)
     return {"measured": None if own is None else round(float(own), 6),
             "applied": bool(p.get("applied", True))}
 
@@ -286,7 +286,7 @@ def factor_text(group: str, factor: float, not_applied: float | None = None, *,
                                          else f"anchors {not_applied:.4f}") + ", not applied)"
 
 
-def _own_measured(f: dict) -> float | None:
+def own_measured(f: dict) -> float | None:
     """A group's fitted median from its own anchors; None when it had none (its factor came
     from the other groups or the prior, :func:`fit_factors`)."""
     return None if f.get("n") == 0 else f.get("measured", f["factor"])
@@ -294,7 +294,7 @@ def _own_measured(f: dict) -> float | None:
 
 def factors_text(factors: dict[str, dict]) -> str:
     """``verify_graph 1.0012, prefill 0.9870, ...``: a fit in one line (:func:`factor_text`)."""
-    return ", ".join(factor_text(g, f["factor"], _own_measured(f),
+    return ", ".join(factor_text(g, f["factor"], own_measured(f),
                                  applied=f.get("applied") is not False)
                      for g, f in factors.items())
 

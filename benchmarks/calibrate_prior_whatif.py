@@ -38,7 +38,7 @@ sys.path.insert(0, str(ROOT))
 from analysis.fidelity.stats import step_errors  # noqa: E402
 from backends.calibrate import (calibrated_copy, fit_factors, group_name,  # noqa: E402
                                 settle_prefill)
-from backends.calibrate_prior import fit_attention_power, other_models, roofline_prior  # noqa: E402
+from backends.calibrate_prior import other_models, prior_for, roofline_prior  # noqa: E402
 from backends.calibrate_refit import rebase_anchors  # noqa: E402
 from backends.models import load_model  # noqa: E402
 from backends.profile import (grid_rows, line_rows, load_profile, read_profile,  # noqa: E402
@@ -79,10 +79,11 @@ def main() -> int:
         grid, line = grid_rows(base_rows).to_pylist(), line_rows(base_rows).to_pylist()
         anchors, _ = rebase_anchors(cal["anchors"], grid)
         groups = sorted({group_name(r["kind"], r["graph"]) for r in grid})
-        power, _ = fit_attention_power(model, anchors, base_sheet, here)
-        fits = {"none": None, "roofline": roofline_prior(model, base_sheet, here),
-                "attention": roofline_prior(model, base_sheet, here, 0.0),
-                "fitted": roofline_prior(model, base_sheet, here, power)}
+        fitted, note = prior_for(model, cal["base_gpu"], cal["machine"], "fitted", anchors)
+        power = note["attention_power"]
+        fits = {"none": None,
+                "roofline": prior_for(model, cal["base_gpu"], cal["machine"], "roofline")[0],
+                "attention": roofline_prior(model, base_sheet, here, 0.0), "fitted": fitted}
         with tempfile.TemporaryDirectory() as tmp:  # a table reads its file for its grid
             tables = {}
             for name, prior in fits.items():

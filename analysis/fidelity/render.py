@@ -163,10 +163,10 @@ def render_markdown(report: dict, *, reference: str) -> str:
                   "GPU fits the profile to it (docs/aiter.md, \"On another GPU model\").", ""]
     cal = (report.get("profile") or {}).get("calibration")
     if cal:
+        kept = cal.get("not_applied") or {}
         lines += [f"Profile calibrated on {cal['gpu']} at {cal['at']} from {cal['base']} "
                   f"({cal['anchors']} anchors): factors "
-                  + ", ".join(factor_text(g, f, (cal.get("not_applied") or {}).get(g),
-                                          applied=g not in (cal.get("not_applied") or {}))
+                  + ", ".join(factor_text(g, f, kept.get(g), applied=g not in kept)
                               for g, f in cal["factors"].items()) + ".", ""]
     lines += _steps_section(s, bool(reps))
     if report.get("heldout"):

@@ -18,6 +18,7 @@ import pyarrow as pa
 from analysis.fidelity.lookup import GRIDS, col, kinds_present
 from analysis.fidelity.stats import (compare_runs, run_diff, heldout_errors, matched_shape_ratio,
                                      shape_floor, step_errors, summarize)
+from backends.calibrate import own_measured
 from backends.journal import gpu_name, gpu_uuid, sittings_used
 
 __all__ = ["TARGETS", "BAND_MIN_STEPS", "NOT_CAPTURED", "build_report", "debiased_table",
@@ -178,7 +179,7 @@ def build_report(reference_steps: pa.Table, reference_summary: dict, profile_sum
             "gpu": (cal.get("machine") or {}).get("name"), "at": cal.get("at"),
             "base": cal.get("base"), "anchors": len(cal.get("anchors") or []),
             "factors": {g: f.get("factor") for g, f in (cal.get("factors") or {}).items()}}
-        kept = {g: (None if f.get("n") == 0 else f["measured"])  # None: no anchor of its own
+        kept = {g: own_measured(f)  # None: no anchor of its own
                 for g, f in (cal.get("factors") or {}).items() if f.get("applied") is False}
         if kept:  # fitted but not applied (backends.calibrate.settle_prefill)
             report["profile"]["calibration"]["not_applied"] = kept
