@@ -13,9 +13,10 @@ KV and activations read at the sheet's bandwidth, GEMMs at its FLOP/s, whichever
 kernel class): ``prior(row) = roofline(row, this GPU's sheet) / roofline(row, the base's
 sheet)``. The fit then takes, per group, the median of ``measured / (base x prior)`` over its
 anchors, and scales each row by that factor times its own prior. Between two GPUs of one sheet
-the prior is 1 and nothing changes; it is used (``specsched calibrate --prior roofline``, the
-default) only when both GPUs have a sheet (:data:`backends.hardware.GPUS`) and the sheets
-differ.
+the prior is 1 and nothing changes; it is used (``specsched calibrate --prior roofline``, and
+with attention's part raised to a fitted power by ``--prior fitted``, the default since
+2026-12-06: :func:`fit_attention_power`) only when both GPUs have a sheet
+(:data:`backends.hardware.GPUS`) and the sheets differ.
 
 Measured on two H100s against the H200 profiles (``benchmarks/results/h100-2026-12-05`` and
 ``-05b``; the second GPU's calibrations and live runs recorded after this form was fixed), with the
