@@ -41,7 +41,12 @@ factor applied against 2.19 without.  On Llama-3.1-8B (ten calibrations) they co
 and the factor brings the profile nearer (0.47 against 0.72 points); on the 70B shard (eight)
 it is neutral (0.74 against 0.70).  The cause on the MoE model is not known (docs/aiter.md,
 "What calibration tracks"; ``python benchmarks/calibration_vs_live.py benchmarks/results``).
-``specsched calibrate --prefill scale`` or ``keep`` decides it either way.
+That evidence is of GPUs of the base's model, where the anchors' factor is within a few percent
+of 1.  On another GPU model it is the two GPUs' difference: DeepSeek-V2-Lite's prefill anchors on
+an H100 measured 1.08-1.10 times the H200 rows (2026-12-06, ``h100-2026-12-06b``), which keeping
+the base's rows would drop, so there ``auto`` scales on MoE models too (chosen before any live
+V2-Lite run on an H100).  ``specsched calibrate --prefill scale`` or ``keep`` decides it either
+way.
 """
 
 from __future__ import annotations
@@ -65,7 +70,8 @@ MIN_PER_GROUP = 2
 #: The columns that name a grid point's shape (an anchor's, in ``specsched.calibration``).
 SHAPE = ("kind", "graph", "bs", "width", "kv_len", "tokens")
 #: ``specsched calibrate --prefill``: scale the prefill rows by their anchors' factor, keep the
-#: base's, or ``auto`` (keep on a MoE model, scale on a dense one: :func:`settle_prefill`).
+#: base's, or ``auto`` (keep on a MoE model calibrated on a GPU of the base's model, scale
+#: otherwise: :func:`settle_prefill`).
 PREFILL_MODES = ("auto", "scale", "keep")
 #: The fit as a calibrated file's metadata states it (``specsched.calibration.rule``), written
 #: by ``specsched calibrate`` and by a re-fit (``--anchors-from``) alike.
@@ -202,24 +208,31 @@ def fit_factors(anchors: Iterable[dict], groups: Iterable[str],
     return out
 
 
-def settle_prefill(factors: dict[str, dict], mode: str, *, moe: bool) -> dict[str, dict]:
+def settle_prefill(factors: dict[str, dict], mode: str, *, moe: bool,
+                   other_model: bool = False) -> dict[str, dict]:
     """``factors`` (:func:`fit_factors`) with the prefill group's use decided by ``mode``
-    (:data:`PREFILL_MODES`; ``auto`` is ``keep`` when ``moe``, else ``scale``): its entry gains
-    ``measured`` (the fitted median), ``applied`` and ``mode``; when kept, its ``factor`` (what
-    :func:`calibrated_rows` multiplies by) is 1 and ``why`` says so.  Other groups as given."""
+    (:data:`PREFILL_MODES`; ``auto`` is ``keep`` when ``moe`` on a GPU of the base's model,
+    else ``scale``; ``other_model``: the calibrating GPU is of another model than the base's,
+    :func:`backends.calibrate_prior.other_models`): its entry gains ``measured`` (the fitted
+    median), ``applied`` and ``mode``; when kept, its ``factor`` (what :func:`calibrated_rows`
+    multiplies by) is 1 and ``why`` says so.  Other groups as given."""
     if mode not in PREFILL_MODES:
         raise ValueError(f"prefill mode {mode!r}: choose one of {', '.join(PREFILL_MODES)}")
     if "prefill" not in factors:
         return dict(factors)
     p = dict(factors["prefill"])
     measured = p.pop("measured", p["factor"])
-    keep = mode == "keep" or (mode == "auto" and moe)
+    keep = mode == "keep" or (mode == "auto" and moe and not other_model)
     p.update(measured=measured, applied=not keep, mode=mode, factor=1.0 if keep else measured)
     if keep:
         p["why"] = ("kept the base's prefill rows (--prefill keep)" if mode == "keep" else
                     "kept the base's prefill rows: on a MoE model the prefill anchors did not "
                     "predict live prefills on the same GPU (--prefill auto; --prefill scale "
                     "applies them)")
+    elif mode == "auto" and moe:
+        p["why"] = ("applied on a MoE model: on another GPU model than the base's the anchors "
+                    "measure the difference between the two GPUs, which the base's rows would "
+                    "drop (--prefill auto; --prefill keep keeps them)")
     return {g: (p if g == "prefill" else f) for g, f in factors.items()}
 
 

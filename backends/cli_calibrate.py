@@ -53,17 +53,19 @@ __all__ = ["calibrate"]
 @click.option("--prefill", "prefill", type=click.Choice(["auto", "scale", "keep"]), default="auto",
               show_default=True,
               help="Prefill rows: scale them by their anchors' factor, keep the base's, or auto: "
-                   "keep on a MoE model (there the anchors did not predict live prefills), scale "
-                   "on a dense one. The factor is recorded either way.")
+                   "keep on a MoE model calibrated on a GPU of its base's model (there the "
+                   "anchors did not predict live prefills), scale otherwise. The factor is "
+                   "recorded either way.")
 @click.option("--prior", "prior", type=click.Choice(["fitted", "roofline", "none"]),
               default="fitted", show_default=True,
               help="On another GPU model than the base's (both with a sheet, e.g. an H100 "
                    "calibrating an H200 profile): fitted fits each group against the "
                    "roofline's ratio between the two sheets per shape, its attention part "
-                   "raised to the power (0 to 1) under which the anchors agree best; roofline "
-                   "takes that power as 1; none fits one scale per group (docs/aiter.md, \"On "
-                   "another GPU model\": per step, fitted beat roofline on all four H100 runs "
-                   "recorded after it was fixed). On the base's own GPU model all are the same.")
+                   "raised to the power (0 to 1) under which the anchors agree best, or no "
+                   "prior when they agree better without one; roofline takes that power as 1; "
+                   "none fits one scale per group (docs/aiter.md, \"On another GPU model\": "
+                   "per step, fitted beat roofline on seven of eight H100 pairings recorded "
+                   "after it was fixed). On the base's own GPU model all are the same.")
 @click.option("--anchors-from", type=click.Path(dir_okay=False), default=None,
               metavar="CALIBRATED.parquet",
               help="Measure nothing: re-fit the anchors an earlier calibrate measured (kept in "
@@ -87,10 +89,10 @@ def calibrate(model, tp, base, out, budget_s, anchors, heldout, seed, reps, warm
     draft-extend, graph and eager, and prefill; few captured graphs, several KV lengths each)
     with the profile's protocol, fits one factor per pass group (the median of measured / base)
     and writes the base's grid rows scaled by it to -o, with the anchors and the fit in the
-    metadata (specsched.calibration).  On a MoE model the prefill rows stay the base's unless
-    --prefill scale says otherwise (the factor is recorded).  The base's held-out rows are not
-    carried over.  Only a scale per group is fitted: a shape-dependent difference between the
-    machines stays (docs/aiter.md, "specsched calibrate"), except the one between two GPU
+    metadata (specsched.calibration).  On a MoE model on a GPU of its base's model the prefill
+    rows stay the base's unless --prefill scale says otherwise (the factor is recorded).  The
+    base's held-out rows are not carried over.  Only a scale per group is fitted: a
+    shape-dependent difference between the machines stays (docs/aiter.md, "specsched calibrate"), except the one between two GPU
     models' sheets, which --prior fitted (the default) takes from the roofline.  Needs a CUDA
     or ROCm GPU (exit 2 without one), except with --anchors-from, which re-fits an earlier
     calibration's measured anchors to --base (those not among the base's grid rows are left

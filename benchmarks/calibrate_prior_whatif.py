@@ -80,7 +80,8 @@ def main() -> int:
         anchors, _ = rebase_anchors(cal["anchors"], grid)
         groups = sorted({group_name(r["kind"], r["graph"]) for r in grid})
         fitted, note = prior_for(model, cal["base_gpu"], cal["machine"], "fitted", anchors)
-        power = note["attention_power"]
+        chose = ("no prior" if note["attention_power"] is None
+                 else f"power {note['attention_power']:g}")
         fits = {"none": None,
                 "roofline": prior_for(model, cal["base_gpu"], cal["machine"], "roofline")[0],
                 "attention": roofline_prior(model, base_sheet, here, 0.0), "fitted": fitted}
@@ -88,7 +89,7 @@ def main() -> int:
             tables = {}
             for name, prior in fits.items():
                 factors = settle_prefill(fit_factors(anchors, groups, prior), "auto",
-                                         moe=model.is_moe)
+                                         moe=model.is_moe, other_model=True)
                 out = Path(tmp) / f"{name}.parquet"
                 write_profile(calibrated_copy(grid, line, factors, prior=prior), str(out),
                               {k: v for k, v in bmeta.items() if k != "profile_version"})
@@ -103,7 +104,7 @@ def main() -> int:
                        for n in fits]
                 print(f"| {path.parent.name}/{path.name} | {run.name} | "
                       + " | ".join(f"{v:.2f}%" for v in got[:3])
-                      + f" | {got[3]:.2f}% (power {power:g}) |", flush=True)
+                      + f" | {got[3]:.2f}% ({chose}) |", flush=True)
     return 0
 
 

@@ -26,7 +26,7 @@ from typing import Any, Callable
 from backends.calibrate import (FIT_RULE, SHAPE, anchor_record, calibrated_metadata,
                                 calibrated_copy, choose_anchors, factors_text, fit_factors,
                                 group_name, prefill_summary, settle_prefill)
-from backends.calibrate_prior import prior_for, prior_summary, prior_text
+from backends.calibrate_prior import other_models, prior_for, prior_summary, prior_text
 from backends.heldout import SECTIONS, HeldoutPoint, choose_heldout, grid_span
 from backends.aiter.heldout_sweep import _graph_key, _kernel_widths, measure_points
 from backends.aiter.profiling import ProfileSpec, open_runner
@@ -151,7 +151,8 @@ def run_calibrate(model: Any, out: str, base: str, spec: ProfileSpec, *, anchors
     machine = gpu_info()
     shape_prior, prior_note = prior_for(model, meta.get("gpu"), machine, prior, measured)
     factors = settle_prefill(fit_factors(measured, groups, shape_prior), prefill,
-                             moe=model.is_moe)
+                             moe=model.is_moe,
+                             other_model=other_models(meta.get("gpu"), machine) is not None)
     if prior_note:
         say(f"another GPU model than the base's: factors{prior_text(prior_note)}")
     say("factors: " + factors_text(factors))

@@ -107,6 +107,21 @@ def test_a_kept_prefill_group_without_anchors_says_so():
     assert prefill_summary(dense) == {"measured": None, "applied": True}
 
 
+def test_a_moe_prefill_factor_is_applied_on_another_gpu_model():
+    """Fitted prefill 1.09 on a MoE model calibrated on a GPU of another model than its base's:
+    ``auto`` applies it (the two GPUs' difference, which the base's rows would drop) and says
+    why; ``keep`` still keeps the base's rows there, and a dense model is unchanged."""
+    fit = {"verify_graph": {"factor": 1.2, "n": 3}, "prefill": {"factor": 1.09, "n": 3}}
+    moe = settle_prefill(fit, "auto", moe=True, other_model=True)
+    assert (moe["prefill"]["factor"], moe["prefill"]["applied"]) == (1.09, True)
+    assert "another GPU model" in moe["prefill"]["why"]
+    assert factors_text(moe) == "verify_graph 1.2000, prefill 1.0900"
+    assert settle_prefill(fit, "keep", moe=True, other_model=True)["prefill"]["factor"] == 1.0
+    assert settle_prefill(fit, "auto", moe=True)["prefill"]["factor"] == 1.0  # same model
+    assert settle_prefill(fit, "auto", moe=False, other_model=True)["prefill"] == {
+        "factor": 1.09, "n": 3, "measured": 1.09, "applied": True, "mode": "auto"}
+
+
 def test_prefill_factor_is_kept_on_moe_models_unless_asked():
     """Fitted prefill 0.9: ``auto`` applies it on a dense model and keeps the base's rows (factor
     1, the 0.9 recorded) on a MoE one; ``scale`` and ``keep`` decide it on either; the other

@@ -203,6 +203,7 @@ def test_the_fitted_prior_is_the_roofline_at_the_anchors_power(planted):
     fn, note = prior_for(m, "NVIDIA H200", "NVIDIA H100 80GB HBM3", "fitted", anchors)
     assert note["rule"] == "fitted" and note["attention_power"] == planted
     assert note["attention_power_cost"][f"{planted:g}"] == pytest.approx(0.0, abs=1e-9)
+    assert "chosen" not in note and note["no_prior_cost"] > 0.01  # the prior beat none
     for a in anchors + [dict(anchors[0], kv_len=16384), dict(anchors[3], bs=64, tokens=320)]:
         assert fn(a) == pytest.approx(truth(a), rel=1e-12)
     f = fit_factors(anchors, ["verify_graph", "draft_graph"], fn)
@@ -220,3 +221,59 @@ def test_the_anchors_give_back_a_planted_attention_power(planted):
     anchors, _ = _planted_anchors(m, planted)
     power, cost = fit_attention_power(m, anchors, "H200", "H100")
     assert power == planted and cost[planted] == pytest.approx(0.0, abs=1e-12)
+
+
+def test_the_fitted_prior_is_none_when_the_anchors_agree_without_it():
+    """Anchors 1.09x the base in every verify shape and 1.02x in every draft shape, whatever
+    their tokens and KV (so one factor per group fits them exactly with no prior, while the
+    roofline's H100 / H200 ratio runs from about 1.0 to 1.43 over these shapes at every power):
+    the fitted prior is no prior, the note says so, and the fit gives back 1.09 and 1.02."""
+    from backends.calibrate_prior import prior_summary, prior_text
+
+    m = load_model("llama-3.1-8b")
+    anchors, _ = _planted_anchors(m, 0.0)
+    for a in anchors:
+        a["measured_s"] = 1.09 if a["kind"] == "verify" else 1.02
+    fn, note = prior_for(m, "NVIDIA H200", "NVIDIA H100 80GB HBM3", "fitted", anchors)
+    assert fn is None and note["chosen"] == "none" and note["attention_power"] is None
+    assert note["no_prior_cost"] == 0.0
+    assert min(note["attention_power_cost"].values()) > 0.01
+    assert prior_text(note) == " (no prior: the anchors agree better without the roofline's " \
+                               "H100 / H200 ratio)"
+    assert prior_summary(note) == {"rule": "fitted", "base_sheet": "H200", "here_sheet": "H100",
+                                   "attention_power": None, "chosen": "none"}
+    f = fit_factors(anchors, ["verify_graph", "draft_graph"], fn)
+    assert (f["verify_graph"]["factor"], f["draft_graph"]["factor"]) == (1.09, 1.02)
+
+
+def test_a_default_refit_of_the_v2lite_h100_anchors(tmp_path):
+    """DeepSeek-V2-Lite's anchors measured on an H100 (2026-12-06): re-fitted with the defaults,
+    the prefill rows are the base's times the median of the three prefill anchors' measured /
+    base (a MoE model on another GPU model: applied), and every other row is its group's factor
+    times the prior the fit chose (no prior, or the roofline at the power it records)."""
+    import statistics
+
+    from backends.calibrate import group_name
+    from backends.calibrate_refit import refit_calibration
+    from backends.profile import grid_rows, read_profile
+
+    m = load_model("deepseek-v2-lite")
+    src = ROOT / "benchmarks/results/h100-2026-12-06b/deepseek-v2-lite__H200.calibrated.parquet"
+    base = ROOT / "backends/profiles/deepseek-v2-lite__H200.parquet"
+    out = tmp_path / "v2lite.parquet"
+    summary = refit_calibration(m, str(src), str(base), str(out))
+    rows, meta = read_profile(out)
+    cal = meta["calibration"]
+    pre = [a["measured_s"] / a["base_s"] for a in cal["anchors"] if a["kind"] == "prefill"]
+    assert len(pre) == 3 and cal["factors"]["prefill"]["applied"] is True
+    assert cal["factors"]["prefill"]["factor"] == pytest.approx(statistics.median(pre), rel=1e-12)
+    assert summary["prefill"]["applied"] is True
+    power = cal["prior"]["attention_power"]
+    prior = None if power is None else roofline_prior(m, "H200", "H100", power)
+    key = ("kind", "graph", "bs", "width", "kv_len", "tokens")
+    base_of = {tuple(r[k] for k in key): r["latency_s"]
+               for r in grid_rows(read_profile(base)[0]).to_pylist()}
+    for r in grid_rows(rows).to_pylist():
+        f = cal["factors"][group_name(r["kind"], r["graph"])]["factor"]
+        assert r["latency_s"] / base_of[tuple(r[k] for k in key)] == pytest.approx(
+            f * (prior(r) if prior else 1.0), rel=1e-9)
