@@ -13,9 +13,10 @@ the fidelity report's per-step figure, without re-simulating):
   H200, while the roofline reads it as bandwidth-bound);
 - ``fitted``: attention scaled by its roofline ratio to a power between 0 and 1 that the
   calibration's own anchors choose (``backends.calibrate_prior.fit_attention_power``: the one
-  under which they agree best with one factor per group), no live run consulted; the default
-  (``--prior fitted``) since 2026-12-06, after it beat ``roofline`` on all four pairings of
-  ``h100-2026-12-06``, recorded after the form was fixed.
+  under which they agree best with one factor per group, or no prior when they agree better
+  without one), no live run consulted; the default (``--prior fitted``) since 2026-12-06,
+  after it beat ``roofline`` on all four pairings of ``h100-2026-12-06``, recorded after the
+  form was fixed (``h100-2026-12-06b``: about even with it on the 70B shard).
 
     python benchmarks/calibrate_prior_whatif.py
 
