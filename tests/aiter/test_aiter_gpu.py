@@ -447,7 +447,8 @@ def test_calibrate_the_shipped_8b_profile_within_120_s(tmp_path):
     assert all(g["n"] >= 1 and g["source"] == "group" and 0.5 < g["factor"] < 2 for g in f.values()), f
     assert load_profile(out).source["calibration"]["base"] == "llama-3.1-8b__H200.parquet"
     # on another GPU model than the base's H200 (an H100, say) the fit is against the roofline's
-    # ratio between the two sheets (--prior roofline, the default); on an H200 there is none
+    # ratio between the two sheets at the attention power the anchors choose, or against none
+    # when they fit better without (--prior fitted, the default); on an H200 there is no prior
     from backends.calibrate_prior import sheet_of
 
     here = sheet_of(meta["calibration"]["machine"])
