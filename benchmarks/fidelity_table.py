@@ -164,8 +164,11 @@ def _calibration_meta(file: str) -> dict | None:
 def calibration_current(profile: dict, moe: bool) -> bool | None:
     """Whether a calibrated profile is what ``specsched calibrate`` makes today of today's
     shipped file: its base's sha256 is that file's and, on a MoE model, its prefill factor was
-    settled by today's rule (``backends.calibrate.settle_prefill``: its ``applied`` recorded);
-    None when the calibrated file is not kept here or names no base."""
+    settled by today's rule (``backends.calibrate.settle_prefill``: its ``applied`` recorded,
+    and under ``--prefill auto`` applied exactly when calibrated on another GPU model than the
+    base's); None when the calibrated file is not kept here or names no base."""
+    from backends.calibrate_prior import other_models
+
     cal = _calibration_meta(str(profile.get("file") or ""))
     if not isinstance(cal, dict) or not cal.get("base") or "base_sha256" not in cal:
         return None
@@ -173,7 +176,14 @@ def calibration_current(profile: dict, moe: bool) -> bool | None:
     if today is None:
         return None
     pre = (cal.get("factors") or {}).get("prefill") or {}
-    return cal["base_sha256"] == today and (not moe or "applied" in pre)
+    if cal["base_sha256"] != today:
+        return False
+    if not moe:
+        return True
+    if "applied" not in pre:
+        return False
+    other = other_models(cal.get("base_gpu"), cal.get("machine")) is not None
+    return pre.get("mode") != "auto" or pre["applied"] == other
 
 
 def make_row(path: Path, report: dict) -> dict:

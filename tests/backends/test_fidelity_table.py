@@ -235,9 +235,10 @@ def test_the_docs_table_is_what_the_shipped_reports_give():
 
 def test_a_calibration_is_current_only_of_todays_file_and_rule(tmp_path, monkeypatch):
     """A calibrated profile counts as today's when its base's sha256 is the shipped file's
-    and, on a MoE model, its prefill factor carries the settled rule (``applied``); a base of
-    another sha256, a MoE fit without the rule, and a file not kept in the repository do not
-    (the last: None, cannot tell)."""
+    and, on a MoE model, its prefill factor carries the settled rule (``applied``; under
+    ``--prefill auto`` kept on the base's GPU model and applied on another); a base of another
+    sha256, a MoE fit without the rule or settled the other way, and a file not kept in the
+    repository do not (the last: None, cannot tell)."""
     import fidelity_table as ft
 
     from backends.profile import profile_metadata, write_profile
@@ -247,10 +248,11 @@ def test_a_calibration_is_current_only_of_todays_file_and_rule(tmp_path, monkeyp
     m, rows = roofline_profile_rows()
     today = file_sha256(ROOT / SHIPPED)
 
-    def cal(name, sha, prefill):
+    def cal(name, sha, prefill, machine=None):
         meta = dict(profile_metadata(m, {"name": "H200"}),
                     calibration={"base": "llama-3.1-8b__H200.parquet", "base_sha256": sha,
-                                 "factors": {"prefill": prefill}})
+                                 "factors": {"prefill": prefill}, "base_gpu": {"name": "H200"},
+                                 "machine": {"name": machine or "NVIDIA H200"}})
         write_profile(rows, tmp_path / name, meta)
         return {"file": name}
 
@@ -261,6 +263,15 @@ def test_a_calibration_is_current_only_of_todays_file_and_rule(tmp_path, monkeyp
     assert ft.calibration_current(cal("b.parquet", "0" * 64, {"factor": 1.03}), moe=False) is False
     assert ft.calibration_current(cal("c.parquet", today, {"factor": 1.03}), moe=True) is False
     assert ft.calibration_current(cal("d.parquet", today, settled), moe=True) is True
+    # --prefill auto: a MoE model's prefill kept on the base's GPU model, applied on another
+    h100 = "NVIDIA H100 80GB HBM3"
+    kept, applied = dict(settled, mode="auto"), {"factor": 1.09, "applied": True, "mode": "auto"}
+    assert ft.calibration_current(cal("e.parquet", today, kept), moe=True) is True
+    assert ft.calibration_current(cal("f.parquet", today, applied), moe=True) is False
+    assert ft.calibration_current(cal("g.parquet", today, applied, h100), moe=True) is True
+    assert ft.calibration_current(cal("h.parquet", today, kept, h100), moe=True) is False
+    assert ft.calibration_current(cal("i.parquet", today, dict(kept, mode="keep"), h100),
+                                  moe=True) is True
     assert ft.calibration_current({"file": "gone.parquet"}, moe=False) is None
     assert ft.calibration_current({"file": str(tmp_path / "a.parquet")}, moe=False) is None
     ft._calibration_meta.cache_clear()
