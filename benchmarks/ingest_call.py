@@ -2,8 +2,9 @@
 
 After a device call of ``benchmarks/gpu_live_session.sh`` its files lie in one folder (the
 ``run`` tool's ``files_at``): the job log ``gpuG.log``, ``smi_gpuG.csv`` with ``SMI=1``, one
-``live_NAME.tar.gz`` per finished live run, journals of runs that were cut, profiles and
-calibrated profiles, JSON of the benchmarks. This copies them into ``DEST`` (a folder under
+``live_NAME.tar.gz`` per finished live run, journals (``KEEP_JOURNAL=1`` keeps those of
+finished runs too), profiles and calibrated profiles, JSON of the benchmarks. This copies them,
+but the journals of runs that finished, into ``DEST`` (a folder under
 ``benchmarks/results/``, made if missing; earlier calls of the day may already be there), the
 log and the clock samples as ``callN_gpuG.log`` / ``callN_smi_gpuG.csv`` with ``--call N``,
 unpacks each live run as ``DEST/live_NAME/``, and then, for each live run it unpacked:
@@ -48,14 +49,26 @@ from traces.errors import SpecschedError  # noqa: E402
 #: a job log and its clock samples, renamed with ``--call``
 _LOG = re.compile(r"^(gpu\d+\.log|smi_gpu\d+\.csv)$")
 _LIVE = re.compile(r"^live_([A-Za-z0-9_.-]+)\.tar\.gz$")
+_JOURNAL = re.compile(r"^journal_([A-Za-z0-9_.-]+)\.jsonl$")
+
+
+def finished_journals(src: Path) -> list[Path]:
+    """The journals in ``src`` of live runs that finished there (``journal_NAME.jsonl`` beside
+    ``live_NAME.tar.gz``): a finished run needs no journal to go on from, so they are not
+    kept. A cut run's journal has no tarball beside it and is copied."""
+    done = {m.group(1) for f in src.iterdir() if (m := _LIVE.match(f.name))}
+    return sorted(f for f in src.iterdir() if f.is_file()
+                  and (m := _JOURNAL.match(f.name)) and m.group(1) in done)
 
 
 def plan_copies(src: Path, dest: Path, call: int | None) -> list[tuple[Path, Path]]:
-    """(source file, destination) for every plain file of ``src`` but the live runs' tarballs;
-    with ``call``, the job log and clock samples get the prefix ``call{call}_``."""
+    """(source file, destination) for every plain file of ``src`` but the live runs' tarballs
+    and the journals of runs that finished (:func:`finished_journals`); with ``call``, the job
+    log and clock samples get the prefix ``call{call}_``."""
     out = []
+    skip = set(finished_journals(src))
     for f in sorted(src.iterdir()):
-        if not f.is_file() or _LIVE.match(f.name):
+        if not f.is_file() or _LIVE.match(f.name) or f in skip:
             continue
         name = f"call{call}_{f.name}" if call is not None and _LOG.match(f.name) else f.name
         out.append((f, dest / name))
@@ -234,6 +247,10 @@ def main(argv=None) -> int:
             shutil.copy2(s, d)
         runs = [(unpack(f, name, dest), name) for f, name in lives]
         print(f"copied {len(copies)} files and {len(runs)} live runs into {_rel(dest)}")
+        left = finished_journals(a.files_at)
+        if left:
+            print("left out the journals of finished runs: "
+                  + ", ".join(f.name for f in left))
         if a.no_score or not runs:
             return 0
         print("\n| report | checks | per-step MAPE | missed | repeat runs |\n|---|---|---|---|---|")

@@ -22,13 +22,17 @@ def _files_at(tmp_path: Path) -> Path:
         t.add(DAY / "live_v2lite_split150", arcname="live_v2lite_split150")
     shutil.copy(DAY / "call4_gpu0.log", fa / "gpu0.log")
     shutil.copy(DAY / "deepseek-v2-lite__H200.calibrated_conv_bucket150.parquet", fa)
+    # KEEP_JOURNAL=1 brings back the finished run's journal too, and a cut run's
+    (fa / "journal_v2lite_split150.jsonl").write_text('{"specsched_journal": 1}\n')
+    (fa / "journal_v2lite_cut150.jsonl").write_text('{"specsched_journal": 1}\n')
     return fa
 
 
 def test_a_call_is_copied_unpacked_and_scored_as_the_shipped_reports(tmp_path, capsys):
-    """The log is renamed for its call, the run unpacked byte for byte, and the two reports
-    (shipped profile; the calibration of the run's GPU) meet the checks the shipped reports of
-    that run met, check for check; run again, it refuses and writes nothing."""
+    """The log is renamed for its call, the run unpacked byte for byte, a cut run's journal
+    kept and the finished run's left out, and the two reports (shipped profile; the
+    calibration of the run's GPU) meet the checks the shipped reports of that run met, check
+    for check; run again, it refuses and writes nothing."""
     import ingest_call
 
     fa, dest = _files_at(tmp_path), tmp_path / "day"
@@ -38,7 +42,7 @@ def test_a_call_is_copied_unpacked_and_scored_as_the_shipped_reports(tmp_path, c
                      "fidelity_v2lite_split150.json", "fidelity_v2lite_split150.md",
                      "fidelity_v2lite_split150_calibrated_conv_bucket150.json",
                      "fidelity_v2lite_split150_calibrated_conv_bucket150.md",
-                     "live_v2lite_split150"]
+                     "journal_v2lite_cut150.jsonl", "live_v2lite_split150"]
     for f in (DAY / "live_v2lite_split150").iterdir():
         assert (dest / "live_v2lite_split150" / f.name).read_bytes() == f.read_bytes()
     for new, old in (("fidelity_v2lite_split150", "fidelity_v2lite_split150"),
@@ -49,6 +53,7 @@ def test_a_call_is_copied_unpacked_and_scored_as_the_shipped_reports(tmp_path, c
         assert {k: c["pass"] for k, c in got.items()} == {k: c["pass"] for k, c in want.items()}
     out = capsys.readouterr().out
     assert "| `fidelity_v2lite_split150.md` | 17 of 17 |" in out
+    assert "left out the journals of finished runs: journal_v2lite_split150.jsonl" in out
     before = sorted(p.name for p in dest.iterdir())
     assert ingest_call.main([str(fa), str(dest), "--call", "4"]) == 2
     assert "would be written over" in capsys.readouterr().err
