@@ -80,9 +80,10 @@ FIT_RULE = ("per (kind, graph) group: factor = median of measured / base over th
             "without an anchor takes the median over all anchors (against another GPU model's "
             "roofline prior: the prior alone); every base grid row's latency_s, p10_s and "
             "p90_s is multiplied by its group's factor (and by the prior where there is one), "
-            "the prefill group's only where it is applied (by default on dense models, not on "
-            "MoE ones: its `applied`). Shape-dependent differences between the machines beyond "
-            "the prior are not corrected (one scale per group)")
+            "the prefill group's only where it is applied (by default on dense models, and on "
+            "MoE ones only on another GPU model than the base's: its `applied`). "
+            "Shape-dependent differences between the machines beyond the prior are not "
+            "corrected (one scale per group)")
 #: (kind, graph) -> group name (the section names of ``backends.heldout``).
 GROUPS: dict[tuple[str, bool], str] = {(k, g): s for s, (k, g, _) in SECTIONS.items()}
 

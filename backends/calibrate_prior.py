@@ -48,10 +48,10 @@ from typing import Any, Callable, Sequence
 
 import numpy as np
 
-from backends.calibrate import group_name
+from backends.calibrate import fit_factors, group_name, settle_prefill
 
 __all__ = ["PRIOR_MODES", "sheet_of", "other_models", "roofline_prior", "anchor_cost",
-           "fit_attention_power", "prior_for", "prior_text", "prior_summary"]
+           "fit_attention_power", "prior_for", "fit_with_prior", "prior_text", "prior_summary"]
 
 
 #: device-name words of parts other than the sheets' (every sheet is an SXM or OAM part: an
@@ -186,6 +186,21 @@ def prior_for(model: Any, base_gpu: Any, here_gpu: Any, mode: str = "fitted",
                     "factor per group (least sum of |log residual - its group's median|; ties "
                     "to the larger), which beat no prior at all (no_prior_cost)")
     return roofline_prior(model, base, here, power), note
+
+
+def fit_with_prior(model: Any, anchors: list[dict], groups: Any, base_gpu: Any, here_gpu: Any,
+                   *, prior: str, prefill: str) -> tuple[Callable[[dict], float] | None,
+                                                         dict | None, dict[str, dict]]:
+    """A calibration's whole fit, as ``specsched calibrate`` and a re-fit (``--anchors-from``)
+    make it: the prior (:func:`prior_for`, mode ``prior``), each group's factor over it
+    (``backends.calibrate.fit_factors``) and the prefill group settled by ``prefill``
+    (``backends.calibrate.settle_prefill``, told whether ``here_gpu`` is another GPU model than
+    ``base_gpu``). Returns (the prior or None, its note or None, the factors)."""
+    shape_prior, note = prior_for(model, base_gpu, here_gpu, prior, anchors)
+    factors = settle_prefill(fit_factors(anchors, groups, shape_prior), prefill,
+                             moe=model.is_moe,
+                             other_model=other_models(base_gpu, here_gpu) is not None)
+    return shape_prior, note, factors
 
 
 def prior_text(note: dict | None) -> str:

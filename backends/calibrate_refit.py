@@ -24,9 +24,8 @@ from pathlib import Path
 from typing import Any
 
 from backends.calibrate import (FIT_RULE, GROUPS, SHAPE, anchor_record, calibrated_metadata,
-                                calibrated_copy, factors_text, fit_factors, group_name,
-                                prefill_summary, settle_prefill)
-from backends.calibrate_prior import other_models, prior_for, prior_summary, prior_text
+                                calibrated_copy, factors_text, group_name, prefill_summary)
+from backends.calibrate_prior import fit_with_prior, prior_summary, prior_text
 from backends.shipped import file_sha256
 
 __all__ = ["refit_calibration", "rebase_anchors", "check_anchors"]
@@ -111,11 +110,9 @@ def refit_calibration(model: Any, source: str, base: str, out: str, *,
         raise SpecschedError(f"none of the {len(cal['anchors'])} anchors of {Path(source).name} "
                              "is a grid row of this profile: nothing to fit", path=str(base))
     machine = cal.get("machine") or {}
-    shape_prior, prior_note = prior_for(model, meta.get("gpu"), machine, prior, anchors)
-    factors = settle_prefill(
-        fit_factors(anchors, sorted({group_name(r["kind"], r["graph"]) for r in grid}),
-                    shape_prior), prefill, moe=model.is_moe,
-        other_model=other_models(meta.get("gpu"), machine) is not None)
+    shape_prior, prior_note, factors = fit_with_prior(
+        model, anchors, sorted({group_name(r["kind"], r["graph"]) for r in grid}),
+        meta.get("gpu"), machine, prior=prior, prefill=prefill)
     at = datetime.now(timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
     calibration = {k: v for k, v in cal.items()
                    if k not in ("anchors", "factors", "refit", "prior", "rule")}

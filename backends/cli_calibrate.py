@@ -92,8 +92,9 @@ def calibrate(model, tp, base, out, budget_s, anchors, heldout, seed, reps, warm
     metadata (specsched.calibration).  On a MoE model on a GPU of its base's model the prefill
     rows stay the base's unless --prefill scale says otherwise (the factor is recorded).  The
     base's held-out rows are not carried over.  Only a scale per group is fitted: a
-    shape-dependent difference between the machines stays (docs/aiter.md, "specsched calibrate"), except the one between two GPU
-    models' sheets, which --prior fitted (the default) takes from the roofline.  Needs a CUDA
+    shape-dependent difference between the machines stays (docs/aiter.md, "specsched
+    calibrate"), except the one between two GPU models' sheets, which --prior fitted (the
+    default) takes from the roofline.  Needs a CUDA
     or ROCm GPU (exit 2 without one), except with --anchors-from, which re-fits an earlier
     calibration's measured anchors to --base (those not among the base's grid rows are left
     out and listed in the metadata).  With --trace the anchors are the grid rows a simulated

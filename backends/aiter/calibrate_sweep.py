@@ -24,9 +24,9 @@ from pathlib import Path
 from typing import Any, Callable
 
 from backends.calibrate import (FIT_RULE, SHAPE, anchor_record, calibrated_metadata,
-                                calibrated_copy, choose_anchors, factors_text, fit_factors,
-                                group_name, prefill_summary, settle_prefill)
-from backends.calibrate_prior import other_models, prior_for, prior_summary, prior_text
+                                calibrated_copy, choose_anchors, factors_text, group_name,
+                                prefill_summary)
+from backends.calibrate_prior import fit_with_prior, prior_summary, prior_text
 from backends.heldout import SECTIONS, HeldoutPoint, choose_heldout, grid_span
 from backends.aiter.heldout_sweep import _graph_key, _kernel_widths, measure_points
 from backends.aiter.profiling import ProfileSpec, open_runner
@@ -149,10 +149,8 @@ def run_calibrate(model: Any, out: str, base: str, spec: ProfileSpec, *, anchors
                              f"(elapsed {time.perf_counter() - t_start:.1f} s); nothing written")
     groups = sorted({group_name(r["kind"], r["graph"]) for r in grid})
     machine = gpu_info()
-    shape_prior, prior_note = prior_for(model, meta.get("gpu"), machine, prior, measured)
-    factors = settle_prefill(fit_factors(measured, groups, shape_prior), prefill,
-                             moe=model.is_moe,
-                             other_model=other_models(meta.get("gpu"), machine) is not None)
+    shape_prior, prior_note, factors = fit_with_prior(model, measured, groups, meta.get("gpu"),
+                                                      machine, prior=prior, prefill=prefill)
     if prior_note:
         say(f"another GPU model than the base's: factors{prior_text(prior_note)}")
     say("factors: " + factors_text(factors))
