@@ -123,9 +123,18 @@ def calibrations(dest: Path, model: str, run_summary: dict) -> list[tuple[Path, 
             continue
         if not recording_machines({"calibration": cal}, run_summary)["shared_gpus"]:
             continue
-        tag = f.stem.split(".", 1)[1] if "." in f.stem else "calibrated"
-        out.append((f, tag))
+        out.append((f, report_tag(f.name)))
     return out
+
+
+def report_tag(name: str) -> str:
+    """The report suffix of a calibrated profile's file name,
+    ``MODEL__GPU.calibrated[_TAG].parquet``: ``calibrated[_TAG]``. A model name may hold dots
+    itself, as ``llama-3.1-8b`` does: until 2026-12-06 this took what followed its first dot,
+    so the reports of the Llama calibrations under ``benchmarks/results/h100-2026-12-05`` to
+    ``-06b`` are named ``..._1-8b__H200.calibrated``."""
+    m = re.search(r"__[^.]+\.(calibrated[^.]*)\.parquet$", name)
+    return m.group(1) if m else "calibrated"
 
 
 @lru_cache(maxsize=None)

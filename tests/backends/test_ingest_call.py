@@ -111,3 +111,15 @@ def test_a_run_on_another_gpu_model_is_not_a_repeat(tmp_path):
     (other / "steps.parquet").write_bytes(b"another recording")  # not a copy of the run
     assert ingest_call.find_repeats(other, [results, tmp_path]) == []
     assert other not in ingest_call.find_repeats(run, [results, tmp_path])
+
+
+def test_a_calibrations_report_suffix_follows_the_gpu_not_the_first_dot():
+    """``llama-3.1-70b__H200.calibrated.parquet`` gives reports ``..._calibrated`` (not
+    ``..._1-70b__H200.calibrated``, what its first dot gave), and a tag after ``calibrated``
+    stays."""
+    from ingest_call import report_tag
+
+    assert report_tag("llama-3.1-70b__H200.calibrated.parquet") == "calibrated"
+    assert report_tag("llama-3.1-8b__H200.calibrated_conv_bucket150.parquet") == \
+        "calibrated_conv_bucket150"
+    assert report_tag("deepseek-v2-lite__H200.calibrated_fitted.parquet") == "calibrated_fitted"
