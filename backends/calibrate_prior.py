@@ -33,11 +33,14 @@ had 0.963-0.995. A group without anchors now takes the prior alone
 (against 1.64% and 1.44% with ``--prior none``). ``--prior none`` fits one scale per group.
 
 ``--prior fitted`` (the default since 2026-12-06) raises the attention part of the ratio to the
-power its anchors choose (:func:`fit_attention_power`), and takes no prior at all when the
-anchors agree better with one factor per group without one (:func:`anchor_cost`): on
-DeepSeek-V2-Lite's H100 anchors the roofline's ratio (1.07-1.43) was far from the measured
-(1.00-1.20), and no prior fitted them better (cost 0.98 against 1.08 at the best power), while
-on each of the nine dense calibrations the prior fitted them 1.4 to 5.4 times better.
+power its anchors choose (:func:`fit_attention_power`). It also records how well one factor per
+group and no prior at all would fit them (``no_prior_cost``, :func:`anchor_cost`), but does not
+choose that: from 5c51b30 to this change it did when that cost was lower, and the first live runs
+to judge it said no. On DeepSeek-V2-Lite's H100 anchors no prior fitted them a little better
+(cost 1.14 against 1.21 at power 0, ``h100-2026-12-06c``), but against three live runs on that GPU,
+each recorded twice, no prior erred 4.57-4.85% per step and power 0 2.05-2.45%: the anchors weigh
+every shape alike, and most of the cost came from long-KV shapes the conversation runs never
+reach (``benchmarks/calibrate_prior_whatif.py``).
 """
 
 from __future__ import annotations
@@ -108,8 +111,7 @@ def roofline_prior(model: Any, base_sheet: str, here_sheet: str, attention_power
 
 
 #: ``specsched calibrate --prior``: ``fitted`` (the default: the roofline's ratio with attention's
-#: own ratio raised to the power the anchors choose, :func:`fit_attention_power`, or no prior
-#: when the anchors agree better without one), ``roofline`` (that power fixed at 1) or ``none``
+#: own ratio raised to the power the anchors choose, :func:`fit_attention_power`), ``roofline`` (that power fixed at 1) or ``none``
 #: (one scale per group)
 PRIOR_MODES = ("fitted", "roofline", "none")
 
@@ -152,9 +154,9 @@ def prior_for(model: Any, base_gpu: Any, here_gpu: Any, mode: str = "fitted",
     names or dicts) uses, and what its metadata records of it: ``(None, None)`` with ``mode``
     ``"none"``, or when either GPU has no sheet or both have the same one (the roofline's ratio
     is then 1).  ``fitted`` needs the calibration's ``anchors`` (with ``base_s`` and
-    ``measured_s``): the attention power is chosen from them (:func:`fit_attention_power`), and
-    when they agree better with one factor per group and no prior at all (:func:`anchor_cost`)
-    it is ``(None, note)``, the note saying ``"chosen": "none"``."""
+    ``measured_s``): the attention power is chosen from them (:func:`fit_attention_power`); the
+    note also records their cost with no prior (:func:`anchor_cost`), which is not a choice
+    (the module's docstring says why)."""
     if mode not in PRIOR_MODES:
         raise ValueError(f"prior mode {mode!r}: choose one of {', '.join(PRIOR_MODES)}")
     sheets = other_models(base_gpu, here_gpu)
@@ -170,21 +172,12 @@ def prior_for(model: Any, base_gpu: Any, here_gpu: Any, mode: str = "fitted",
     if not anchors:
         raise ValueError("the fitted prior needs the calibration's anchors")
     power, cost = fit_attention_power(model, anchors, base, here)
-    without = anchor_cost(anchors, None)
     note.update(attention_power_cost={f"{p:g}": round(c, 6) for p, c in cost.items()},
-                no_prior_cost=round(without, 6))
-    if without < cost[power] - 1e-12:
-        note.update(attention_power=None, chosen="none",
-                    how="the anchors agree better with one factor per group and no prior "
-                        "(no_prior_cost) than against the roofline's ratio at any attention "
-                        "power (attention_power_cost; least sum of |log residual - its group's "
-                        "median|): per group, the factor is the median of measured / base")
-        return None, note
-    note["attention_power"] = power
+                no_prior_cost=round(anchor_cost(anchors, None), 6), attention_power=power)
     note["how"] += (", its attention part scaled by attention's own ratio to attention_power, "
                     "the power of 0, 0.1, ..., 1 under which the anchors agree best with one "
                     "factor per group (least sum of |log residual - its group's median|; ties "
-                    "to the larger), which beat no prior at all (no_prior_cost)")
+                    "to the larger); no_prior_cost is that sum with no prior, recorded only")
     return roofline_prior(model, base, here, power), note
 
 
@@ -206,12 +199,9 @@ def fit_with_prior(model: Any, anchors: list[dict], groups: Any, base_gpu: Any, 
 def prior_text(note: dict | None) -> str:
     """What a calibration's notes add after its factors: `` x the roofline's H100 / H200 ratio
     per shape`` (its factors are over that prior; with a fitted prior ``, attention's to the
-    power 0.1``; when the fit chose none, that it did), or nothing without one."""
+    power 0.1``), or nothing without one."""
     if not note:
         return ""
-    if note.get("chosen") == "none":
-        return (f" (no prior: the anchors agree better without the roofline's "
-                f"{note['here_sheet']} / {note['base_sheet']} ratio)")
     power = note.get("attention_power")
     return (f" x the roofline's {note['here_sheet']} / {note['base_sheet']} ratio per shape"
             + ("" if power is None else f", attention's to the power {power:g}"))
@@ -219,7 +209,6 @@ def prior_text(note: dict | None) -> str:
 
 def prior_summary(note: dict | None) -> dict | None:
     """The prior in a command's printed summary: ``{"rule", "base_sheet", "here_sheet"}`` (and
-    ``attention_power`` when fitted, None with ``"chosen": "none"`` when the fit chose no prior),
-    or None without one."""
-    return note and {k: note[k] for k in ("rule", "base_sheet", "here_sheet", "attention_power",
-                                          "chosen") if k in note}
+    ``attention_power`` when fitted), or None without one."""
+    return note and {k: note[k] for k in ("rule", "base_sheet", "here_sheet", "attention_power")
+                     if k in note}

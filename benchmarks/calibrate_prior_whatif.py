@@ -13,10 +13,13 @@ the fidelity report's per-step figure, without re-simulating):
   H200, while the roofline reads it as bandwidth-bound);
 - ``fitted``: attention scaled by its roofline ratio to a power between 0 and 1 that the
   calibration's own anchors choose (``backends.calibrate_prior.fit_attention_power``: the one
-  under which they agree best with one factor per group, or no prior when they agree better
-  without one), no live run consulted; the default (``--prior fitted``) since 2026-12-06,
-  after it beat ``roofline`` on all four pairings of ``h100-2026-12-06``, recorded after the
-  form was fixed (``h100-2026-12-06b``: about even with it on the 70B shard).
+  under which they agree best with one factor per group), no live run consulted; the default
+  (``--prior fitted``) since 2026-12-06, after it beat ``roofline`` on all four pairings of
+  ``h100-2026-12-06``, recorded after the form was fixed (``h100-2026-12-06b``: about even with
+  it on the 70B shard). From 5c51b30 it also took no prior when the anchors agreed better
+  without one; DeepSeek-V2-Lite's live runs of ``h100-2026-12-06c`` judged that (no prior
+  4.57-4.85% per step, power 0 2.05-2.45%) and it was reverted. Calibrations recorded under
+  it are re-fitted here as today's rule fits them.
 
     python benchmarks/calibrate_prior_whatif.py
 
@@ -81,8 +84,7 @@ def main() -> int:
         anchors, _ = rebase_anchors(cal["anchors"], grid)
         groups = sorted({group_name(r["kind"], r["graph"]) for r in grid})
         fitted, note = prior_for(model, cal["base_gpu"], cal["machine"], "fitted", anchors)
-        chose = ("no prior" if note["attention_power"] is None
-                 else f"power {note['attention_power']:g}")
+        chose = f"power {note['attention_power']:g}"
         fits = {"none": None,
                 "roofline": prior_for(model, cal["base_gpu"], cal["machine"], "roofline")[0],
                 "attention": roofline_prior(model, base_sheet, here, 0.0), "fitted": fitted}

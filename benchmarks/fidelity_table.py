@@ -158,15 +158,19 @@ def _calibration_meta(file: str) -> dict | None:
     f = ROOT / file
     if Path(file).is_absolute() or not f.is_file():
         return None
-    return read_profile(f)[1].get("calibration")
+    meta = read_profile(f)[1]
+    cal = meta.get("calibration")
+    return dict(cal, model_spec=meta.get("model")) if isinstance(cal, dict) else cal
 
 
 def calibration_current(profile: dict, moe: bool) -> bool | None:
     """Whether a calibrated profile is what ``specsched calibrate`` makes today of today's
-    shipped file: its base's sha256 is that file's and, on a MoE model, its prefill factor was
-    settled by today's rule (``backends.calibrate.settle_prefill``: its ``applied`` recorded,
-    and under ``--prefill auto`` applied exactly when calibrated on another GPU model than the
-    base's); None when the calibrated file is not kept here or names no base."""
+    shipped file: its base's sha256 is that file's; under the fitted prior, its attention power
+    is the one today's rule takes from its own anchors (:func:`_prior_current`); and, on a MoE
+    model, its prefill factor was settled by today's rule (``backends.calibrate.settle_prefill``:
+    its ``applied`` recorded, and under ``--prefill auto`` applied exactly when calibrated on
+    another GPU model than the base's). None when the calibrated file is not kept here or names
+    no base."""
     from backends.calibrate_prior import other_models
 
     cal = _calibration_meta(str(profile.get("file") or ""))
@@ -176,7 +180,7 @@ def calibration_current(profile: dict, moe: bool) -> bool | None:
     if today is None:
         return None
     pre = (cal.get("factors") or {}).get("prefill") or {}
-    if cal["base_sha256"] != today:
+    if cal["base_sha256"] != today or not _prior_current(cal):
         return False
     if not moe:
         return True
@@ -184,6 +188,27 @@ def calibration_current(profile: dict, moe: bool) -> bool | None:
         return False
     other = other_models(cal.get("base_gpu"), cal.get("machine")) is not None
     return pre.get("mode") != "auto" or pre["applied"] == other
+
+
+def _prior_current(cal: dict) -> bool:
+    """False for a calibration whose fitted prior today's rule would not choose from its own
+    anchors: one that took no prior (``"chosen": "none"``, the rule of 5c51b30, reverted when
+    the first live runs judged it) or recorded another attention power than
+    ``backends.calibrate_prior.fit_attention_power`` finds now; True otherwise (no prior note,
+    or ``roofline``: nothing chosen). ``cal`` is :func:`_calibration_meta`'s, with the
+    profile's model as ``model_spec``."""
+    from backends.calibrate_prior import fit_attention_power
+    from backends.models import load_model
+
+    note = cal.get("prior") or {}
+    if note.get("rule") != "fitted":
+        return True
+    if note.get("chosen") == "none" or not cal.get("anchors"):
+        return False
+    spec = cal.get("model_spec") or {}
+    model = load_model(spec.get("name"), tp=spec.get("tp"))
+    power, _ = fit_attention_power(model, cal["anchors"], note["base_sheet"], note["here_sheet"])
+    return power == note.get("attention_power")
 
 
 def make_row(path: Path, report: dict) -> dict:

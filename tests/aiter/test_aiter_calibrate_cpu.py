@@ -121,8 +121,8 @@ print(json.dumps(read_profile({str(out)!r})[1]['calibration']))
 def test_calibrate_on_another_gpu_model_fits_against_the_fitted_prior(tmp_path):
     """``run_calibrate`` on an H100 (``gpu_info`` says so here) of a base recorded on an H200:
     the default prior is recorded as ``prior_for`` chooses it from the recorded anchors (the
-    roofline at the attention power they choose, or no prior when they agree better without:
-    here both "GPUs" are this CPU, so either can win by timing noise), and every grid row comes
+    roofline at the attention power they choose: here both "GPUs" are this CPU, so which power
+    wins is timing noise), and every grid row comes
     out as the base's times its group's factor times that prior; each factor is the median of
     its anchors' measured / (base x prior)."""
     base, out = tmp_path / "tiny.parquet", tmp_path / "tiny_h100.parquet"
@@ -160,7 +160,7 @@ print(json.dumps({{'s': s, 'prior': cal['prior'], 'note': note, 'factors': cal['
     assert d["prior"] == d["note"] and d["prior"]["rule"] == "fitted"
     assert (d["prior"]["base_sheet"], d["prior"]["here_sheet"]) == ("H200", "H100")
     assert d["s"]["prior"]["attention_power"] == d["note"]["attention_power"]
-    assert (d["note"]["attention_power"] is None) == (d["note"].get("chosen") == "none")
+    assert d["note"]["attention_power"] in [i / 10 for i in range(11)]
     group = {("verify", True): "verify_graph", ("verify", False): "verify_eager",
              ("draft", True): "draft_graph", ("draft", False): "draft_eager",
              ("draft_extend", True): "extend_graph", ("draft_extend", False): "extend_eager",

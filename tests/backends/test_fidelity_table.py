@@ -325,3 +325,50 @@ def test_a_live_run_on_another_gpu_model_is_kept_apart(tmp_path, capsys):
         "fidelity_h100.md", "fidelity_h100_calibrated.md"]
     assert ft.main(["--results", str(r), "--other-gpus", "--docs", str(tmp_path / "d.md")]) == 2
     assert "drop --other-gpus" in capsys.readouterr().err
+
+
+def test_a_fitted_calibration_is_current_only_at_the_power_todays_rule_chooses(tmp_path,
+                                                                                monkeypatch):
+    """Anchors planted at attention power 0.3 (measured / base = 1.04 x the roofline's H100 /
+    H200 ratio at that power, so the fit's cost is 0 there and above 0 elsewhere): a calibration
+    recording power 0.3 is current; one recording 0.5, or no prior (``"chosen": "none"``, the
+    rule reverted on 2026-12-06), is not; a ``roofline`` note chooses nothing and is current."""
+    import fidelity_table as ft
+
+    from backends.calibrate_prior import roofline_prior
+    from backends.models import load_model
+    from backends.profile import profile_metadata, write_profile
+    from backends.shipped import file_sha256
+    from tests.backends.backends_helpers import roofline_profile_rows
+
+    _, rows = roofline_profile_rows()
+    eight = load_model("llama-3.1-8b")
+    truth = roofline_prior(eight, "H200", "H100", 0.3)
+    anchors = []
+    for kind, bs, width, kv, tok in [("verify", 1, 1, 128, 1), ("verify", 1, 1, 32768, 1),
+                                     ("verify", 12, 5, 128, 60), ("verify", 12, 5, 32768, 60),
+                                     ("draft", 1, 1, 128, 1), ("draft", 256, 1, 512, 256)]:
+        a = {"kind": kind, "graph": True, "bs": bs, "width": width, "kv_len": kv,
+             "tokens": tok, "base_s": 1.0}
+        anchors.append(dict(a, measured_s=1.04 * truth(a)))
+    today = file_sha256(ROOT / SHIPPED)
+
+    def cal(name, prior):
+        meta = dict(profile_metadata(eight, {"name": "H200"}),
+                    calibration={"base": "llama-3.1-8b__H200.parquet", "base_sha256": today,
+                                 "factors": {"prefill": {"factor": 1.0}}, "anchors": anchors,
+                                 "base_gpu": {"name": "H200"}, "prior": prior,
+                                 "machine": {"name": "NVIDIA H100 80GB HBM3"}})
+        write_profile(rows, tmp_path / name, meta)
+        return {"file": name}
+
+    note = {"rule": "fitted", "base_sheet": "H200", "here_sheet": "H100"}
+    monkeypatch.setattr(ft, "ROOT", tmp_path)
+    ft._calibration_meta.cache_clear()
+    assert ft.calibration_current(cal("a.parquet", dict(note, attention_power=0.3)), False)
+    assert ft.calibration_current(cal("b.parquet", dict(note, attention_power=0.5)),
+                                  False) is False
+    assert ft.calibration_current(cal("c.parquet", dict(note, attention_power=None,
+                                                         chosen="none")), False) is False
+    assert ft.calibration_current(cal("d.parquet", dict(note, rule="roofline")), False) is True
+    ft._calibration_meta.cache_clear()
