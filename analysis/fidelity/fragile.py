@@ -8,8 +8,12 @@ gives simulated requests their live figure, the one whose own figure differs mos
 direction first, until the check is within its target, and reports how many it took (at most
 :data:`MAX_SHARE` of the requests), which ones, the check's value then, and how far apart the
 live figures either side of the quantile are. Every request stays in both runs, so no quantile
-moves by a change of rank alone. Found greedily, the count is an upper bound on the fewest such
-requests. It explains a miss; it does not change the verdict.
+moves by a change of rank alone. Only the requests whose live figure moved the check are named
+and counted: one that differs a lot but sits on the near side of the quantile changes nothing.
+When all :data:`MAX_SHARE` are not enough, those that moved it are still named, with the check
+after them: a few outliers on a queueing edge, and what is left, a shift the requests share.
+Found greedily, the count is an upper bound on the fewest such requests. It explains a miss; it
+does not change the verdict.
 """
 
 from __future__ import annotations
@@ -55,10 +59,12 @@ def resting_on(ref: dict[Any, float], sim: dict[Any, float], q: float, target: f
                cap: int) -> dict[str, Any]:
     """The requests a quantile's difference rests on: ``{"requests": k, "ids": [...],
     "value_pct": the difference with their live figures}``, or ``{"more_than": cap,
-    "value_pct": ...}`` when ``cap`` requests were not enough; ``per_request_median_pct``: the
-    median of the requests' own differences; ``live_gap_pct`` (with ``requests``): how far apart
-    the live figures either side of the quantile are. Only requests finished in both runs
-    count."""
+    "value_pct": ..., "moved": [...]}`` when ``cap`` requests were not enough. ``ids`` and
+    ``moved``: of the requests given their live figure, those whose figure changed the check
+    (all of them where those alone would give another value);
+    ``per_request_median_pct``: the median of the requests' own differences; ``live_gap_pct``
+    (with ``requests``): how far apart the live figures either side of the quantile are. Only
+    requests finished in both runs count."""
     ids = [i for i in ref if i in sim and math.isfinite(ref[i]) and math.isfinite(sim[i])]
     r = np.array([ref[i] for i in ids])
     s = np.array([sim[i] for i in ids])
@@ -70,16 +76,26 @@ def resting_on(ref: dict[Any, float], sim: dict[Any, float], q: float, target: f
     median = float(np.median(rel)) * 100.0 if len(rel) else None
     gap = _gap(r, q)
     order = np.argsort(-own, kind="stable")
+    start, taken, moved = s, [], []
     s = s.copy()
-    taken = []
     for j in order[:cap]:
         s[j] = r[j]
-        taken.append(ids[j])
-        d = _diff(r, s, q)
+        taken.append(j)
+        before, d = d, _diff(r, s, q)
+        if d != before:
+            moved.append(j)
         if abs(d) <= target:
-            return {"requests": len(taken), "ids": taken, "value_pct": d,
-                    "per_request_median_pct": median, "live_gap_pct": gap}
-    return {"more_than": cap, "value_pct": d, "per_request_median_pct": median}
+            break
+    # the movers alone: a request that moved nothing when it was taken could matter once others
+    # are back, so they stand alone only where they alone give the same check
+    alone = start.copy()
+    alone[moved] = r[moved]
+    d_alone = _diff(r, alone, q)
+    named = moved if abs(d_alone - d) <= 1e-9 else taken
+    out = {"value_pct": d, "per_request_median_pct": median}
+    if abs(d) <= target:
+        return out | {"requests": len(named), "ids": [ids[j] for j in named], "live_gap_pct": gap}
+    return out | {"more_than": cap, "moved": [ids[j] for j in named]}
 
 
 def fragile_checks(checks: dict[str, dict], reference: pa.Table, profile: pa.Table,
@@ -104,7 +120,11 @@ def fragile_line(fragile: dict[str, dict]) -> str | None:
     for name, f in fragile.items():
         med = f"per request {f['per_request_median_pct']:+.2f}% at the median"
         if "more_than" in f:
-            parts.append(f"{name} on more than {f['more_than']} ({med})")
+            moved, n = f.get("moved") or [], len(f.get("moved") or [])
+            lead = (f"{', '.join(str(i) for i in moved)} move{'s' * (n == 1)} it to "
+                    f"{f['value_pct']:+.2f}% with {'their' if n != 1 else 'its'} live "
+                    f"figure{'s' * (n != 1)}; " if moved else "")
+            parts.append(f"{name} on more than {f['more_than']} ({lead}{med})")
         else:
             ids = ", ".join(str(i) for i in f["ids"])
             n = f["requests"]
@@ -114,4 +134,4 @@ def fragile_line(fragile: dict[str, dict]) -> str | None:
                          f"apart)")
     return ("Requests each missed latency check rests on (simulated requests given their live "
             "figures, the one that differs most first, until the check is within target; at most "
-            f"{MAX_SHARE:.0%} of the requests): " + "; ".join(parts) + ".")
+            f"{MAX_SHARE:.0%} of the requests; named: those whose live figure moved it): " + "; ".join(parts) + ".")

@@ -41,8 +41,10 @@ def test_a_miss_every_request_shares_rests_on_more_than_the_cap():
     got = resting_on(live, sim, 0.5, 3.0, cap=2)
     # two requests back at their live figures: sorted sim 1, 2, 3.3, ... the median of the ten
     # is still (5.5 + 6.6) / 2 against 5.5: +10%
-    assert set(got) == {"more_than", "value_pct", "per_request_median_pct"}
-    assert got["more_than"] == 2
+    # requests 0 and 1 (every request differs by the same 10%: the first two) sit below the
+    # median, so neither moves it and none is named
+    assert set(got) == {"more_than", "value_pct", "per_request_median_pct", "moved"}
+    assert got["more_than"] == 2 and got["moved"] == []
     assert got["value_pct"] == pytest.approx(10.0)
     assert got["per_request_median_pct"] == pytest.approx(10.0)
 
@@ -57,6 +59,42 @@ def test_the_request_that_differs_most_in_the_misses_direction_goes_first():
     # a miss the other way takes a (-10%) first
     got = resting_on(live, {"a": 5.0, "b": 10.0, "c": 10.0, "d": 10.0}, 0.1, 3.0, cap=3)
     assert got["ids"] == ["a"]
+
+
+def test_only_the_requests_that_move_the_quantile_are_named():
+    """r1 differs most (+100%) but sits below p90 and p99 whatever its figure: it is not named.
+    Live 1..10 s, each p-quantile at position q x 9 of the sorted ten."""
+    live = {f"r{i}": float(i) for i in range(1, 11)}
+    # every request 4% slower but r1 (2 s, +100%) and r10 (15 s, +50%): sim sorted 2, 2.08,
+    # 3.12, ..., 9.36, 15. p99 at 8.91: live 9 + 0.91 x 1 = 9.91, sim 9.36 + 0.91 x 5.64 =
+    # 14.4924; r1 first changes nothing, r10 next gives 9.36 + 0.91 x 0.64 = 9.9424, +0.327%
+    sim = {k: 1.04 * v for k, v in live.items()} | {"r1": 2.0, "r10": 15.0}
+    got = resting_on(live, sim, 0.99, 3.0, cap=2)
+    assert got["requests"] == 1 and got["ids"] == ["r10"]
+    assert got["value_pct"] == pytest.approx((9.9424 / 9.91 - 1) * 100)
+    assert got["live_gap_pct"] == pytest.approx(100 / 9)  # 9 and 10 either side of 8.91
+    # 5% slower: p90 at 8.1: live 9 + 0.1 x 1 = 9.1; sim 9.45 + 0.1 x 5.55 = 10.005. With r10
+    # at 10 s, 9.45 + 0.1 x 0.55 = 9.505, +4.45%: two requests are not enough, r10 is named
+    sim = {k: 1.05 * v for k, v in live.items()} | {"r1": 2.0, "r10": 15.0}
+    got = resting_on(live, sim, 0.9, 3.0, cap=2)
+    assert got == {"more_than": 2, "moved": ["r10"],
+                   "value_pct": pytest.approx((9.505 / 9.1 - 1) * 100),
+                   "per_request_median_pct": pytest.approx(5.0)}
+    line = fragile_line({"e2e_p90": got})
+    assert "e2e_p90 on more than 2 (r10 moves it to +4.45% with its live figure; per request " \
+           "+5.00% at the median)" in line
+
+
+def test_a_request_that_moved_nothing_at_first_is_named_when_the_others_need_it():
+    """Median of three, live 1, 2, 3 s (2 s); simulated a 10 s (+900%), b 3 s (+50%), c 3 s:
+    sorted 3, 3, 10, median 3, +50%. a first, to 1 s: 1, 3, 3, still 3 (it moved nothing);
+    then b, to 2 s: 1, 2, 3, median 2, 0%. b alone would leave 2, 3, 10, median 3: the check
+    rests on both, and both are named."""
+    got = resting_on({"a": 1.0, "b": 2.0, "c": 3.0}, {"a": 10.0, "b": 3.0, "c": 3.0}, 0.5, 3.0,
+                     cap=3)
+    assert got == {"requests": 2, "ids": ["a", "b"], "value_pct": pytest.approx(0.0),
+                   "per_request_median_pct": pytest.approx(50.0),
+                   "live_gap_pct": pytest.approx(50.0)}
 
 
 def test_only_missed_latency_checks_are_looked_at():
