@@ -37,10 +37,11 @@ power its anchors choose (:func:`fit_attention_power`). It also records how well
 group and no prior at all would fit them (``no_prior_cost``, :func:`anchor_cost`), but does not
 choose that: from 5c51b30 to this change it did when that cost was lower, and the first live runs
 to judge it said no. On DeepSeek-V2-Lite's H100 anchors no prior fitted them a little better
-(cost 1.14 against 1.21 at power 0, ``h100-2026-12-06c``), but against three live runs on that GPU,
-each recorded twice, no prior erred 4.57-4.85% per step and power 0 2.05-2.45%: the anchors weigh
-every shape alike, and most of the cost came from long-KV shapes the conversation runs never
-reach (``benchmarks/calibrate_prior_whatif.py``).
+(cost 1.14 against 1.21 at power 0, ``h100-2026-12-06c``), but against three live runs on that GPU
+(two of them recorded twice) no prior erred 4.57-4.85% per step and power 0 2.05-2.45%
+(``benchmarks/calibrate_prior_whatif.py``). The cost weighs every group alike, and what favoured
+no prior was the prefill group; the verify graph, where the runs spend most time, fitted about
+as well either way, and its one factor without a prior left their verify graphs 9-11% too fast.
 """
 
 from __future__ import annotations
