@@ -64,7 +64,7 @@ __all__ = ["calibrate"]
                    "raised to the power (0 to 1) under which the anchors agree best; roofline "
                    "takes that power as 1; "
                    "none fits one scale per group (docs/aiter.md, \"On another GPU model\": "
-                   "per step, fitted beat roofline on seven of eight H100 pairings recorded "
+                   "per step, fitted beat roofline on twelve of thirteen H100 pairings recorded "
                    "after it was fixed). On the base's own GPU model all are the same.")
 @click.option("--anchors-from", type=click.Path(dir_okay=False), default=None,
               metavar="CALIBRATED.parquet",
