@@ -62,10 +62,10 @@ __all__ = ["calibrate"]
                    "calibrating an H200 profile): fitted fits each group against the "
                    "roofline's ratio between the two sheets per shape, its attention part "
                    "raised to the power (0 to 1) under which the anchors agree best; roofline "
-                   "takes that power as 1; "
-                   "none fits one scale per group (docs/aiter.md, \"On another GPU model\": "
-                   "per step, fitted beat roofline on twelve of thirteen H100 pairings recorded "
-                   "after it was fixed). On the base's own GPU model all are the same.")
+                   "takes that power as 1; none fits one scale per group (docs/aiter.md, \"On "
+                   "another GPU model\": per step, fitted beat roofline on twelve of thirteen "
+                   "H100 pairings recorded after it was fixed). On the base's own GPU model all "
+                   "are the same.")
 @click.option("--anchors-from", type=click.Path(dir_okay=False), default=None,
               metavar="CALIBRATED.parquet",
               help="Measure nothing: re-fit the anchors an earlier calibrate measured (kept in "
@@ -94,12 +94,11 @@ def calibrate(model, tp, base, out, budget_s, anchors, heldout, seed, reps, warm
     base's held-out rows are not carried over.  Only a scale per group is fitted: a
     shape-dependent difference between the machines stays (docs/aiter.md, "specsched
     calibrate"), except the one between two GPU models' sheets, which --prior fitted (the
-    default) takes from the roofline.  Needs a CUDA
-    or ROCm GPU (exit 2 without one), except with --anchors-from, which re-fits an earlier
-    calibration's measured anchors to --base (those not among the base's grid rows are left
-    out and listed in the metadata).  With --trace the anchors are the grid rows a simulated
-    run of that workload spends most time nearest, shared over the pass groups by that time
-    (docs/aiter.md, "specsched calibrate").
+    default) takes from the roofline.  Needs a CUDA or ROCm GPU (exit 2 without one), except
+    with --anchors-from, which re-fits an earlier calibration's measured anchors to --base
+    (those not among the base's grid rows are left out and listed in the metadata).  With --trace
+    the anchors are the grid rows a simulated run of that workload spends most time nearest,
+    shared over the pass groups by that time (docs/aiter.md, "specsched calibrate").
     """
     import time
 

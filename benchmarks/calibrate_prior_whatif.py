@@ -67,6 +67,26 @@ def calibrations(results: Path):
             yield p, meta
 
 
+def refit_inputs(model, cal: dict, base_sheet: str) -> tuple[list, list, dict, list, list]:
+    """What a re-fit of a calibration's anchors starts from: the shipped ``base_sheet`` profile
+    of ``model`` as grid rows, prefill-line rows and metadata, the anchors against its grid rows
+    (``backends.calibrate_refit.rebase_anchors``) and its pass groups."""
+    base_rows, bmeta = read_profile(str(default_profile(model.name, base_sheet)))
+    grid, line = grid_rows(base_rows).to_pylist(), line_rows(base_rows).to_pylist()
+    anchors, _ = rebase_anchors(cal["anchors"], grid)
+    groups = sorted({group_name(r["kind"], r["graph"]) for r in grid})
+    return grid, line, bmeta, anchors, groups
+
+
+def fitted_table(grid: list, line: list, bmeta: dict, factors: dict, prior, out: Path):
+    """The lookup table of the base's rows scaled by ``factors`` over ``prior`` (as
+    ``backends.calibrate.calibrated_copy`` writes a calibration), through the file ``out``: a
+    table reads its file for its grid."""
+    write_profile(calibrated_copy(grid, line, factors, prior=prior), str(out),
+                  {k: v for k, v in bmeta.items() if k != "profile_version"})
+    return load_profile(str(out))
+
+
 def main() -> int:
     import json
 
@@ -79,24 +99,19 @@ def main() -> int:
         spec = meta.get("model") or {}
         model = load_model(spec.get("name"), tp=spec.get("tp"))
         base_sheet, here = other_models(cal["base_gpu"], cal["machine"])
-        base_rows, bmeta = read_profile(str(default_profile(model.name, base_sheet)))
-        grid, line = grid_rows(base_rows).to_pylist(), line_rows(base_rows).to_pylist()
-        anchors, _ = rebase_anchors(cal["anchors"], grid)
-        groups = sorted({group_name(r["kind"], r["graph"]) for r in grid})
+        grid, line, bmeta, anchors, groups = refit_inputs(model, cal, base_sheet)
         fitted, note = prior_for(model, cal["base_gpu"], cal["machine"], "fitted", anchors)
         chose = f"power {note['attention_power']:g}"
         fits = {"none": None,
                 "roofline": prior_for(model, cal["base_gpu"], cal["machine"], "roofline")[0],
                 "attention": roofline_prior(model, base_sheet, here, 0.0), "fitted": fitted}
-        with tempfile.TemporaryDirectory() as tmp:  # a table reads its file for its grid
+        with tempfile.TemporaryDirectory() as tmp:
             tables = {}
             for name, prior in fits.items():
                 factors = settle_prefill(fit_factors(anchors, groups, prior), "auto",
                                          moe=model.is_moe, other_model=True)
-                out = Path(tmp) / f"{name}.parquet"
-                write_profile(calibrated_copy(grid, line, factors, prior=prior), str(out),
-                              {k: v for k, v in bmeta.items() if k != "profile_version"})
-                tables[name] = load_profile(str(out))
+                tables[name] = fitted_table(grid, line, bmeta, factors, prior,
+                                            Path(tmp) / f"{name}.parquet")
             uuid = str(cal["machine"].get("uuid", ""))[:8]
             for run in sorted(path.parent.glob("live_*")):
                 summary = json.loads((run / "summary.json").read_text())

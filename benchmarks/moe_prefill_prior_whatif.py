@@ -30,13 +30,11 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from analysis.fidelity.stats import step_errors  # noqa: E402
-from backends.calibrate import (calibrated_copy, fit_factors, group_name,  # noqa: E402
-                                settle_prefill)
+from backends.calibrate import fit_factors, settle_prefill  # noqa: E402
 from backends.calibrate_prior import roofline_prior  # noqa: E402
-from backends.calibrate_refit import rebase_anchors  # noqa: E402
 from backends.models import load_model  # noqa: E402
-from backends.profile import (grid_rows, line_rows, load_profile, read_profile,  # noqa: E402
-                              write_profile)
+from backends.profile import read_profile  # noqa: E402
+from benchmarks.calibrate_prior_whatif import fitted_table, refit_inputs  # noqa: E402
 
 DAY = ROOT / "benchmarks/results/h100-2026-12-06c"
 
@@ -44,10 +42,7 @@ DAY = ROOT / "benchmarks/results/h100-2026-12-06c"
 def main() -> int:
     model = load_model("deepseek-v2-lite")
     cal = read_profile(str(DAY / "deepseek-v2-lite__H200.calibrated.parquet"))[1]["calibration"]
-    base_rows, bmeta = read_profile(str(ROOT / "backends/profiles/deepseek-v2-lite__H200.parquet"))
-    grid, line = grid_rows(base_rows).to_pylist(), line_rows(base_rows).to_pylist()
-    anchors, _ = rebase_anchors(cal["anchors"], grid)
-    groups = sorted({group_name(r["kind"], r["graph"]) for r in grid})
+    grid, line, bmeta, anchors, groups = refit_inputs(model, cal, "H200")
     p0 = roofline_prior(model, "H200", "H100", 0.0)
 
     def p0_but_prefill(r: dict) -> float:
@@ -59,14 +54,11 @@ def main() -> int:
     print("| fit | prefill factor | " + " | ".join(f"`{r.name}` all / prefill" for r in runs)
           + " |")
     print("|---|---|" + "---|" * len(runs))
-    with tempfile.TemporaryDirectory() as tmp:  # a table reads its file for its grid
+    with tempfile.TemporaryDirectory() as tmp:
         for name, (prior, prefill) in fits.items():
             factors = settle_prefill(fit_factors(anchors, groups, prior), prefill, moe=True,
                                      other_model=True)
-            out = Path(tmp) / "fit.parquet"
-            write_profile(calibrated_copy(grid, line, factors, prior=prior), str(out),
-                          {k: v for k, v in bmeta.items() if k != "profile_version"})
-            table = load_profile(str(out))
+            table = fitted_table(grid, line, bmeta, factors, prior, Path(tmp) / "fit.parquet")
             cells = []
             for run in runs:
                 e = step_errors(pq.read_table(run / "steps.parquet"), table,

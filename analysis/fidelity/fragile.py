@@ -120,7 +120,8 @@ def fragile_line(fragile: dict[str, dict]) -> str | None:
     for name, f in fragile.items():
         med = f"per request {f['per_request_median_pct']:+.2f}% at the median"
         if "more_than" in f:
-            moved, n = f.get("moved") or [], len(f.get("moved") or [])
+            moved = f.get("moved") or []
+            n = len(moved)
             lead = (f"{', '.join(str(i) for i in moved)} move{'s' * (n == 1)} it to "
                     f"{f['value_pct']:+.2f}% with {'their' if n != 1 else 'its'} live "
                     f"figure{'s' * (n != 1)}; " if moved else "")
@@ -134,4 +135,5 @@ def fragile_line(fragile: dict[str, dict]) -> str | None:
                          f"apart)")
     return ("Requests each missed latency check rests on (simulated requests given their live "
             "figures, the one that differs most first, until the check is within target; at most "
-            f"{MAX_SHARE:.0%} of the requests; named: those whose live figure moved it): " + "; ".join(parts) + ".")
+            f"{MAX_SHARE:.0%} of the requests; named: those whose live figure moved it): "
+            + "; ".join(parts) + ".")
