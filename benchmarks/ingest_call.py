@@ -111,7 +111,8 @@ def unpack(tar: Path, name: str, dest: Path) -> Path:
 
 def calibrations(dest: Path, model: str, run_summary: dict) -> list[tuple[Path, str]]:
     """The calibrated profiles in ``dest`` of ``model`` calibrated on a GPU the run used, with
-    their report suffix (``calibrated`` and what follows it in the file's name)."""
+    their report suffix (``calibrated`` and what follows it in the file's name). ``dest`` may be
+    another folder than the one the reports go to (``--calibrations-from``)."""
     from analysis.fidelity.report import recording_machines
     from backends.profile import read_profile
 
@@ -235,12 +236,18 @@ def main(argv=None) -> int:
     ap.add_argument("--no-score", action="store_true", help="copy and unpack only")
     ap.add_argument("--no-repeats", action="store_true",
                     help="score without the earlier recordings of the same run")
+    ap.add_argument("--calibrations-from", type=Path, default=None, metavar="DIR",
+                    help="take the calibrated profiles from DIR instead of DEST (a folder of "
+                    "repeats scored against the calibrations made beside the first recordings)")
     a = ap.parse_args(argv)
     os.chdir(ROOT)  # reports record paths relative to the repository
     try:
         if not a.files_at.is_dir():
             raise SpecschedError("is not a folder", path=str(a.files_at))
         dest = a.dest.resolve()
+        cal_dir = dest if a.calibrations_from is None else a.calibrations_from.resolve()
+        if a.calibrations_from is not None and not cal_dir.is_dir():
+            raise SpecschedError("is not a folder", path=str(a.calibrations_from))
         copies = plan_copies(a.files_at, dest, a.call)
         lives = [(f, _LIVE.match(f.name).group(1)) for f in sorted(a.files_at.iterdir())
                  if f.is_file() and _LIVE.match(f.name)]
@@ -268,7 +275,7 @@ def main(argv=None) -> int:
             summary = json.loads((run / "summary.json").read_text())
             model = summary["backend_detail"]["model"]
             repeats = [] if a.no_repeats else find_repeats(run, roots)
-            for prof, tag in [(None, "")] + calibrations(dest, model, summary):
+            for prof, tag in [(None, "")] + calibrations(cal_dir, model, summary):
                 stem = f"fidelity_{name}" + (f"_{tag}" if tag else "")
                 if (dest / f"{stem}.md").exists() or (dest / f"{stem}.json").exists():
                     print(f"| `{stem}.md` | exists: not written over | | | |")

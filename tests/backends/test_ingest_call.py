@@ -60,6 +60,28 @@ def test_a_call_is_copied_unpacked_and_scored_as_the_shipped_reports(tmp_path, c
     assert sorted(p.name for p in dest.iterdir()) == before
 
 
+def test_a_folder_of_repeats_is_scored_against_the_calibrations_of_another(tmp_path, capsys):
+    """A second recording goes to its own folder; ``--calibrations-from`` scores it against the
+    calibration made beside the first one, which stays where it is: the report names that file.
+    A folder that is not there is refused before anything is written."""
+    import ingest_call
+
+    fa, dest, first = _files_at(tmp_path), tmp_path / "repeat", tmp_path / "first"
+    first.mkdir()
+    cal = "deepseek-v2-lite__H200.calibrated_conv_bucket150.parquet"
+    (fa / cal).rename(first / cal)
+    assert ingest_call.main([str(fa), str(dest), "--calibrations-from", str(tmp_path / "no"),
+                             "--no-repeats"]) == 2
+    assert capsys.readouterr().err.startswith("error: ")
+    assert not dest.exists()
+    assert ingest_call.main([str(fa), str(dest), "--calibrations-from", str(first),
+                             "--no-repeats"]) == 0
+    assert not (dest / cal).exists()
+    rep = json.loads((dest / "fidelity_v2lite_split150_calibrated_conv_bucket150.json")
+                     .read_text())
+    assert Path(rep["profile"]["file"]).resolve() == (first / cal).resolve()
+
+
 def test_an_archive_that_leaves_its_folder_is_refused_before_anything_is_written(tmp_path, capsys):
     import ingest_call
 
