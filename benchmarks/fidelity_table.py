@@ -191,13 +191,14 @@ def calibration_current(profile: dict, moe: bool) -> bool | None:
 
 
 def _prior_current(cal: dict) -> bool:
-    """False for a calibration whose fitted prior today's rule would not choose from its own
-    anchors: one that took no prior (``"chosen": "none"``, the rule of 5c51b30, reverted when
-    the first live runs judged it) or recorded another attention power than
-    ``backends.calibrate_prior.fit_attention_power`` finds now; True otherwise (no prior note,
-    or ``roofline``: nothing chosen). ``cal`` is :func:`_calibration_meta`'s, with the
-    profile's model as ``model_spec``."""
-    from backends.calibrate_prior import fit_attention_power
+    """False for a calibration whose fitted prior today's rule would not make from its own
+    anchors (``backends.calibrate_prior.prior_for``): one that took no prior (``"chosen":
+    "none"``, the rule of 5c51b30, reverted when the first live runs judged it), recorded
+    another attention power, or fitted its prefill group without the prior (``prefill_prior:
+    "none"``, the what-if of ``benchmarks/moe_prefill_prior_whatif.py``, not adopted); True
+    otherwise (no prior note, or ``roofline``: nothing chosen). ``cal`` is
+    :func:`_calibration_meta`'s, with the profile's model as ``model_spec``."""
+    from backends.calibrate_prior import prior_for
     from backends.models import load_model
 
     note = cal.get("prior") or {}
@@ -207,8 +208,10 @@ def _prior_current(cal: dict) -> bool:
         return False
     spec = cal.get("model_spec") or {}
     model = load_model(spec.get("name"), tp=spec.get("tp"))
-    power, _ = fit_attention_power(model, cal["anchors"], note["base_sheet"], note["here_sheet"])
-    return power == note.get("attention_power")
+    _, today = prior_for(model, cal.get("base_gpu"), cal.get("machine"), "fitted",
+                         cal["anchors"])
+    return today is not None and all(today.get(k) == note.get(k)
+                                     for k in ("attention_power", "prefill_prior"))
 
 
 def make_row(path: Path, report: dict) -> dict:

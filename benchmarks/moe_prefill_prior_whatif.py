@@ -1,25 +1,33 @@
 """Per-step MAPE of DeepSeek-V2-Lite's H100 calibration with its prefill group fitted four ways.
 
-The calibration of ``benchmarks/results/h100-2026-12-06c`` (its measured anchors, re-fitted on a
-CPU) is scored against each live V2-Lite run recorded on its GPU (``analysis.fidelity.stats.
-step_errors`` with the ``straggler`` KV rule, as ``calibrate_prior_whatif.py`` scores them;
-prefill steps do not depend on the KV rule), all steps and prefill steps apart:
+A calibration's measured anchors are re-fitted on a CPU and scored against each live V2-Lite run
+recorded on its GPU (``analysis.fidelity.stats.step_errors`` with the ``straggler`` KV rule, as
+``calibrate_prior_whatif.py`` scores them; prefill steps do not depend on the KV rule): all steps,
+prefill steps, and the prefill and verify steps' summed time (predicted over live, signed: what
+a queue sees, long passes weighing more):
 
-- ``power 0``: what ``specsched calibrate`` does today (``--prior fitted`` chose power 0 there);
+- ``power 0``: what ``specsched calibrate`` does (``--prior fitted`` chose power 0 there);
 - ``power 0, prefill without prior``: the same, but the prefill group fitted and scaled with no
   prior (its three anchors measured 1.09-1.10 x the H200 rows at 1, 256 and 8,192 tokens, where
   the roofline's ratio reads small prefills as bandwidth-bound at up to 1.43);
 - ``power 0, prefill kept``: the H200's prefill rows (``--prefill keep``);
 - ``no prior``: one factor per group (what ``fitted`` chose from 5c51b30 until it was reverted).
 
-Written after seeing these runs, so every figure is in sample: a what-if for the next V2-Lite
-calibration on another GPU model to judge, not a rule. CPU only, about 5 s.
+Written after seeing the runs of ``h100-2026-12-06c`` (the default ``--day``) and ``-06d``, so
+their figures are in sample. ``h100-2026-12-06e`` (another H100, ``0246c185``, calibrated and
+recorded after the what-if was written) and its repeats in ``-06f`` judged it: prefill per step
+8.4-9.1% -> 4.1-4.8%, all steps 2.21-2.57% -> 2.13-2.50%, but the prefill steps' summed time
+went from +3.2-3.4% to -2.8-3.0% (as far off, the other side), and the whole-run checks of those
+six runs, re-scored with it (``fidelity_v2lite_*_calibrated_prefill_own``), met 44 of 96 against
+51 at power 0: the verify passes' time is 2.5-3.1% short either way, and the prior's slow
+prefills had offset part of it. Not adopted. CPU only, about 5 s a folder.
 
-    python benchmarks/moe_prefill_prior_whatif.py
+    python benchmarks/moe_prefill_prior_whatif.py [--day h100-2026-12-06e --runs-from h100-2026-12-06f]
 """
 
 from __future__ import annotations
 
+import argparse
 import sys
 import tempfile
 from pathlib import Path
@@ -36,12 +44,19 @@ from backends.models import load_model  # noqa: E402
 from backends.profile import read_profile  # noqa: E402
 from benchmarks.calibrate_prior_whatif import fitted_table, refit_inputs  # noqa: E402
 
-DAY = ROOT / "benchmarks/results/h100-2026-12-06c"
+RESULTS = ROOT / "benchmarks/results"
 
 
-def main() -> int:
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--day", default="h100-2026-12-06c",
+                    help="the folder under benchmarks/results with the calibration and live runs")
+    ap.add_argument("--runs-from", action="append", default=[], metavar="FOLDER",
+                    help="score the live runs of this folder too (repeats; may be given again)")
+    a = ap.parse_args(argv)
+    day = RESULTS / a.day
     model = load_model("deepseek-v2-lite")
-    cal = read_profile(str(DAY / "deepseek-v2-lite__H200.calibrated.parquet"))[1]["calibration"]
+    cal = read_profile(str(day / "deepseek-v2-lite__H200.calibrated.parquet"))[1]["calibration"]
     grid, line, bmeta, anchors, groups = refit_inputs(model, cal, "H200")
     p0 = roofline_prior(model, "H200", "H100", 0.0)
 
@@ -50,8 +65,10 @@ def main() -> int:
 
     fits = {"power 0": (p0, "auto"), "power 0, prefill without prior": (p0_but_prefill, "auto"),
             "power 0, prefill kept": (p0, "keep"), "no prior": (None, "auto")}
-    runs = sorted(DAY.glob("live_v2lite_*"))
-    print("| fit | prefill factor | " + " | ".join(f"`{r.name}` all / prefill" for r in runs)
+    runs = [r for d in [a.day, *a.runs_from] for r in sorted((RESULTS / d).glob("live_v2lite_*"))]
+    print("| fit | prefill factor | " + " | ".join(f"`{r.parent.name}/{r.name}` all / prefill / "
+                                                   "prefill time / verify time"
+                                                   for r in runs)
           + " |")
     print("|---|---|" + "---|" * len(runs))
     with tempfile.TemporaryDirectory() as tmp:
@@ -63,8 +80,9 @@ def main() -> int:
             for run in runs:
                 e = step_errors(pq.read_table(run / "steps.parquet"), table,
                                 kv_lookup="straggler")
-                pre = e["by_kind"]["prefill"]["mape_pct"]
-                cells.append(f"{e['mape_all_pct']:.2f}% / {pre:.2f}%")
+                pre, ver = e["by_kind"]["prefill"], e["by_kind"]["verify"]
+                cells.append(f"{e['mape_all_pct']:.2f}% / {pre['mape_pct']:.2f}% / "
+                             f"{pre['time_signed_pct']:+.1f}% / {ver['time_signed_pct']:+.1f}%")
             print(f"| {name} | {factors['prefill']['factor']:.3f} | " + " | ".join(cells) + " |",
                   flush=True)
     return 0

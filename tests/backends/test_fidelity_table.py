@@ -332,7 +332,9 @@ def test_a_fitted_calibration_is_current_only_at_the_power_todays_rule_chooses(t
     """Anchors planted at attention power 0.3 (measured / base = 1.04 x the roofline's H100 /
     H200 ratio at that power, so the fit's cost is 0 there and above 0 elsewhere): a calibration
     recording power 0.3 is current; one recording 0.5, or no prior (``"chosen": "none"``, the
-    rule reverted on 2026-12-06), is not; a ``roofline`` note chooses nothing and is current."""
+    rule reverted on 2026-12-06), is not; a ``roofline`` note chooses nothing and is current.
+    On a MoE model a note with ``prefill_prior: "none"`` (its prefill group fitted without the
+    prior, a what-if judged and not adopted on 2026-12-06) is not current either."""
     import fidelity_table as ft
 
     from backends.calibrate_prior import roofline_prior
@@ -353,10 +355,11 @@ def test_a_fitted_calibration_is_current_only_at_the_power_todays_rule_chooses(t
         anchors.append(dict(a, measured_s=1.04 * truth(a)))
     today = file_sha256(ROOT / SHIPPED)
 
-    def cal(name, prior):
-        meta = dict(profile_metadata(eight, {"name": "H200"}),
+    def cal(name, prior, model=eight, prefill=None):
+        meta = dict(profile_metadata(model, {"name": "H200"}),
                     calibration={"base": "llama-3.1-8b__H200.parquet", "base_sha256": today,
-                                 "factors": {"prefill": {"factor": 1.0}}, "anchors": anchors,
+                                 "factors": {"prefill": prefill or {"factor": 1.0}},
+                                 "anchors": anchors,
                                  "base_gpu": {"name": "H200"}, "prior": prior,
                                  "machine": {"name": "NVIDIA H100 80GB HBM3"}})
         write_profile(rows, tmp_path / name, meta)
@@ -371,4 +374,17 @@ def test_a_fitted_calibration_is_current_only_at_the_power_todays_rule_chooses(t
     assert ft.calibration_current(cal("c.parquet", dict(note, attention_power=None,
                                                          chosen="none")), False) is False
     assert ft.calibration_current(cal("d.parquet", dict(note, rule="roofline")), False) is True
+    # a MoE model: the same shapes planted on V2-Lite's roofline, and prefill anchors flat at
+    # 1.09; a re-fit whose prefill took no prior (the what-if of 2026-12-06, not adopted) is not
+    # what today's rule makes of them
+    v2 = load_model("deepseek-v2-lite")
+    truth = roofline_prior(v2, "H200", "H100", 0.3)
+    anchors[:] = [dict(a, measured_s=1.04 * truth(a)) for a in anchors] + [
+        {"kind": "prefill", "graph": False, "bs": 1, "width": 1, "kv_len": 0, "tokens": t,
+         "base_s": 1.0, "measured_s": 1.09} for t in (1, 256, 8192)]
+    moe = dict(note, attention_power=0.3)
+    applied = {"factor": 1.09, "measured": 1.09, "applied": True, "mode": "auto"}
+    assert ft.calibration_current(cal("e.parquet", moe, v2, applied), True)
+    assert ft.calibration_current(cal("f.parquet", dict(moe, prefill_prior="none"), v2, applied),
+                                  True) is False
     ft._calibration_meta.cache_clear()
