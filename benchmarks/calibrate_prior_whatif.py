@@ -30,6 +30,7 @@ there); ``h100-2026-12-06`` is out of sample. CPU only.
 
 from __future__ import annotations
 
+import json
 import sys
 import tempfile
 from pathlib import Path
@@ -87,19 +88,39 @@ def fitted_table(grid: list, line: list, bmeta: dict, factors: dict, prior, out:
     return load_profile(str(out))
 
 
-def main() -> int:
-    import json
-
-    results = ROOT / "benchmarks" / "results"
-    print("| calibration | live run | none | roofline | attention at base (what-if) | "
-          "fitted: attention power from the anchors (the default) |")
-    print("|---|---|---|---|---|---|")
+def refits(results: Path):
+    """For each calibration of :func:`calibrations`: ``(path, model, its sheets (base's,
+    here's), the inputs of a re-fit (:func:`refit_inputs`: grid, line, metadata, anchors,
+    groups), the calibration's GPU uuid prefix)``."""
     for path, meta in calibrations(results):
         cal = meta["calibration"]
         spec = meta.get("model") or {}
         model = load_model(spec.get("name"), tp=spec.get("tp"))
-        base_sheet, here = other_models(cal["base_gpu"], cal["machine"])
-        grid, line, bmeta, anchors, groups = refit_inputs(model, cal, base_sheet)
+        sheets = other_models(cal["base_gpu"], cal["machine"])
+        yield (path, model, cal, sheets, refit_inputs(model, cal, sheets[0]),
+               str(cal["machine"].get("uuid", ""))[:8])
+
+
+def runs_on(folders, model_name: str, uuid: str) -> list[Path]:
+    """The live runs in ``folders`` of ``model_name`` recorded on the GPU ``uuid``."""
+    out = []
+    for folder in folders:
+        for run in sorted(folder.glob("live_*")):
+            if not (run / "summary.json").is_file():
+                continue
+            summary = json.loads((run / "summary.json").read_text())
+            if summary.get("model") == model_name and run_gpus(summary) == [uuid]:
+                out.append(run)
+    return out
+
+
+def main() -> int:
+    results = ROOT / "benchmarks" / "results"
+    print("| calibration | live run | none | roofline | attention at base (what-if) | "
+          "fitted: attention power from the anchors (the default) |")
+    print("|---|---|---|---|---|---|")
+    for path, model, cal, (base_sheet, here), inputs, uuid in refits(results):
+        grid, line, bmeta, anchors, groups = inputs
         fitted, note = prior_for(model, cal["base_gpu"], cal["machine"], "fitted", anchors)
         chose = f"power {note['attention_power']:g}"
         fits = {"none": None,
@@ -112,11 +133,7 @@ def main() -> int:
                                          moe=model.is_moe, other_model=True)
                 tables[name] = fitted_table(grid, line, bmeta, factors, prior,
                                             Path(tmp) / f"{name}.parquet")
-            uuid = str(cal["machine"].get("uuid", ""))[:8]
-            for run in sorted(path.parent.glob("live_*")):
-                summary = json.loads((run / "summary.json").read_text())
-                if summary.get("model") != model.name or run_gpus(summary) != [uuid]:
-                    continue
+            for run in runs_on([path.parent], model.name, uuid):
                 steps = pq.read_table(run / "steps.parquet")
                 got = [step_errors(steps, tables[n], kv_lookup="straggler")["mape_all_pct"]
                        for n in fits]

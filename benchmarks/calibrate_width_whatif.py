@@ -22,7 +22,6 @@ not carry over to the live runs. CPU only, about 20 s.
 
 from __future__ import annotations
 
-import json
 import statistics
 import sys
 import tempfile
@@ -36,11 +35,8 @@ sys.path.insert(0, str(ROOT))
 
 from analysis.fidelity.stats import step_errors  # noqa: E402
 from backends.calibrate import fit_factors, group_name, settle_prefill  # noqa: E402
-from backends.calibrate_prior import other_models, prior_for  # noqa: E402
-from backends.models import load_model  # noqa: E402
-from benchmarks.calibrate_prior_whatif import (calibrations, fitted_table,  # noqa: E402
-                                               refit_inputs)
-from benchmarks.systematic_errors import run_gpus  # noqa: E402
+from backends.calibrate_prior import prior_for  # noqa: E402
+from benchmarks.calibrate_prior_whatif import fitted_table, refits, runs_on  # noqa: E402
 
 
 def width_prior(anchors: list[dict], prior, factors: dict):
@@ -70,20 +66,12 @@ def main() -> int:
     print("| calibration | live run | one factor per group: all / verify / verify time "
           "| per width: all / verify / verify time |")
     print("|---|---|---|---|")
-    for path, meta in calibrations(results):
-        cal = meta["calibration"]
-        spec = meta.get("model") or {}
-        model = load_model(spec.get("name"), tp=spec.get("tp"))
-        base_sheet, _ = other_models(cal["base_gpu"], cal["machine"])
-        grid, line, bmeta, anchors, groups = refit_inputs(model, cal, base_sheet)
+    for path, model, cal, _, inputs, uuid in refits(results):
+        grid, line, bmeta, anchors, groups = inputs
         fitted, _ = prior_for(model, cal["base_gpu"], cal["machine"], "fitted", anchors)
         factors = settle_prefill(fit_factors(anchors, groups, fitted), "auto",
                                  moe=model.is_moe, other_model=True)
-        uuid = str(cal["machine"].get("uuid", ""))[:8]
-        runs = [run for run in sorted(results.glob("*/live_*"))
-                if (run / "summary.json").is_file()
-                and (s := json.loads((run / "summary.json").read_text())).get("model") == model.name
-                and run_gpus(s) == [uuid]]
+        runs = runs_on(sorted(p for p in results.iterdir() if p.is_dir()), model.name, uuid)
         if not runs:
             continue
         with tempfile.TemporaryDirectory() as tmp:
