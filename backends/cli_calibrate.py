@@ -71,9 +71,17 @@ __all__ = ["calibrate"]
               help="Measure nothing: re-fit the anchors an earlier calibrate measured (kept in "
                    "that file's metadata) to --base, e.g. after the shipped profile was "
                    "re-recorded under the same timing protocol. Needs no GPU.")
+@click.option("--from-run", "from_run", type=click.Path(file_okay=False), default=None,
+              metavar="RUN_DIR",
+              help="Measure nothing: re-centre --base on a live run recorded on a GPU of its "
+                   "model (a results folder of simulate --backend aiter), dividing each pass "
+                   "group's rows by its summed predicted / live time over the run's passes. A "
+                   "what-if, not the default: on the H100s it corrected the offset the anchor "
+                   "fit left (docs/aiter.md, \"Re-centring on a live run\"). Give --base the "
+                   "calibration of that GPU model. Needs no GPU.")
 def calibrate(model, tp, base, out, budget_s, anchors, heldout, seed, reps, warmup, eager_reps,
               settle_s, page_size, max_context, kv_pool_gib, gpu_sheet, extend_logits, progress,
-              trace_path, limit, config_path, sets, prefill, prior, anchors_from):
+              trace_path, limit, config_path, sets, prefill, prior, anchors_from, from_run):
     """Fit a recorded profile to this machine's GPU from a few re-measured shapes.
 
     \b
@@ -84,6 +92,8 @@ def calibrate(model, tp, base, out, budget_s, anchors, heldout, seed, reps, warm
       specsched calibrate --model llama-3.1-8b --anchors-from 8b_here.parquet -o 8b_here_new.parquet
       specsched calibrate --model llama-3.1-8b --trace prod.parquet --limit 200 \\
           --set engine.policy=bucket -o 8b_for_prod.parquet
+      specsched calibrate --model llama-3.1-8b --base 8b_here.parquet --from-run live_run/ \\
+          -o 8b_here_recentred.parquet
 
     Re-measures --anchors of the base profile's own grid points (spread over verify, draft and
     draft-extend, graph and eager, and prefill; few captured graphs, several KV lengths each)
@@ -95,7 +105,8 @@ def calibrate(model, tp, base, out, budget_s, anchors, heldout, seed, reps, warm
     shape-dependent difference between the machines stays (docs/aiter.md, "specsched
     calibrate"), except the one between two GPU models' sheets, which --prior fitted (the
     default) takes from the roofline.  Needs a CUDA or ROCm GPU (exit 2 without one), except
-    with --anchors-from, which re-fits an earlier calibration's measured anchors to --base
+    with --from-run (re-centres --base on a recorded live run, a what-if) and with
+    --anchors-from, which re-fits an earlier calibration's measured anchors to --base
     (those not among the base's grid rows are left out and listed in the metadata).  With --trace
     the anchors are the grid rows a simulated run of that workload spends most time nearest,
     shared over the pass groups by that time (docs/aiter.md, "specsched calibrate").
@@ -109,6 +120,18 @@ def calibrate(model, tp, base, out, budget_s, anchors, heldout, seed, reps, warm
     from backends.models import load_model
 
     n = DEFAULT_ANCHORS if anchors is None else anchors
+    if from_run is not None:
+        from pathlib import Path
+
+        from backends.calibrate_from_run import recentre
+
+        if anchors is not None or heldout or trace_path or anchors_from:
+            raise SpecschedError("--from-run measures nothing: drop --anchors, --heldout, "
+                                 "--trace and --anchors-from")
+        base = _check_calibrate(model, tp, base, out, budget_s, n, heldout, gpu_sheet,
+                                extra_inputs=(str(Path(from_run) / "steps.parquet"),))
+        click.echo(json.dumps(recentre(load_model(model, tp=tp), base, from_run, out)))
+        return
     base = _check_calibrate(model, tp, base, out, budget_s, n, heldout, gpu_sheet, anchors_from,
                             extra_inputs=tuple(p for p in (trace_path, config_path) if p))
     workload = _workload(model, tp, base, trace_path, limit, config_path, sets)

@@ -162,12 +162,18 @@ def render_markdown(report: dict, *, reference: str) -> str:
                   "models are as much as the profile's fidelity; `specsched calibrate` on that "
                   "GPU fits the profile to it (docs/aiter.md, \"On another GPU model\").", ""]
     cal = (report.get("profile") or {}).get("calibration")
-    if cal:
+    if cal and cal.get("factors"):
         kept = cal.get("not_applied") or {}
         lines += [f"Profile calibrated on {cal['gpu']} at {cal['at']} from {cal['base']} "
                   f"({cal['anchors']} anchors): factors "
                   + ", ".join(factor_text(g, f, kept.get(g), applied=g not in kept)
                               for g, f in cal["factors"].items()) + ".", ""]
+    rec = (cal or {}).get("recentred")
+    if rec:
+        lead = "Then re-centred" if cal.get("factors") else "Profile re-centred"
+        lines += [f"{lead} on the live run {rec['run']} (`calibrate --from-run`, a "
+                  "what-if): factors " + ", ".join(f"{g} {f:.4f}" for g, f in
+                                                   rec["factors"].items()) + ".", ""]
     lines += _steps_section(s, bool(reps))
     if report.get("heldout"):
         lines += _heldout_section(report["heldout"])

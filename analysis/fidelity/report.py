@@ -183,6 +183,11 @@ def build_report(reference_steps: pa.Table, reference_summary: dict, profile_sum
                 for g, f in (cal.get("factors") or {}).items() if f.get("applied") is False}
         if kept:  # fitted but not applied (backends.calibrate.settle_prefill)
             report["profile"]["calibration"]["not_applied"] = kept
+        rec = cal.get("recentred")
+        if isinstance(rec, dict):  # calibrate --from-run (backends.calibrate_from_run)
+            report["profile"]["calibration"]["recentred"] = {
+                "run": rec.get("run"), "factors": {g: f.get("factor") for g, f in
+                                                   (rec.get("groups") or {}).items()}}
     report["machines"] = recording_machines(src, reference_summary)
     models = gpu_models(src, reference_summary)
     if models:
