@@ -74,8 +74,8 @@ __all__ = ["calibrate"]
 @click.option("--from-run", "from_run", type=click.Path(file_okay=False), default=None,
               metavar="RUN_DIR",
               help="Measure nothing: re-centre --base on a live run recorded on a GPU of its "
-                   "model (a results folder of simulate --backend aiter), dividing each pass "
-                   "group's rows by its summed predicted / live time over the run's passes. A "
+                   "model (a results folder of simulate --backend aiter), scaling each pass "
+                   "group's rows until its summed time over the run's passes is the live one. A "
                    "what-if, not the default: on the H100s it corrected the offset the anchor "
                    "fit left (docs/aiter.md, \"Re-centring on a live run\"). Give --base the "
                    "calibration of that GPU model. Needs no GPU.")
@@ -128,6 +128,9 @@ def calibrate(model, tp, base, out, budget_s, anchors, heldout, seed, reps, warm
         if anchors is not None or heldout or trace_path or anchors_from:
             raise SpecschedError("--from-run measures nothing: drop --anchors, --heldout, "
                                  "--trace and --anchors-from")
+        if Path(from_run).resolve() in Path(out).resolve().parents:
+            raise SpecschedError(f"-o {out} is inside the --from-run folder {from_run}: write the "
+                                 "re-centred profile elsewhere and leave the recorded run as it is")
         base = _check_calibrate(model, tp, base, out, budget_s, n, heldout, gpu_sheet,
                                 extra_inputs=(str(Path(from_run) / "steps.parquet"),))
         click.echo(json.dumps(recentre(load_model(model, tp=tp), base, from_run, out)))

@@ -126,12 +126,13 @@ def test_fidelity_refuses_the_run_a_profile_was_recentred_on(tmp_path):
     ("no-steps", "steps.parquet"),
     ("with-anchors", "--from-run measures nothing: drop --anchors"),
     ("out-is-base", "is the base profile"),
+    ("out-in-run", "is inside the --from-run folder"),
 ])
 def test_from_run_refusals(tmp_path, case, needle):
     """Each refusal names what is wrong, exits 2 with one error line and writes nothing: a run
     of another GPU model than the profile's (the H200 run against an H100 calibration), a run
-    that did not time its passes on a GPU, a folder without steps, --anchors beside it, and -o
-    naming the base."""
+    that did not time its passes on a GPU, a folder without steps, --anchors beside it, -o
+    naming the base, and -o inside the run's folder; the run is left as it was."""
     run = tmp_path / "run"
     shutil.copytree(RUN, run)
     base, out = BASE, tmp_path / "out.parquet"
@@ -148,10 +149,14 @@ def test_from_run_refusals(tmp_path, case, needle):
         extra = ["--anchors", "8"]
     elif case == "out-is-base":
         out = base
+    elif case == "out-in-run":
+        out = run / "requests.parquet"
     before = {p.name for p in tmp_path.iterdir()}
+    in_run = {p.name: p.read_bytes() for p in run.iterdir()}
     r = cli("calibrate", "--model", "deepseek-v2-lite", "--base", str(base), "--from-run",
             str(run), "-o", str(out), *extra)
     assert r.returncode == 2, r.stderr
     assert r.stderr.startswith("error: ") and needle in r.stderr, r.stderr
     assert "Traceback" not in r.stderr and r.stdout == ""
     assert {p.name for p in tmp_path.iterdir()} == before
+    assert {p.name: p.read_bytes() for p in run.iterdir()} == in_run
