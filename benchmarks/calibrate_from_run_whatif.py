@@ -107,6 +107,8 @@ OTHER_GPU = [
 ]
 PAIRINGS = ([(m, start, src, start, targets) for m, start, src, targets in SAME_GPU]
             + OTHER_GPU)
+
+
 def recentred(start: Path, run: Path, model, out: Path, target: Path | None = None
               ) -> dict[str, float]:
     """Write ``target``'s rows (default ``start``'s) scaled by the factors ``specsched

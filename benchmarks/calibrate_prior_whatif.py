@@ -89,15 +89,18 @@ def fitted_table(grid: list, line: list, bmeta: dict, factors: dict, prior, out:
 
 
 def refits(results: Path):
-    """For each calibration of :func:`calibrations`: ``(path, model, its sheets (base's,
+    """For each calibration of :func:`calibrations`: ``(path, model, cal, its sheets (base's,
     here's), the inputs of a re-fit (:func:`refit_inputs`: grid, line, metadata, anchors,
-    groups), the calibration's GPU uuid prefix)``."""
+    groups), today's fitted prior and its note (``prior_for(..., "fitted")``), the
+    calibration's GPU uuid prefix)``."""
     for path, meta in calibrations(results):
         cal = meta["calibration"]
         spec = meta.get("model") or {}
         model = load_model(spec.get("name"), tp=spec.get("tp"))
         sheets = other_models(cal["base_gpu"], cal["machine"])
-        yield (path, model, cal, sheets, refit_inputs(model, cal, sheets[0]),
+        inputs = refit_inputs(model, cal, sheets[0])
+        fitted, note = prior_for(model, cal["base_gpu"], cal["machine"], "fitted", inputs[3])
+        yield (path, model, cal, sheets, inputs, fitted, note,
                str(cal["machine"].get("uuid", ""))[:8])
 
 
@@ -119,9 +122,8 @@ def main() -> int:
     print("| calibration | live run | none | roofline | attention at base (what-if) | "
           "fitted: attention power from the anchors (the default) |")
     print("|---|---|---|---|---|---|")
-    for path, model, cal, (base_sheet, here), inputs, uuid in refits(results):
+    for path, model, cal, (base_sheet, here), inputs, fitted, note, uuid in refits(results):
         grid, line, bmeta, anchors, groups = inputs
-        fitted, note = prior_for(model, cal["base_gpu"], cal["machine"], "fitted", anchors)
         chose = f"power {note['attention_power']:g}"
         fits = {"none": None,
                 "roofline": prior_for(model, cal["base_gpu"], cal["machine"], "roofline")[0],

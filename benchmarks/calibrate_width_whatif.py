@@ -35,7 +35,6 @@ sys.path.insert(0, str(ROOT))
 
 from analysis.fidelity.stats import step_errors  # noqa: E402
 from backends.calibrate import fit_factors, group_name, settle_prefill  # noqa: E402
-from backends.calibrate_prior import prior_for  # noqa: E402
 from benchmarks.calibrate_prior_whatif import fitted_table, refits, runs_on  # noqa: E402
 
 
@@ -66,9 +65,8 @@ def main() -> int:
     print("| calibration | live run | one factor per group: all / verify / verify time "
           "| per width: all / verify / verify time |")
     print("|---|---|---|---|")
-    for path, model, cal, _, inputs, uuid in refits(results):
+    for path, model, _, _, inputs, fitted, _, uuid in refits(results):
         grid, line, bmeta, anchors, groups = inputs
-        fitted, _ = prior_for(model, cal["base_gpu"], cal["machine"], "fitted", anchors)
         factors = settle_prefill(fit_factors(anchors, groups, fitted), "auto",
                                  moe=model.is_moe, other_model=True)
         runs = runs_on(sorted(p for p in results.iterdir() if p.is_dir()), model.name, uuid)

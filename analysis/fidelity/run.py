@@ -91,9 +91,8 @@ def run_fidelity(trace_path: str | Path, model: str, *, out_dir: str | Path | No
     if reference_run is not None:
         from backends.calibrate_from_run import check_not_source
 
-        chosen = base.to_dict()["backend"].get("profile")
-        if chosen:
-            check_not_source(chosen, reference_run)
+        if base.backend.profile:
+            check_not_source(base.backend.profile, reference_run)
     ref_cfg = base.replace({"backend.name": reference, "backend.profile": ""})
     prof_cfg = base.replace({"backend.name": "profile"})
     if reference_run is not None and limit is None:
