@@ -189,7 +189,14 @@ def profile_metadata(model: Any, gpu: Any, *, versions: Any = None, command: str
 
 
 def _encode_metadata(metadata: Mapping[str, Any], where: str) -> dict[bytes, bytes]:
-    unknown = sorted(set(metadata) - set(_META_KEYS) - set(_OPTIONAL_META_KEYS))
+    # metadata as read_profile returns it carries the version it was read at, which is the one
+    # written here (the reader refuses any other); a different one is the caller's mistake
+    if "profile_version" in metadata and metadata["profile_version"] != PROFILE_VERSION:
+        raise SpecschedError(f"profile metadata has profile_version "
+                             f"{metadata['profile_version']!r}; this version writes "
+                             f"{PROFILE_VERSION!r}", path=where)
+    unknown = sorted(set(metadata) - set(_META_KEYS) - set(_OPTIONAL_META_KEYS)
+                     - {"profile_version"})
     if unknown:
         raise SpecschedError(f"unknown profile metadata key(s) {unknown}; valid: "
                              f"{', '.join(_META_KEYS + _OPTIONAL_META_KEYS)}", path=where)
@@ -219,7 +226,7 @@ def write_profile(rows: Any, path: "str | Path", metadata: Mapping[str, Any], *,
     :data:`PROFILE_SCHEMA`, and optionally ``split`` (:data:`SPLIT_FIELD`: ``"grid"`` or
     ``"heldout"``; written only when given).  ``metadata``: ``model`` (a ModelShape or its dict)
     and ``gpu`` (required), ``versions``, ``command``, ``kernels``, ``notes`` (see
-    :func:`profile_metadata`).
+    :func:`profile_metadata`); metadata as :func:`read_profile` returns it is taken as it is.
     Problems raise a SpecschedError naming ``path``, the row (0-based, in ``rows``) and the column.
     """
     path = Path(path)

@@ -118,7 +118,7 @@ def recentred(start: Path, run: Path, model, out: Path, target: Path | None = No
     factors, _ = fit_recentring(start, steps, model)
     rows, meta = read_profile(start if target is None else target)
     write_profile(scaled_rows(rows.to_pylist(), factors), out,
-                  {k: v for k, v in meta.items() if k != "profile_version"})
+                  dict(meta))
     return factors
 
 

@@ -42,7 +42,7 @@ def other_prefill(calibrated: Path, out: Path) -> tuple[float, bool]:
     m = 1 / f if applied else f
     rows = [dict(r, **{k: r[k] * m for k in ("latency_s", "p10_s", "p90_s")})
             if r["kind"] == "prefill" else r for r in table.to_pylist()]
-    meta = {k: v for k, v in meta.items() if k != "profile_version"}
+    meta = dict(meta)
     meta["notes"] = list(meta.get("notes") or []) + [
         f"what-if: prefill rows {'divided' if applied else 'multiplied'} by the calibration's "
         f"prefill factor {f:.4f}"]

@@ -84,7 +84,7 @@ def fitted_table(grid: list, line: list, bmeta: dict, factors: dict, prior, out:
     ``backends.calibrate.calibrated_copy`` writes a calibration), through the file ``out``: a
     table reads its file for its grid."""
     write_profile(calibrated_copy(grid, line, factors, prior=prior), str(out),
-                  {k: v for k, v in bmeta.items() if k != "profile_version"})
+                  dict(bmeta))
     return load_profile(str(out))
 
 

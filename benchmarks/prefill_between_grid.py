@@ -169,7 +169,7 @@ def main(argv=None) -> int:
         print(f"\nMean |residual| over these prefills: {mae:.2f}%.")
         if a.what_if:
             add = what_if_rows(table, rows, kept)
-            meta = {k: v for k, v in meta.items() if k != "profile_version"}
+            meta = dict(meta)
             meta["notes"] = list(meta.get("notes") or []) + [
                 "DIAGNOSTIC, not evidence: prefill rows at " + ", ".join(str(c) for c, _ in kept)
                 + " tokens derived from the live runs " + "; ".join(used)

@@ -95,7 +95,7 @@ def write_rows_changed(src: str | Path, dst: str | Path,
     from backends.profile import read_profile, write_profile
 
     table, meta = read_profile(src)
-    keep: dict[str, Any] = {k: v for k, v in meta.items() if k != "profile_version"}
+    keep: dict[str, Any] = dict(meta)
     keep["notes"] = [*(keep.get("notes") or []), note]
     return write_profile(change(table.to_pylist()), dst, keep)
 

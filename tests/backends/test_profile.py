@@ -100,6 +100,13 @@ def test_writer_is_deterministic_and_sorted(tmp_path):
     assert table.schema.equals(PROFILE_SCHEMA)
     assert meta["profile_version"] == "1" and meta["model"]["name"] == "llama-3.1-8b"
     assert pq.read_metadata(a).row_group(0).column(0).compression == "ZSTD"
+    # what read_profile returns writes back as it is, to the same bytes
+    c = tmp_path / "c.parquet"
+    write_profile(table, c, meta)
+    assert c.read_bytes() == a.read_bytes()
+    with pytest.raises(SpecschedError, match="profile_version '0'; this version writes '1'"):
+        write_profile(table, tmp_path / "d.parquet", {**meta, "profile_version": "0"})
+    assert not (tmp_path / "d.parquet").exists()
 
 
 BASE = dict(kind="verify", graph=True, bs=2, width=4, kv_len=100, tokens=8, latency_s=1e-3,
