@@ -75,9 +75,11 @@ __all__ = ["calibrate"]
               metavar="RUN_DIR",
               help="Measure nothing: re-centre --base on a live run recorded on a GPU of its "
                    "model (a results folder of simulate --backend aiter), scaling each pass "
-                   "group's rows until its summed time over the run's passes is the live one. A "
-                   "what-if, not the default: on the H100s it corrected the offset the anchor "
-                   "fit left (docs/aiter.md, \"Re-centring on a live run\"). Give --base the "
+                   "group's rows until its summed time over the run's passes is the live one. Opt-in "
+                   "(it needs a recorded run): on H100s under the H200 profiles it corrected the "
+                   "offset the anchor fit left, per step better on all 11 runs recorded after "
+                   "it was written; on the profile's own GPU model it gained nothing "
+                   "(docs/aiter.md, \"Re-centring on a live run\"). Give --base the "
                    "calibration of that GPU model. Needs no GPU.")
 def calibrate(model, tp, base, out, budget_s, anchors, heldout, seed, reps, warmup, eager_reps,
               settle_s, page_size, max_context, kv_pool_gib, gpu_sheet, extend_logits, progress,
@@ -105,7 +107,7 @@ def calibrate(model, tp, base, out, budget_s, anchors, heldout, seed, reps, warm
     shape-dependent difference between the machines stays (docs/aiter.md, "specsched
     calibrate"), except the one between two GPU models' sheets, which --prior fitted (the
     default) takes from the roofline.  Needs a CUDA or ROCm GPU (exit 2 without one), except
-    with --from-run (re-centres --base on a recorded live run, a what-if) and with
+    with --from-run (re-centres --base on a recorded live run) and with
     --anchors-from, which re-fits an earlier calibration's measured anchors to --base
     (those not among the base's grid rows are left out and listed in the metadata).  With --trace
     the anchors are the grid rows a simulated run of that workload spends most time nearest,

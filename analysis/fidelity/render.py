@@ -171,8 +171,8 @@ def render_markdown(report: dict, *, reference: str) -> str:
     rec = (cal or {}).get("recentred")
     if rec:
         lead = "Then re-centred" if cal.get("factors") else "Profile re-centred"
-        lines += [f"{lead} on the live run {rec['run']} (`calibrate --from-run`, a "
-                  "what-if): factors " + ", ".join(f"{g} {f:.4f}" for g, f in
+        lines += [f"{lead} on the live run {rec['run']} (`calibrate --from-run`): "
+                  "factors " + ", ".join(f"{g} {f:.4f}" for g, f in
                                                    rec["factors"].items()) + ".", ""]
     lines += _steps_section(s, bool(reps))
     if report.get("heldout"):

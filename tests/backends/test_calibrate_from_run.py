@@ -116,7 +116,7 @@ def test_fidelity_refuses_the_run_a_profile_was_recentred_on(tmp_path):
     assert rep["profile"]["calibration"]["recentred"]["run"] == str(run)
     assert rep["profile"]["calibration"]["recentred"]["factors"]["verify_graph"] == \
         pytest.approx(1.25)
-    assert f"Profile re-centred on the live run {run} (`calibrate --from-run`, a what-if)" in \
+    assert f"Profile re-centred on the live run {run} (`calibrate --from-run`): factors" in \
         (folder / "fidelity.md").read_text()
 
 
