@@ -19,6 +19,10 @@ unpacks each live run as ``DEST/live_NAME/``, and then, for each live run it unp
   ``DEST/fidelity_NAME_calibrated[_TAG].md`` (``TAG``: what follows ``calibrated`` in the
   profile's name).
 
+With ``--score-folder`` the live runs earlier calls left in ``DEST`` are scored the same way, but
+for the reports they already have: a calibration that a later call brought (a ``calibrate
+--trace`` after the runs it is judged on) then meets the runs recorded before it.
+
 It prints a table of those reports (checks met, per-step MAPE, the missed checks) for the
 folder's README. Nothing is written over: a file or folder that would be is named and the script
 exits 2 before it copies anything. Reports are written with paths relative to the repository,
@@ -26,6 +30,8 @@ as ``regenerate_reports.py`` re-runs them.
 
     python benchmarks/ingest_call.py FILES_AT benchmarks/results/h200-2026-12-06 --call 1
     python benchmarks/ingest_call.py FILES_AT benchmarks/results/h200-2026-12-06 --no-score
+    python benchmarks/ingest_call.py FILES_AT benchmarks/results/h200-2026-12-06 --call 3 \
+        --score-folder
 """
 
 from __future__ import annotations
@@ -239,6 +245,10 @@ def main(argv=None) -> int:
     ap.add_argument("--calibrations-from", type=Path, default=None, metavar="DIR",
                     help="take the calibrated profiles from DIR instead of DEST (a folder of "
                     "repeats scored against the calibrations made beside the first recordings)")
+    ap.add_argument("--score-folder", action="store_true",
+                    help="also score the live runs already in DEST (reports that exist are "
+                    "kept): a calibration a later call brought is scored against the runs of "
+                    "the calls before it")
     a = ap.parse_args(argv)
     os.chdir(ROOT)  # reports record paths relative to the repository
     try:
@@ -267,6 +277,10 @@ def main(argv=None) -> int:
         if left:
             print("left out the journals of finished runs: "
                   + ", ".join(f.name for f in left))
+        if a.score_folder:
+            mine = {run.name for run, _ in runs}
+            runs += [(d, d.name[len("live_"):]) for d in sorted(dest.glob("live_*"))
+                     if d.is_dir() and d.name not in mine and (d / "summary.json").is_file()]
         if a.no_score or not runs:
             return 0
         print("\n| report | checks | per-step MAPE | missed | repeat runs |\n|---|---|---|---|---|")

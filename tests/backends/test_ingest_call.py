@@ -82,6 +82,37 @@ def test_a_folder_of_repeats_is_scored_against_the_calibrations_of_another(tmp_p
     assert Path(rep["profile"]["file"]).resolve() == (first / cal).resolve()
 
 
+def test_a_later_calls_calibration_is_scored_against_the_runs_already_there(tmp_path, capsys):
+    """Call 1 brings the run, call 2 only a calibration: without ``--score-folder`` nothing is
+    scored; with it the run gets the calibrated report, and its shipped report is kept as it
+    was, byte for byte."""
+    import ingest_call
+
+    fa, dest = _files_at(tmp_path), tmp_path / "day"
+    cal = "deepseek-v2-lite__H200.calibrated_conv_bucket150.parquet"
+    later = tmp_path / "call2"
+    later.mkdir()
+    (fa / cal).rename(later / cal)
+    shutil.copy(DAY / "call3_gpu0.log", later / "gpu0.log")
+    assert ingest_call.main([str(fa), str(dest), "--call", "1", "--no-repeats"]) == 0
+    shipped = (dest / "fidelity_v2lite_split150.json").read_bytes()
+    stem = "fidelity_v2lite_split150_calibrated_conv_bucket150"
+    assert not (dest / f"{stem}.json").exists()
+    capsys.readouterr()
+    assert ingest_call.main([str(later), str(dest), "--call", "2", "--no-repeats"]) == 0
+    assert not (dest / f"{stem}.json").exists()
+    (dest / "call2_gpu0.log").unlink()
+    (dest / cal).unlink()
+    assert ingest_call.main([str(later), str(dest), "--call", "2", "--no-repeats",
+                             "--score-folder"]) == 0
+    out = capsys.readouterr().out
+    assert "| `fidelity_v2lite_split150.md` | exists: not written over |" in out
+    assert (dest / "fidelity_v2lite_split150.json").read_bytes() == shipped
+    got = json.loads((dest / f"{stem}.json").read_text())["checks"]
+    want = json.loads((DAY / "fidelity_v2lite_split150_calibrated_conv.json").read_text())["checks"]
+    assert {k: c["pass"] for k, c in got.items()} == {k: c["pass"] for k, c in want.items()}
+
+
 def test_an_archive_that_leaves_its_folder_is_refused_before_anything_is_written(tmp_path, capsys):
     import ingest_call
 
