@@ -15,13 +15,15 @@ should weigh more. On V2-Lite's H100 runs the prefill steps are mostly small one
 median ratio and their summed time pointed different ways (docs/aiter.md, *The prefill what-if
 judged on a seventh H100*).
 
-This is a what-if mode, not the default calibration. Over the recorded H100 runs it corrected
-the offset each anchor calibration left, which was steady within a GPU model. Re-centred on a
-run of another H100 in another session, per-step MAPE went from 1.88-2.73% to 1.26-1.84% on
-all ten targets and the whole-run checks gained +17. On the H200's own runs, where the anchor
-fit has no offset to correct, per step went to 0.63-0.64% while the whole-run checks lost 4
-over six targets, all of them checks that sit near their thresholds
-(``benchmarks/calibrate_from_run_whatif.py``; docs/aiter.md, *Re-centring on a live run*).
+An opt-in mode, not the default calibration: it needs a recorded live run. Over the recorded
+H100 runs it corrected the offset each anchor calibration left, which was steady within a GPU
+model. Re-centred on a run of another H100 in another session, per-step MAPE went from
+1.88-2.73% to 1.26-1.84% on all ten targets and the whole-run checks gained +17. Judged on an
+eighth H100's runs, recorded after it was written, per step was better on all 11 targets and
+the checks gained +16. On the H200's own runs, where the anchor fit has no offset to correct,
+per step went to 0.63-0.64% while the whole-run checks lost 4 over six targets, all of them
+checks that sit near their thresholds (``benchmarks/calibrate_from_run_whatif.py``;
+docs/aiter.md, *Re-centring on a live run* and *Both judged on an eighth H100*).
 ``specsched fidelity`` refuses to score a re-centred profile against the run it was re-centred
 on.
 """
