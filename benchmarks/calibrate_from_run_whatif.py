@@ -36,13 +36,18 @@ Out of sample: the pairings marked "recorded after this script was written" (an 
 ``d06d8883``, ``h100-2026-12-06g`` and ``-06h``): per step better on all 11 targets
 (V2-Lite 2.46-2.70% -> 1.56-1.78%, the 70B long context 1.82% -> 1.27 / 1.31%), whole-run
 checks +16 (the same GPU +5 and, from the ``--trace`` calibration, +4; another H100 +4; the
-70B +4 and -1).
+70B +4 and -1). On a ninth H100 (``3cb66af1``, ``h100-2026-12-06i``; pairings marked "recorded
+after the pairings above were judged"): per step better on all 6 targets, checks +10 (the 70B
+long context 9 -> 14 from its own GPU's and from ``-06c``'s ``split`` run, 15 -> 15 from the
+``--trace`` calibration; V2-Lite 8 -> 9 from either other H100; the 70B ``split`` target 14 ->
+12).
 
 CPU only, about 9 minutes (one simulation per target); ``--targets-in FOLDER...`` scores only
 the targets in those folders.
 
     python benchmarks/calibrate_from_run_whatif.py
     python benchmarks/calibrate_from_run_whatif.py --targets-in h100-2026-12-06g h100-2026-12-06h
+    python benchmarks/calibrate_from_run_whatif.py --targets-in h100-2026-12-06i
 """
 
 from __future__ import annotations
@@ -99,6 +104,14 @@ SAME_GPU = [
       ("h200-2026-12-05", "fidelity_v2lite_split150_calibrated_conv_prefill_base")]),
     ("deepseek-v2-lite", SHIPPED_V2, f"{RES}/h200-2026-12-05/live_v2lite_split150",
      [("h200-2026-12-05", "fidelity_v2lite_bucket150"), ("h200-2026-12-05", "fidelity_v2lite_pad150")]),
+    # recorded after the pairings above were judged (2026-12-06, GPU 3cb66af1): out of sample
+    ("llama-3.1-70b", f"{RES}/h100-2026-12-06i/llama-3.1-70b__H200.calibrated.parquet",
+     f"{RES}/h100-2026-12-06i/live_70b_split150",
+     [("h100-2026-12-06i", "fidelity_long70b_fixed_calibrated")]),
+    ("llama-3.1-70b",
+     f"{RES}/h100-2026-12-06i/llama-3.1-70b__H200.calibrated_conv_split150.parquet",
+     f"{RES}/h100-2026-12-06i/live_70b_split150",
+     [("h100-2026-12-06i", "fidelity_long70b_fixed_calibrated_conv_split150")]),
 ]
 #: (model, source's start profile, source run, target's start profile, [targets]): the ratios of
 #: a run on one H100 applied to the calibration made on another H100, in another session, and
@@ -141,6 +154,20 @@ OTHER_GPU = [
      f"{RES}/h100-2026-12-06b/live_70b_split150",
      f"{RES}/h100-2026-12-06g/llama-3.1-70b__H200.calibrated.parquet",
      [("h100-2026-12-06g", "fidelity_long70b_fixed_calibrated")]),
+    # recorded after the pairings above were judged (2026-12-06, GPU 3cb66af1): out of sample
+    ("deepseek-v2-lite", f"{RES}/h100-2026-12-06g/deepseek-v2-lite__H200.calibrated.parquet",
+     f"{RES}/h100-2026-12-06g/live_v2lite_bucket150",
+     f"{RES}/h100-2026-12-06i/deepseek-v2-lite__H200.calibrated.parquet",
+     [("h100-2026-12-06i", "fidelity_v2lite_pad150_calibrated")]),
+    ("deepseek-v2-lite", f"{RES}/h100-2026-12-06e/deepseek-v2-lite__H200.calibrated.parquet",
+     f"{RES}/h100-2026-12-06e/live_v2lite_bucket150",
+     f"{RES}/h100-2026-12-06i/deepseek-v2-lite__H200.calibrated.parquet",
+     [("h100-2026-12-06i", "fidelity_v2lite_pad150_calibrated")]),
+    ("llama-3.1-70b", f"{RES}/h100-2026-12-06c/llama-3.1-70b__H200.calibrated.parquet",
+     f"{RES}/h100-2026-12-06c/live_70b_split150",
+     f"{RES}/h100-2026-12-06i/llama-3.1-70b__H200.calibrated.parquet",
+     [("h100-2026-12-06i", "fidelity_long70b_fixed_calibrated"),
+      ("h100-2026-12-06i", "fidelity_70b_split150_calibrated")]),
 ]
 PAIRINGS = ([(m, start, src, start, targets) for m, start, src, targets in SAME_GPU]
             + OTHER_GPU)
