@@ -7,7 +7,8 @@ finished runs too), profiles and calibrated profiles, JSON of the benchmarks. Th
 but the journals of runs that finished, into ``DEST`` (a folder under
 ``benchmarks/results/``, made if missing; earlier calls of the day may already be there), the
 log and the clock samples as ``callN_gpuG.log`` / ``callN_smi_gpuG.csv`` with ``--call N``,
-unpacks each live run as ``DEST/live_NAME/``, and then, for each live run it unpacked:
+unpacks each live run as ``DEST/live_NAME/`` (removing the journal an earlier call left there
+of a run this call finished from it), and then, for each live run it unpacked:
 
 - ``specsched fidelity --reference-run DEST/live_NAME`` against the shipped profile of the run's
   model, written as ``DEST/fidelity_NAME.md`` and ``.json``, with ``--repeat-run`` each earlier
@@ -65,6 +66,14 @@ def finished_journals(src: Path) -> list[Path]:
     done = {m.group(1) for f in src.iterdir() if (m := _LIVE.match(f.name))}
     return sorted(f for f in src.iterdir() if f.is_file()
                   and (m := _JOURNAL.match(f.name)) and m.group(1) in done)
+
+
+def superseded_journals(dest: Path, finished: list[str]) -> list[Path]:
+    """The journals in ``dest`` of the runs in ``finished`` (``journal_NAME.jsonl``): an earlier
+    call copied them in when its run was cut, and the run this call finished from them replaces
+    them (its summary.json lists each sitting), as :func:`finished_journals` does within a call."""
+    return [dest / f"journal_{n}.jsonl" for n in finished
+            if (dest / f"journal_{n}.jsonl").is_file()]
 
 
 def plan_copies(src: Path, dest: Path, call: int | None) -> list[tuple[Path, Path]]:
@@ -277,6 +286,12 @@ def main(argv=None) -> int:
         if left:
             print("left out the journals of finished runs: "
                   + ", ".join(f.name for f in left))
+        done = superseded_journals(dest, [n for _, n in runs])
+        for j in done:
+            j.unlink()
+        if done:
+            print("removed the journals an earlier call left of the runs this call finished: "
+                  + ", ".join(j.name for j in done))
         if a.score_folder:
             mine = {run.name for run, _ in runs}
             runs += [(d, d.name[len("live_"):]) for d in sorted(dest.glob("live_*"))

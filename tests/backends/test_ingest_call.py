@@ -113,6 +113,28 @@ def test_a_later_calls_calibration_is_scored_against_the_runs_already_there(tmp_
     assert {k: c["pass"] for k, c in got.items()} == {k: c["pass"] for k, c in want.items()}
 
 
+def test_a_run_finished_from_an_earlier_calls_journal_replaces_that_journal(tmp_path, capsys):
+    """A call cut by its limit leaves the run's journal in the folder; the call that finishes
+    the run from it brings the run, and the journal goes (another run's stays)."""
+    import ingest_call
+
+    cut, dest = tmp_path / "cut", tmp_path / "day"
+    cut.mkdir()
+    (cut / "journal_v2lite_split150.jsonl").write_text('{"specsched_journal": 1}\n')
+    (cut / "journal_other.jsonl").write_text('{"specsched_journal": 1}\n')
+    assert ingest_call.main([str(cut), str(dest), "--call", "3", "--no-score"]) == 0
+    assert sorted(p.name for p in dest.iterdir()) == ["journal_other.jsonl",
+                                                      "journal_v2lite_split150.jsonl"]
+    capsys.readouterr()
+    assert ingest_call.main([str(_files_at(tmp_path)), str(dest), "--call", "4",
+                             "--no-score"]) == 0
+    assert sorted(p.name for p in dest.iterdir()) == [
+        "call4_gpu0.log", "deepseek-v2-lite__H200.calibrated_conv_bucket150.parquet",
+        "journal_other.jsonl", "journal_v2lite_cut150.jsonl", "live_v2lite_split150"]
+    assert ("removed the journals an earlier call left of the runs this call finished: "
+            "journal_v2lite_split150.jsonl") in capsys.readouterr().out
+
+
 def test_an_archive_that_leaves_its_folder_is_refused_before_anything_is_written(tmp_path, capsys):
     import ingest_call
 
