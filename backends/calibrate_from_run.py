@@ -132,7 +132,6 @@ def fit_recentring(base: str | Path, steps: Any, model: Any) -> tuple[dict[str, 
 
     rows, meta = read_profile(base)
     rows = rows.to_pylist()
-    meta = dict(meta)
     first = group_ratios(base, steps, model)
     groups = [g for g, v in first.items() if v["passes"] >= MIN_PASSES]
     if not groups:

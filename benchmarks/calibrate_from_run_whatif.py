@@ -181,8 +181,7 @@ def recentred(start: Path, run: Path, model, out: Path, target: Path | None = No
     _, steps = read_live_run(run, model)
     factors, _ = fit_recentring(start, steps, model)
     rows, meta = read_profile(start if target is None else target)
-    write_profile(scaled_rows(rows.to_pylist(), factors), out,
-                  dict(meta))
+    write_profile(scaled_rows(rows.to_pylist(), factors), out, meta)
     return factors
 
 

@@ -83,8 +83,7 @@ def fitted_table(grid: list, line: list, bmeta: dict, factors: dict, prior, out:
     """The lookup table of the base's rows scaled by ``factors`` over ``prior`` (as
     ``backends.calibrate.calibrated_copy`` writes a calibration), through the file ``out``: a
     table reads its file for its grid."""
-    write_profile(calibrated_copy(grid, line, factors, prior=prior), str(out),
-                  dict(bmeta))
+    write_profile(calibrated_copy(grid, line, factors, prior=prior), str(out), bmeta)
     return load_profile(str(out))
 
 

@@ -106,7 +106,7 @@ def spread_profile(base: str, sweep: dict, n: int, out: Path) -> list[tuple]:
         for k in ("latency_s", "p10_s", "p90_s"):
             r[k] *= f
         changed.append((p, t, cs, 100 * (f - 1)))
-    write_profile(rows, out, dict(meta))
+    write_profile(rows, out, meta)
     return changed
 
 

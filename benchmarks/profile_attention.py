@@ -82,7 +82,6 @@ def main(argv: list[str] | None = None) -> int:
         notes = list(meta.get("notes") or [])
         notes.append(f"attention occupancy {occ['slots_per_sm']} per SM copied from {desc}: "
                      "the same kernel, heads a GPU and GPU model; the rows are unchanged")
-        meta = dict(meta)
         out = write_profile(table, a.out or a.profile, {**meta, "attention": occ, "notes": notes},
                             inputs=(a.source,))
     except SpecschedError as exc:

@@ -75,7 +75,7 @@ def _shapes(table: pa.Table) -> list[tuple]:
 
 
 def _noted(bm: dict, dm: dict, what: str, note: dict) -> dict:
-    """``bm`` (less its version) with a note ``{what: note}`` naming the donor's GPU and command."""
+    """A copy of ``bm`` with a note ``{what: note}`` naming the donor's GPU and command."""
     meta = dict(bm)
     meta["notes"] = list(bm.get("notes") or []) + [
         {what: {**note, "from_gpu": dm.get("gpu"), "from_command": dm.get("command")}}]

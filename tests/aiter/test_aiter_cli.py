@@ -258,7 +258,7 @@ def test_calibrate_anchors_from_refuses_a_damaged_anchor(tmp_path, field, value,
     else:
         anchor[field] = value
     bad = tmp_path / "damaged.parquet"
-    write_profile(rows, bad, dict(meta))
+    write_profile(rows, bad, meta)
     out = tmp_path / "refit.parquet"
     r = cli("calibrate", "--model", "llama-3.1-8b", "--base", str(base), "--anchors-from",
             str(bad), "-o", str(out))

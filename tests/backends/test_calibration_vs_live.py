@@ -30,7 +30,6 @@ def _calibrated(path: Path, uuid: str | None, verify: float = 1.02, prefill: flo
                     ratio=f, reps=5) for rs, f in ((ver, verify), (pre, prefill)) for r in rs]
     machine = {"name": "NVIDIA H200"} | ({"uuid": uuid} if uuid else {})
     cal = {"machine": machine, "at": "2026-12-04T00:00:00Z", "anchors": anchors, "factors": {}}
-    meta = dict(meta)
     write_profile(grid, path, dict(meta, calibration=cal))
 
 

@@ -45,7 +45,7 @@ def test_what_if_rows_make_the_profile_answer_the_corrected_value(tmp_path):
     lines = sorted({r["kv_len"] for r in rows if r["kind"] == "prefill"})
     assert sorted(r["kv_len"] for r in add) == lines and {r["tokens"] for r in add} == {1000}
     out = tmp_path / "w.parquet"
-    write_profile(brows.to_pylist() + add, out, dict(meta))
+    write_profile(brows.to_pylist() + add, out, meta)
     new = load_profile(out)
     v0 = table.prefill_s(1000, 0)[0]
     extra = v0 * (np.exp(0.1) - 1)
@@ -87,7 +87,7 @@ def test_profile_option_scores_the_given_file(tmp_path, capsys):
             for k in ("latency_s", "p10_s", "p90_s"):
                 r[k] *= 1.5
     slow = tmp_path / "slow.parquet"
-    write_profile(rows, slow, dict(meta))
+    write_profile(rows, slow, meta)
 
     def band_1024(argv):
         assert m.main(argv) == 0

@@ -101,7 +101,6 @@ def _without_line(tmp_path):
     out = tmp_path / "plain.parquet"
     if not out.exists():
         rows, meta = read_profile("backends/profiles/llama-3.1-8b__H200.parquet")
-        meta = dict(meta)
         write_profile([r for r in rows.to_pylist() if r["split"] != "line"], out, meta)
     return out
 
@@ -109,7 +108,6 @@ def _without_line(tmp_path):
 def _with_line(tmp_path, counts, lat, split="line"):
     """The shipped 8B profile's grid and held-out rows with line rows at ``counts`` (prefix 0)."""
     rows, meta = read_profile(_without_line(tmp_path))
-    meta = dict(meta)
     rows = rows.to_pylist()
     for c, v in zip(counts, lat):
         rows.append({"kind": "prefill", "graph": False, "bs": 1, "width": 0, "kv_len": 0,
@@ -144,7 +142,6 @@ def test_a_line_row_that_is_not_a_one_request_prefix_zero_prefill_is_refused(tmp
                                                                               match):
     path = _with_line(tmp_path, [40], [1e-3])
     rows, meta = read_profile(path)
-    meta = dict(meta)
     rows = [dict(r, **change) if r.get("split") == "line" else r for r in rows.to_pylist()]
     with pytest.raises(SpecschedError, match=match) as e:
         write_profile(rows, tmp_path / "bad.parquet", meta)
