@@ -24,8 +24,8 @@ statistics), ``runs`` (recorded runs and their configuration), ``report`` (check
 ``render`` (markdown), ``run`` (the orchestration), ``cli`` (the command) and ``degrade``
 (deliberately wrong profiles, which the checks must catch); beside them ``jitter`` and
 ``offset`` (the profile side re-run with noisy or offset passes), ``fragile`` (how many
-requests each missed latency check rests on) and ``paired`` (each request against its own live
-figure).
+requests each missed latency check rests on), ``paired`` (each request against its own live
+figure) and ``reach`` (a calibrated profile's error past the KV its anchors measured).
 """
 
 from analysis.fidelity.cli import fidelity

@@ -11,6 +11,7 @@ import math
 
 from analysis.fidelity.fragile import fragile_line
 from analysis.fidelity.lookup import AXES
+from analysis.fidelity.reach import reach_text
 from backends.calibrate import factor_text
 
 __all__ = ["render_markdown"]
@@ -168,6 +169,8 @@ def render_markdown(report: dict, *, reference: str) -> str:
                   f"({cal['anchors']} anchors): factors "
                   + ", ".join(factor_text(g, f, kept.get(g), applied=g not in kept)
                               for g, f in cal["factors"].items()) + ".", ""]
+        if cal.get("kv_reach"):
+            lines += [reach_text(cal["kv_reach"]), ""]
     rec = (cal or {}).get("recentred")
     if rec:
         lead = "Then re-centred" if cal.get("factors") else "Profile re-centred"

@@ -16,6 +16,7 @@ import numpy as np
 import pyarrow as pa
 
 from analysis.fidelity.lookup import GRIDS, col, kinds_present
+from analysis.fidelity.reach import kv_reach
 from analysis.fidelity.stats import (compare_runs, run_diff, heldout_errors, matched_shape_ratio,
                                      shape_floor, step_errors, summarize)
 from backends.calibrate import own_measured
@@ -183,6 +184,9 @@ def build_report(reference_steps: pa.Table, reference_summary: dict, profile_sum
                 for g, f in (cal.get("factors") or {}).items() if f.get("applied") is False}
         if kept:  # fitted but not applied (backends.calibrate.settle_prefill)
             report["profile"]["calibration"]["not_applied"] = kept
+        reach = kv_reach(cal, reference_steps, arrays)
+        if reach is not None:  # how much of the run lies past the anchors' KV
+            report["profile"]["calibration"]["kv_reach"] = reach
         rec = cal.get("recentred")
         if isinstance(rec, dict):  # calibrate --from-run (backends.calibrate_from_run)
             report["profile"]["calibration"]["recentred"] = {

@@ -1,0 +1,83 @@
+"""How far a live run's decode passes go past the KV lengths a calibration's anchors measured.
+
+``specsched calibrate`` measures a few anchors and scales every row of a pass group by one
+factor (times, on another GPU model, the roofline's ratio with attention's part raised to a
+power the anchors choose: ``backends.calibrate_prior``). Rows at KV lengths longer than any
+anchor's take that scaling untested. With ``--trace`` on a conversation trace the anchors stop
+at KV 2,048-8,192, and how attention scales beyond is then read from anchors where attention is
+a small part of each pass: on one H100 (``benchmarks/results/h100-2026-12-06j``) the 70B shard's
+conversation anchors (KV up to 2,048) chose power 1 from costs 6% apart, and its long-context run
+erred 2.49% per step against 1.45% with the default anchors (KV up to 32,768, power 0.5).
+
+:func:`kv_reach` splits a fidelity report's per-step errors at the anchors' longest KV, by the
+longest KV in each step's batch (what attention's time follows), so a report says how much of a
+run was judged beyond what its calibration measured, and how the error differs there.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+import pyarrow as pa
+
+from analysis.fidelity.lookup import col
+from analysis.fidelity.stats import summarize
+
+__all__ = ["DECODE_KINDS", "kv_reach", "reach_text"]
+
+#: the pass kinds whose anchors and steps have a KV length (a prefill's is its cached prefix)
+DECODE_KINDS = ("verify", "draft", "draft_extend")
+
+
+def kv_reach(cal: dict | None, steps: pa.Table, arrays: dict) -> dict[str, Any] | None:
+    """The per-step errors (``arrays``: ``step_errors(..., _full=True)["_arrays"]``) of the
+    decode steps of ``steps`` within and beyond the longest KV of the calibration ``cal``'s
+    decode anchors; None when ``cal`` is not a calibration with decode anchors or the steps
+    record no ``kv_max``.
+
+    Returns ``anchors_kv_max``, the prior's ``attention_power`` and the relative spread of the
+    anchors' cost over the powers tried (both None without a fitted prior), ``within`` and
+    ``beyond`` (:func:`analysis.fidelity.stats.summarize` of the scored steps) and
+    ``beyond_time_share``: the share of the scored decode steps' measured time beyond."""
+    anchors = [a for a in (cal or {}).get("anchors") or [] if a.get("kind") in DECODE_KINDS]
+    if not anchors or "kv_max" not in steps.column_names:
+        return None
+    reach = max(int(a["kv_len"]) for a in anchors)
+    kv = col(steps, "kv_max").astype(np.float64)
+    measured = col(steps, "latency_s").astype(np.float64)
+    scored = arrays["ok"] & np.isin(arrays["kind"], DECODE_KINDS) & np.isfinite(kv)
+    beyond = scored & (kv > reach)
+    within = scored & ~beyond
+    total = float(measured[scored].sum())
+    prior = (cal or {}).get("prior") or {}
+    cost = [float(c) for c in (prior.get("attention_power_cost") or {}).values()]
+    return {"anchors_kv_max": reach,
+            "attention_power": prior.get("attention_power"),
+            "power_cost_spread_pct": ((max(cost) / min(cost) - 1) * 100
+                                      if cost and min(cost) > 0 else None),
+            "within": summarize(arrays["err"][within]),
+            "beyond": summarize(arrays["err"][beyond]),
+            "beyond_time_share": float(measured[beyond].sum()) / total if total > 0 else 0.0}
+
+
+def reach_text(r: dict[str, Any]) -> str:
+    """One paragraph of a fidelity report on :func:`kv_reach`'s figures."""
+    b, w = r["beyond"], r["within"]
+    power = r.get("attention_power")
+    text = f"Its decode anchors measured KV lengths up to {r['anchors_kv_max']:,}"
+    if power is not None:
+        spread = r.get("power_cost_spread_pct")
+        text += (f" (attention's ratio between the GPU models taken to the power {power:g}, "
+                 "chosen from them"
+                 + (f": their cost over powers 0 to 1 differs by {spread:.0f}%" if spread is not None
+                    else "") + ")")
+    if not b["steps"]:
+        return text + f"; every scored decode step of this run is within that ({w['steps']:,} steps)."
+    def fig(d: dict) -> str:
+        return (f"per-step MAPE {d['mape_pct']:.2f}% (mean signed {d['mean_signed_pct']:+.2f}%) "
+                f"over {d['steps']:,} steps")
+    text += (f". {b['steps']:,} of this run's {b['steps'] + w['steps']:,} scored decode steps "
+             f"({r['beyond_time_share']:.0%} of their time) have a longer KV in the batch, where "
+             f"the calibration is extrapolated: {fig(b)}")
+    return text + (f"; within it, {fig(w)}." if w["steps"] else ".")
