@@ -40,7 +40,9 @@ checks +16 (the same GPU +5 and, from the ``--trace`` calibration, +4; another H
 after the pairings above were judged"): per step better on all 6 targets, checks +10 (the 70B
 long context 9 -> 14 from its own GPU's and from ``-06c``'s ``split`` run, 15 -> 15 from the
 ``--trace`` calibration; V2-Lite 8 -> 9 from either other H100; the 70B ``split`` target 14 ->
-12).
+12). On a tenth (``fed2eb11``, ``h100-2026-12-06j`` and ``-06k``; pairings marked "GPU
+fed2eb11"): per step better on all 12 targets (the same GPU 1.57-1.85% -> 1.32-1.33%; the 70B
+long context 1.45 -> 1.18% from ``-06i``'s or ``-06c``'s ``split`` run), checks +3.
 
 CPU only, about 9 minutes (one simulation per target); ``--targets-in FOLDER...`` scores only
 the targets in those folders.
@@ -48,6 +50,7 @@ the targets in those folders.
     python benchmarks/calibrate_from_run_whatif.py
     python benchmarks/calibrate_from_run_whatif.py --targets-in h100-2026-12-06g h100-2026-12-06h
     python benchmarks/calibrate_from_run_whatif.py --targets-in h100-2026-12-06i
+    python benchmarks/calibrate_from_run_whatif.py --targets-in h100-2026-12-06j h100-2026-12-06k
 """
 
 from __future__ import annotations
@@ -112,6 +115,21 @@ SAME_GPU = [
      f"{RES}/h100-2026-12-06i/llama-3.1-70b__H200.calibrated_conv_split150.parquet",
      f"{RES}/h100-2026-12-06i/live_70b_split150",
      [("h100-2026-12-06i", "fidelity_long70b_fixed_calibrated_conv_split150")]),
+    # recorded after the pairings above were judged (2026-12-06, GPU fed2eb11; -06k: the same
+    # runs again, minutes later): out of sample
+    ("deepseek-v2-lite", f"{RES}/h100-2026-12-06j/deepseek-v2-lite__H200.calibrated.parquet",
+     f"{RES}/h100-2026-12-06j/live_v2lite_split150",
+     [("h100-2026-12-06j", "fidelity_v2lite_pad150_calibrated"),
+      ("h100-2026-12-06j", "fidelity_v2lite_bucket150_calibrated"),
+      ("h100-2026-12-06k", "fidelity_v2lite_pad150_calibrated"),
+      ("h100-2026-12-06k", "fidelity_v2lite_bucket150_calibrated")]),
+    ("deepseek-v2-lite",
+     f"{RES}/h100-2026-12-06j/deepseek-v2-lite__H200.calibrated_conv_split150.parquet",
+     f"{RES}/h100-2026-12-06j/live_v2lite_split150",
+     [("h100-2026-12-06j", "fidelity_v2lite_pad150_calibrated_conv_split150"),
+      ("h100-2026-12-06j", "fidelity_v2lite_bucket150_calibrated_conv_split150"),
+      ("h100-2026-12-06k", "fidelity_v2lite_pad150_calibrated_conv_split150"),
+      ("h100-2026-12-06k", "fidelity_v2lite_bucket150_calibrated_conv_split150")]),
 ]
 #: (model, source's start profile, source run, target's start profile, [targets]): the ratios of
 #: a run on one H100 applied to the calibration made on another H100, in another session, and
@@ -168,6 +186,20 @@ OTHER_GPU = [
      f"{RES}/h100-2026-12-06i/llama-3.1-70b__H200.calibrated.parquet",
      [("h100-2026-12-06i", "fidelity_long70b_fixed_calibrated"),
       ("h100-2026-12-06i", "fidelity_70b_split150_calibrated")]),
+    # recorded after the pairings above were judged (2026-12-06, GPU fed2eb11): out of sample
+    ("deepseek-v2-lite", f"{RES}/h100-2026-12-06g/deepseek-v2-lite__H200.calibrated.parquet",
+     f"{RES}/h100-2026-12-06g/live_v2lite_bucket150",
+     f"{RES}/h100-2026-12-06j/deepseek-v2-lite__H200.calibrated.parquet",
+     [("h100-2026-12-06j", "fidelity_v2lite_pad150_calibrated"),
+      ("h100-2026-12-06j", "fidelity_v2lite_split150_calibrated")]),
+    ("llama-3.1-70b", f"{RES}/h100-2026-12-06i/llama-3.1-70b__H200.calibrated.parquet",
+     f"{RES}/h100-2026-12-06i/live_70b_split150",
+     f"{RES}/h100-2026-12-06j/llama-3.1-70b__H200.calibrated.parquet",
+     [("h100-2026-12-06j", "fidelity_long70b_fixed_calibrated")]),
+    ("llama-3.1-70b", f"{RES}/h100-2026-12-06c/llama-3.1-70b__H200.calibrated.parquet",
+     f"{RES}/h100-2026-12-06c/live_70b_split150",
+     f"{RES}/h100-2026-12-06j/llama-3.1-70b__H200.calibrated.parquet",
+     [("h100-2026-12-06j", "fidelity_long70b_fixed_calibrated")]),
 ]
 PAIRINGS = ([(m, start, src, start, targets) for m, start, src, targets in SAME_GPU]
             + OTHER_GPU)
