@@ -61,7 +61,8 @@ from backends.heldout import SECTIONS, HeldoutPoint, allocate
 __all__ = ["DEFAULT_ANCHORS", "MIN_PER_GROUP", "GROUPS", "SHAPE", "group_name",
            "choose_anchors", "fit_factors", "calibrated_rows", "calibrated_copy",
            "anchor_record", "FIT_RULE", "factor_text", "factors_text", "PREFILL_MODES",
-           "settle_prefill", "prefill_summary", "own_measured", "calibrated_metadata"]
+           "settle_prefill", "prefill_summary", "own_measured", "calibrated_metadata",
+           "DECODE_KINDS", "decode_kv_reach", "kv_reach_note"]
 
 #: Anchors ``specsched calibrate`` measures unless told otherwise (``--anchors``).
 DEFAULT_ANCHORS = 24
@@ -246,6 +247,26 @@ def prefill_summary(factors: dict[str, dict]) -> dict | None:
     own = own_measured(p)
     return {"measured": None if own is None else round(float(own), 6),
             "applied": bool(p.get("applied", True))}
+
+
+#: the pass kinds whose anchors have a KV length of their own (a prefill's is its cached prefix)
+DECODE_KINDS = ("verify", "draft", "draft_extend")
+
+
+def decode_kv_reach(anchors: Iterable[dict]) -> int | None:
+    """The longest KV length among a calibration's decode anchors (None without one): rows at
+    longer KV take factors, and on another GPU model an attention power, that no anchor there
+    measured (``analysis/fidelity/reach.py`` splits a live run's error at it)."""
+    kv = [int(a["kv_len"]) for a in anchors if a.get("kind") in DECODE_KINDS]
+    return max(kv) if kv else None
+
+
+def kv_reach_note(reach: int | None) -> str:
+    """What ``specsched calibrate`` prints of :func:`decode_kv_reach`."""
+    if reach is None:
+        return "no decode anchor measured: decode rows take the factors of other anchors"
+    return (f"decode anchors measured KV up to {reach:,}: rows at longer KV take these factors "
+            "untested (a fidelity report on the output splits a run's error there)")
 
 
 def calibrated_rows(grid: Any, factors: dict[str, dict],

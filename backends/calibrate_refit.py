@@ -24,7 +24,8 @@ from pathlib import Path
 from typing import Any
 
 from backends.calibrate import (FIT_RULE, GROUPS, SHAPE, anchor_record, calibrated_metadata,
-                                calibrated_copy, factors_text, group_name, prefill_summary)
+                                calibrated_copy, decode_kv_reach, factors_text, group_name,
+                                prefill_summary)
 from backends.calibrate_prior import fit_with_prior, prior_summary, prior_text
 from backends.shipped import file_sha256
 
@@ -140,4 +141,4 @@ def refit_calibration(model: Any, source: str, base: str, out: str, *,
             "anchors_missing": len(missing),
             "factors": {g: round(f["factor"], 6) for g, f in factors.items()},
             "prefill": prefill_summary(factors),
-            "prior": prior_summary(prior_note)}
+            "prior": prior_summary(prior_note), "decode_kv_reach": decode_kv_reach(anchors)}

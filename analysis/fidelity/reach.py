@@ -23,11 +23,9 @@ import pyarrow as pa
 
 from analysis.fidelity.lookup import col
 from analysis.fidelity.stats import summarize
+from backends.calibrate import DECODE_KINDS, decode_kv_reach
 
-__all__ = ["DECODE_KINDS", "kv_reach", "reach_text"]
-
-#: the pass kinds whose anchors and steps have a KV length (a prefill's is its cached prefix)
-DECODE_KINDS = ("verify", "draft", "draft_extend")
+__all__ = ["kv_reach", "reach_text"]
 
 
 def kv_reach(cal: dict | None, steps: pa.Table, arrays: dict) -> dict[str, Any] | None:
@@ -40,10 +38,9 @@ def kv_reach(cal: dict | None, steps: pa.Table, arrays: dict) -> dict[str, Any] 
     anchors' cost over the powers tried (both None without a fitted prior), ``within`` and
     ``beyond`` (:func:`analysis.fidelity.stats.summarize` of the scored steps) and
     ``beyond_time_share``: the share of the scored decode steps' measured time beyond."""
-    anchors = [a for a in (cal or {}).get("anchors") or [] if a.get("kind") in DECODE_KINDS]
-    if not anchors or "kv_max" not in steps.column_names:
+    reach = decode_kv_reach((cal or {}).get("anchors") or [])
+    if reach is None or "kv_max" not in steps.column_names:
         return None
-    reach = max(int(a["kv_len"]) for a in anchors)
     kv = col(steps, "kv_max").astype(np.float64)
     measured = col(steps, "latency_s").astype(np.float64)
     scored = arrays["ok"] & np.isin(arrays["kind"], DECODE_KINDS) & np.isfinite(kv)

@@ -25,7 +25,7 @@ from typing import Any, Callable
 
 from backends.calibrate import (FIT_RULE, SHAPE, anchor_record, calibrated_metadata,
                                 calibrated_copy, choose_anchors, factors_text, group_name,
-                                prefill_summary)
+                                decode_kv_reach, kv_reach_note, prefill_summary)
 from backends.calibrate_prior import fit_with_prior, prior_summary, prior_text
 from backends.heldout import SECTIONS, HeldoutPoint, choose_heldout, grid_span
 from backends.aiter.heldout_sweep import _graph_key, _kernel_widths, measure_points
@@ -154,6 +154,8 @@ def run_calibrate(model: Any, out: str, base: str, spec: ProfileSpec, *, anchors
     if prior_note:
         say(f"another GPU model than the base's: factors{prior_text(prior_note)}")
     say("factors: " + factors_text(factors))
+    reach = decode_kv_reach(measured)
+    say(kv_reach_note(reach))
 
     held: list[dict] = []
     held_note: dict[str, Any] = {}
@@ -201,7 +203,7 @@ def run_calibrate(model: Any, out: str, base: str, spec: ProfileSpec, *, anchors
                "skipped": len(skipped), "heldout": len(held),
                "factors": {g: round(f["factor"], 6) for g, f in factors.items()},
                "prefill": prefill_summary(factors),
-               "prior": prior_summary(prior_note),
+               "prior": prior_summary(prior_note), "decode_kv_reach": reach,
                "wall_s": round(time.perf_counter() - t_start, 3)}
     say(f"wrote {summary['rows']} rows to {out} in {summary['wall_s']:.1f} s")
     return summary

@@ -446,6 +446,14 @@ def test_calibrate_the_shipped_8b_profile_within_120_s(tmp_path):
                       "extend_eager", "prefill"}
     assert all(g["n"] >= 1 and g["source"] == "group" and 0.5 < g["factor"] < 2 for g in f.values()), f
     assert load_profile(out).source["calibration"]["base"] == "llama-3.1-8b__H200.parquet"
+    # the printed summary names the longest decode KV of the anchors the file records
+    # (backends.calibrate.decode_kv_reach, tested by hand on a CPU)
+    import json
+
+    from backends.calibrate import decode_kv_reach
+
+    summary = json.loads(r.stdout.strip().splitlines()[-1])
+    assert summary["decode_kv_reach"] == decode_kv_reach(meta["calibration"]["anchors"]) > 0
     # on another GPU model than the base's H200 (an H100, say) the fit is against the roofline's
     # ratio between the two sheets at the attention power the anchors choose, or against none
     # when they fit better without (--prior fitted, the default); on an H200 there is no prior

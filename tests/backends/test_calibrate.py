@@ -246,6 +246,7 @@ def test_refit_divides_each_measured_anchor_by_the_new_base(tmp_path):
     out = tmp_path / "refit.parquet"
     s = refit_calibration(m, str(src), str(base), str(out))
     assert (s["anchors"], s["anchors_missing"]) == (4, 1)
+    assert s["decode_kv_reach"] == 4096  # the longest verify anchor; the missing draft not used
     assert s["factors"]["verify_graph"] == pytest.approx(1.20)
     assert s["factors"]["prefill"] == pytest.approx(0.90)
     assert s["factors"]["draft_graph"] == pytest.approx(1.15)
@@ -313,3 +314,16 @@ def test_refit_refuses_a_file_without_anchors_and_writes_nothing(tmp_path):
     with pytest.raises(SpecschedError, match="holds no anchors"):
         refit_calibration(m, str(base), str(base), str(out))
     assert not out.exists()
+
+
+def test_decode_kv_reach_is_the_longest_decode_anchor_and_ignores_prefill():
+    """Verify at KV 1,024 and 4,096, a draft-extend at 2,048, a prefill with a cached prefix of
+    8,192: the decode reach is 4,096 (a prefill's KV is its prefix, not a decode length)."""
+    from backends.calibrate import decode_kv_reach, kv_reach_note
+
+    anchors = [dict(kind="verify", kv_len=1024), dict(kind="verify", kv_len=4096),
+               dict(kind="draft_extend", kv_len=2048), dict(kind="prefill", kv_len=8192)]
+    assert decode_kv_reach(anchors) == 4096
+    assert "up to 4,096" in kv_reach_note(4096)
+    assert decode_kv_reach([dict(kind="prefill", kv_len=8192)]) is None
+    assert "no decode anchor" in kv_reach_note(None)
