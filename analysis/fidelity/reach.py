@@ -38,7 +38,8 @@ def kv_reach(cal: dict | None, steps: pa.Table, arrays: dict) -> dict[str, Any] 
     anchors' cost over the powers tried (both None without a fitted prior), ``within`` and
     ``beyond`` (:func:`analysis.fidelity.stats.summarize` of the scored steps) and
     ``beyond_time_share``: the share of the scored decode steps' measured time beyond."""
-    reach = decode_kv_reach((cal or {}).get("anchors") or [])
+    cal = cal or {}
+    reach = decode_kv_reach(cal.get("anchors") or [])
     if reach is None or "kv_max" not in steps.column_names:
         return None
     kv = col(steps, "kv_max").astype(np.float64)
@@ -47,7 +48,7 @@ def kv_reach(cal: dict | None, steps: pa.Table, arrays: dict) -> dict[str, Any] 
     beyond = scored & (kv > reach)
     within = scored & ~beyond
     total = float(measured[scored].sum())
-    prior = (cal or {}).get("prior") or {}
+    prior = cal.get("prior") or {}
     cost = [float(c) for c in (prior.get("attention_power_cost") or {}).values()]
     return {"anchors_kv_max": reach,
             "attention_power": prior.get("attention_power"),
