@@ -22,6 +22,8 @@ from typing import Any, Callable
 
 import numpy as np
 
+from backends.calibrate import DECODE_KINDS
+
 __all__ = ["DEGRADATIONS", "degrade_rows", "scale_rows", "write_degraded",
            "write_rows_changed"]
 
@@ -51,7 +53,7 @@ def _scale(r: dict, f: float) -> None:
 
 
 def _swap(rows: list[dict]) -> list[dict]:
-    return [dict(r, graph=not r["graph"]) if r["kind"] in ("verify", "draft", "draft_extend") else dict(r)
+    return [dict(r, graph=not r["graph"]) if r["kind"] in DECODE_KINDS else dict(r)
             for r in rows]
 
 
@@ -69,11 +71,11 @@ def scale_rows(rows: list[dict], factor: float) -> list[dict]:
 #: largest of the dense 1-8 ladder), and +5%
 DEGRADATIONS: dict[str, tuple[str, Callable[[list[dict]], list[dict]]]] = {
     "kv_ignored": ("verify and draft latency at KV 2,048 whatever the KV",
-                   lambda rows: _pin(rows, "kv_len", 2048, ("verify", "draft", "draft_extend"))),
+                   lambda rows: _pin(rows, "kv_len", 2048, DECODE_KINDS)),
     "width_ignored": ("verify latency at width 4 whatever the width",
                       lambda rows: _pin(rows, "width", 4, ("verify",))),
     "bs_ignored": ("verify and draft latency at batch size 8 whatever the batch",
-                   lambda rows: _pin(rows, "bs", 8, ("verify", "draft", "draft_extend"))),
+                   lambda rows: _pin(rows, "bs", 8, DECODE_KINDS)),
     "graph_eager_swapped": ("verify and draft graph rows read as eager and eager as graph", _swap),
     "scaled": ("every latency x 1.05", lambda rows: scale_rows(rows, 1.05)),
 }

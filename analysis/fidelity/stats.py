@@ -14,6 +14,7 @@ import pyarrow as pa
 
 from analysis.fidelity.lookup import (AXES, col, grid_position, kinds_present, lookup_points,
                                       measured_points, predict)
+from backends.calibrate import DECODE_KINDS
 from traces.errors import SpecschedError
 
 __all__ = ["step_errors", "compare_runs", "run_diff", "matched_shape_ratio", "shape_keys", "shape_floor",
@@ -140,7 +141,7 @@ def _straggler_errors(steps: pa.Table, table, p: dict, err: np.ndarray, ok: np.n
     if "kv_max" not in steps.column_names:
         return None, np.zeros(len(ok), dtype=bool)
     kv_max = col(steps, "kv_max").astype(np.float64)
-    m = (ok & np.isin(p["kind"], ("verify", "draft", "draft_extend")) & (kv_max >= STRAGGLER_RATIO * p["kv_mean"])
+    m = (ok & np.isin(p["kind"], DECODE_KINDS) & (kv_max >= STRAGGLER_RATIO * p["kv_mean"])
          & (kv_max >= STRAGGLER_MIN_KV))
     out: dict[str, Any] = {"rule": f"kv_max >= {STRAGGLER_RATIO} x mean and >= {STRAGGLER_MIN_KV}",
                            "steps": int(m.sum()),
