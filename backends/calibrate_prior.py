@@ -42,6 +42,14 @@ to judge it said no. On DeepSeek-V2-Lite's H100 anchors no prior fitted them a l
 (``benchmarks/calibrate_prior_whatif.py``). The cost weighs every group alike, and what favoured
 no prior was the prefill group; the verify graph, where the runs spend most time, fitted about
 as well either way, and its one factor without a prior left their verify graphs 9-11% too fast.
+
+The power is kept only when the anchors resolve it (:func:`attention_resolved`); otherwise
+attention keeps the base's time (power 0). The 70B shard's ``calibrate --trace`` anchors on its
+conversation trace under ``fixed`` (decode KV to 2,048) chose power 1 on two H100s by a cost
+6-7% below power 0's, while moving the power shifts their verify anchors apart by 1.2% and they
+scatter by 6%; the long-context runs then erred 2.48-2.50% per step, and 1.26-1.32% at power 0
+(``h100-2026-12-06j``, ``-06l``, ``-06m``; the second GPU's runs recorded before this rule was
+written, which was written after seeing them).
 """
 
 from __future__ import annotations
@@ -55,7 +63,7 @@ import numpy as np
 from backends.calibrate import fit_factors, group_name, settle_prefill
 
 __all__ = ["PRIOR_MODES", "sheet_of", "other_models", "roofline_prior", "anchor_cost",
-           "fit_attention_power", "prior_for", "fit_with_prior", "prior_text", "prior_summary"]
+           "fit_attention_power", "attention_resolved", "prior_for", "fit_with_prior", "prior_text", "prior_summary"]
 
 
 #: device-name words of parts other than the sheets' (every sheet is an SXM or OAM part: an
@@ -141,6 +149,40 @@ def fit_attention_power(model: Any, anchors: list[dict], base_sheet: str, here_s
     return max(p for p, c in cost.items() if c <= best + 1e-12), cost
 
 
+#: groups with fewer anchors do not count in :func:`attention_resolved`: one power can put two
+#: anchors of a group on one ratio whatever they measured, so their scatter says nothing
+RESOLVE_MIN_ANCHORS = 3
+
+
+def attention_resolved(model: Any, anchors: list[dict], base_sheet: str, here_sheet: str,
+                       power: float) -> dict:
+    """Whether a calibration's anchors can tell attention powers apart at all.
+
+    Per group of at least :data:`RESOLVE_MIN_ANCHORS` anchors, the ``lever`` is how far apart
+    moving the power from 0 to 1 can shift two of its anchors (the span of ``log(prior at 1 /
+    prior at 0)`` over them: a shift shared by all is absorbed by the group's factor), and the
+    ``scatter`` is the span of their ``log(measured / (base x prior))`` at ``power``, what one
+    factor leaves unexplained. The power is resolved when some group's lever is larger than its
+    scatter; otherwise whatever the power explains lies within the anchors' own spread (decode
+    anchors that stop at KV 2,048 see little attention on a dense model), and the fit's choice
+    among powers is noise. Returns ``{"resolved": bool, "groups": {group: {"lever", "scatter"}}}``
+    (log spans, rounded to 1e-6)."""
+    p0, p1, at = (roofline_prior(model, base_sheet, here_sheet, p) for p in (0.0, 1.0, power))
+    by: dict[str, list[tuple[float, float]]] = {}
+    for a in anchors:
+        by.setdefault(group_name(a["kind"], a["graph"]), []).append(
+            (math.log(p1(a) / p0(a)),
+             math.log(float(a["measured_s"]) / float(a["base_s"]) / at(a))))
+    groups = {}
+    for g, v in sorted(by.items()):
+        if len(v) >= RESOLVE_MIN_ANCHORS:
+            lever, res = [x for x, _ in v], [y for _, y in v]
+            groups[g] = {"lever": round(max(lever) - min(lever), 6),
+                         "scatter": round(max(res) - min(res), 6)}
+    return {"resolved": any(x["lever"] > x["scatter"] for x in groups.values()),
+            "groups": groups}
+
+
 def other_models(base_gpu: Any, here_gpu: Any) -> tuple[str, str] | None:
     """The two GPUs' sheets (base's, here's) when both have one and they differ: a calibration
     to another GPU model than its base's; None otherwise."""
@@ -172,13 +214,20 @@ def prior_for(model: Any, base_gpu: Any, here_gpu: Any, mode: str = "fitted",
         return roofline_prior(model, base, here), note
     if not anchors:
         raise ValueError("the fitted prior needs the calibration's anchors")
-    power, cost = fit_attention_power(model, anchors, base, here)
+    best, cost = fit_attention_power(model, anchors, base, here)
+    resolved = attention_resolved(model, anchors, base, here, best)
+    power = best if resolved["resolved"] else 0.0
     note.update(attention_power_cost={f"{p:g}": round(c, 6) for p, c in cost.items()},
-                no_prior_cost=round(anchor_cost(anchors, None), 6), attention_power=power)
-    note["how"] += (", its attention part scaled by attention's own ratio to attention_power, "
+                no_prior_cost=round(anchor_cost(anchors, None), 6), attention_power=power,
+                attention_power_best=best, attention_resolved=resolved)
+    note["how"] += (", its attention part scaled by attention's own ratio to attention_power: "
                     "the power of 0, 0.1, ..., 1 under which the anchors agree best with one "
                     "factor per group (least sum of |log residual - its group's median|; ties "
-                    "to the larger); no_prior_cost is that sum with no prior, recorded only")
+                    "to the larger), attention_power_best, when the anchors resolve it "
+                    "(attention_resolved: in some group of 3 or more anchors the power can move "
+                    "two of them further apart than they scatter), else 0 (attention at the "
+                    "base's measured time: the anchors did not measure its ratio); "
+                    "no_prior_cost is that sum with no prior, recorded only")
     return roofline_prior(model, base, here, power), note
 
 
@@ -204,12 +253,20 @@ def prior_text(note: dict | None) -> str:
     if not note:
         return ""
     power = note.get("attention_power")
+    unresolved = (note.get("attention_resolved") or {}).get("resolved") is False
     return (f" x the roofline's {note['here_sheet']} / {note['base_sheet']} ratio per shape"
-            + ("" if power is None else f", attention's to the power {power:g}"))
+            + ("" if power is None else f", attention's to the power {power:g}")
+            + (" (the anchors did not resolve a power)" if unresolved else ""))
 
 
 def prior_summary(note: dict | None) -> dict | None:
     """The prior in a command's printed summary: ``{"rule", "base_sheet", "here_sheet"}`` (and
-    ``attention_power`` when fitted), or None without one."""
-    return note and {k: note[k] for k in ("rule", "base_sheet", "here_sheet", "attention_power")
-                     if k in note}
+    ``attention_power`` when fitted, with ``attention_resolved``, whether the anchors resolved
+    it, when the note records that), or None without one."""
+    if not note:
+        return note
+    out = {k: note[k] for k in ("rule", "base_sheet", "here_sheet", "attention_power")
+           if k in note}
+    if isinstance(note.get("attention_resolved"), dict):
+        out["attention_resolved"] = note["attention_resolved"]["resolved"]
+    return out

@@ -42,7 +42,12 @@ long context 9 -> 14 from its own GPU's and from ``-06c``'s ``split`` run, 15 ->
 ``--trace`` calibration; V2-Lite 8 -> 9 from either other H100; the 70B ``split`` target 14 ->
 12). On a tenth (``fed2eb11``, ``h100-2026-12-06j`` and ``-06k``; pairings marked "GPU
 fed2eb11"): per step better on all 12 targets (the same GPU 1.57-1.85% -> 1.32-1.33%; the 70B
-long context 1.45 -> 1.18% from ``-06i``'s or ``-06c``'s ``split`` run), checks +3.
+long context 1.45 -> 1.18% from ``-06i``'s or ``-06c``'s ``split`` run), checks +3. On an
+eleventh (``493969d8``, ``h100-2026-12-06l`` and ``-06m``; pairings marked "GPU 493969d8"):
+per step better on 8 of 10 targets (the 70B long context 1.92 -> 1.23-1.35%, its ``split`` run
+1.37 -> 1.10-1.18%, V2-Lite's long-context ``bucket`` and ``pad`` 2.26 / 2.31 -> 2.15 / 2.20%;
+worse by 0.02 points on the two long-context runs from the ``--trace`` calibration at power 0,
+1.26 / 1.27%), checks +45.
 
 CPU only, about 9 minutes (one simulation per target); ``--targets-in FOLDER...`` scores only
 the targets in those folders.
@@ -51,6 +56,7 @@ the targets in those folders.
     python benchmarks/calibrate_from_run_whatif.py --targets-in h100-2026-12-06g h100-2026-12-06h
     python benchmarks/calibrate_from_run_whatif.py --targets-in h100-2026-12-06i
     python benchmarks/calibrate_from_run_whatif.py --targets-in h100-2026-12-06j h100-2026-12-06k
+    python benchmarks/calibrate_from_run_whatif.py --targets-in h100-2026-12-06l h100-2026-12-06m
 """
 
 from __future__ import annotations
@@ -130,6 +136,21 @@ SAME_GPU = [
       ("h100-2026-12-06j", "fidelity_v2lite_bucket150_calibrated_conv_split150"),
       ("h100-2026-12-06k", "fidelity_v2lite_pad150_calibrated_conv_split150"),
       ("h100-2026-12-06k", "fidelity_v2lite_bucket150_calibrated_conv_split150")]),
+    # recorded after the pairings above were judged (2026-12-06, GPU 493969d8, h100-2026-12-06l;
+    # -06m: the long-context run again, minutes later): out of sample
+    ("llama-3.1-70b", f"{RES}/h100-2026-12-06l/llama-3.1-70b__H200.calibrated.parquet",
+     f"{RES}/h100-2026-12-06l/live_70b_split150",
+     [("h100-2026-12-06l", "fidelity_long70b_fixed_calibrated"),
+      ("h100-2026-12-06m", "fidelity_long70b_fixed_calibrated")]),
+    ("llama-3.1-70b",
+     f"{RES}/h100-2026-12-06l/llama-3.1-70b__H200.calibrated_conv_fixed150_resolved.parquet",
+     f"{RES}/h100-2026-12-06l/live_70b_split150",
+     [("h100-2026-12-06l", "fidelity_long70b_fixed_calibrated_conv_fixed150_resolved"),
+      ("h100-2026-12-06m", "fidelity_long70b_fixed_calibrated_conv_fixed150_resolved")]),
+    ("deepseek-v2-lite", f"{RES}/h100-2026-12-06l/deepseek-v2-lite__H200.calibrated.parquet",
+     f"{RES}/h100-2026-12-06l/live_longv2lite_split80",
+     [("h100-2026-12-06l", "fidelity_longv2lite_bucket80_calibrated"),
+      ("h100-2026-12-06l", "fidelity_longv2lite_pad80_calibrated")]),
 ]
 #: (model, source's start profile, source run, target's start profile, [targets]): the ratios of
 #: a run on one H100 applied to the calibration made on another H100, in another session, and
@@ -200,6 +221,17 @@ OTHER_GPU = [
      f"{RES}/h100-2026-12-06c/live_70b_split150",
      f"{RES}/h100-2026-12-06j/llama-3.1-70b__H200.calibrated.parquet",
      [("h100-2026-12-06j", "fidelity_long70b_fixed_calibrated")]),
+    # recorded after the pairings above were judged (2026-12-06, GPU 493969d8): out of sample
+    ("llama-3.1-70b", f"{RES}/h100-2026-12-06i/llama-3.1-70b__H200.calibrated.parquet",
+     f"{RES}/h100-2026-12-06i/live_70b_split150",
+     f"{RES}/h100-2026-12-06l/llama-3.1-70b__H200.calibrated.parquet",
+     [("h100-2026-12-06l", "fidelity_long70b_fixed_calibrated"),
+      ("h100-2026-12-06l", "fidelity_70b_split150_calibrated")]),
+    ("llama-3.1-70b", f"{RES}/h100-2026-12-06c/llama-3.1-70b__H200.calibrated.parquet",
+     f"{RES}/h100-2026-12-06c/live_70b_split150",
+     f"{RES}/h100-2026-12-06l/llama-3.1-70b__H200.calibrated.parquet",
+     [("h100-2026-12-06l", "fidelity_long70b_fixed_calibrated"),
+      ("h100-2026-12-06l", "fidelity_70b_split150_calibrated")]),
 ]
 PAIRINGS = ([(m, start, src, start, targets) for m, start, src, targets in SAME_GPU]
             + OTHER_GPU)

@@ -18,8 +18,12 @@ the fidelity report's per-step figure, without re-simulating):
   ``h100-2026-12-06``, recorded after the form was fixed (``h100-2026-12-06b``: about even with
   it on the 70B shard). From 5c51b30 it also took no prior when the anchors agreed better
   without one; DeepSeek-V2-Lite's live runs of ``h100-2026-12-06c`` judged that (no prior
-  4.57-4.85% per step, power 0 2.05-2.45%) and it was reverted. Calibrations recorded under
-  it are re-fitted here as today's rule fits them.
+  4.57-4.85% per step, power 0 2.05-2.45%) and it was reverted. Since 2026-12-06 evening a
+  power the anchors do not resolve is not kept: attention stays at the base (power 0,
+  ``backends.calibrate_prior.attention_resolved``); that changed the 70B's ``--trace``
+  calibrations under ``fixed`` of ``h100-2026-12-06j`` and ``-06l`` (long context 2.49 /
+  2.48% -> 1.32 / 1.26%), and no other. Calibrations recorded under earlier rules are
+  re-fitted here as today's rule fits them.
 
     python benchmarks/calibrate_prior_whatif.py
 

@@ -34,8 +34,9 @@ def kv_reach(cal: dict | None, steps: pa.Table, arrays: dict) -> dict[str, Any] 
     decode anchors; None when ``cal`` is not a calibration with decode anchors or the steps
     record no ``kv_max``.
 
-    Returns ``anchors_kv_max``, the prior's ``attention_power`` and the relative spread of the
-    anchors' cost over the powers tried (both None without a fitted prior), ``within`` and
+    Returns ``anchors_kv_max``, the prior's ``attention_power``, whether the anchors resolved it
+    (``attention_resolved``: None where the calibration predates that record) and the relative
+    spread of the anchors' cost over the powers tried (None without a fitted prior), ``within`` and
     ``beyond`` (:func:`analysis.fidelity.stats.summarize` of the scored steps) and
     ``beyond_time_share``: the share of the scored decode steps' measured time beyond."""
     cal = cal or {}
@@ -50,8 +51,11 @@ def kv_reach(cal: dict | None, steps: pa.Table, arrays: dict) -> dict[str, Any] 
     total = float(measured[scored].sum())
     prior = cal.get("prior") or {}
     cost = [float(c) for c in (prior.get("attention_power_cost") or {}).values()]
+    resolved = prior.get("attention_resolved")
     return {"anchors_kv_max": reach,
             "attention_power": prior.get("attention_power"),
+            "attention_resolved": (resolved.get("resolved") if isinstance(resolved, dict)
+                                   else None),
             "power_cost_spread_pct": ((max(cost) / min(cost) - 1) * 100
                                       if cost and min(cost) > 0 else None),
             "within": summarize(arrays["err"][within]),
@@ -66,10 +70,15 @@ def reach_text(r: dict[str, Any]) -> str:
     text = f"Its decode anchors measured KV lengths up to {r['anchors_kv_max']:,}"
     if power is not None:
         spread = r.get("power_cost_spread_pct")
-        text += (f" (attention's ratio between the GPU models taken to the power {power:g}, "
-                 "chosen from them"
-                 + (f": their cost over powers 0 to 1 differs by {spread:.0f}%" if spread is not None
-                    else "") + ")")
+        cost = (f"their cost over powers 0 to 1 differs by {spread:.0f}%" if spread is not None
+                else "")
+        if r.get("attention_resolved") is False:
+            text += (f" (attention's ratio between the GPU models taken to the power {power:g}: "
+                     "they did not resolve a power, the power moving them apart by less than "
+                     "they scatter" + (f"; {cost}" if cost else "") + ")")
+        else:
+            text += (f" (attention's ratio between the GPU models taken to the power {power:g}, "
+                     "chosen from them" + (f": {cost}" if cost else "") + ")")
     if not b["steps"]:
         return text + f"; every scored decode step of this run is within that ({w['steps']:,} steps)."
     def fig(d: dict) -> str:

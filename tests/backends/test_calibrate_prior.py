@@ -145,8 +145,9 @@ def test_a_default_refit_of_the_h100_anchors_fits_the_attention_power(tmp_path):
     grid = grid_rows(read_profile(base)[0]).to_pylist()
     want, _ = fit_attention_power(m, rebase_anchors(cal["anchors"], grid)[0], "H200", "H100")
     assert cal["prior"]["rule"] == "fitted" and cal["prior"]["attention_power"] == want
+    assert cal["prior"]["attention_resolved"]["resolved"] is True
     assert summary["prior"] == {"rule": "fitted", "base_sheet": "H200", "here_sheet": "H100",
-                                "attention_power": want}
+                                "attention_power": want, "attention_resolved": True}
     prior = roofline_prior(m, "H200", "H100", want)
     key = ("kind", "graph", "bs", "width", "kv_len", "tokens")
     base_of = {tuple(r[k] for k in key): r["latency_s"] for r in grid}
@@ -245,7 +246,7 @@ def test_the_fitted_prior_keeps_a_power_when_the_anchors_agree_without_one():
     assert prior_text(note) == (" x the roofline's H100 / H200 ratio per shape, attention's to "
                                 f"the power {power:g}")
     assert prior_summary(note) == {"rule": "fitted", "base_sheet": "H200", "here_sheet": "H100",
-                                   "attention_power": power}
+                                   "attention_power": power, "attention_resolved": True}
 
 
 def test_a_default_refit_of_the_v2lite_h100_anchors(tmp_path):
@@ -279,3 +280,64 @@ def test_a_default_refit_of_the_v2lite_h100_anchors(tmp_path):
         f = cal["factors"][group_name(r["kind"], r["graph"])]["factor"]
         assert r["latency_s"] / base_of[tuple(r[k] for k in key)] == pytest.approx(
             f * prior(r), rel=1e-9)
+
+
+def test_anchors_whose_scatter_hides_the_power_leave_attention_at_the_base():
+    """Three verify graphs at KV 128 (batch 1, 2 and 4, width 1) see almost no attention, so
+    moving the power from 0 to 1 shifts them apart by a small fraction of a percent; measured
+    1.00, 1.06 and 1.00 x the base, they scatter by log(1.06) = 5.8%, more than that. The
+    power is unresolved and the prior holds attention at the base (power 0), whichever power
+    had the least cost. With the same shapes measured exactly at a factor times the roofline's
+    ratio at power 1 (scatter 0 at power 1, a lever above 0), it is resolved and kept."""
+    from backends.calibrate_prior import attention_resolved, fit_attention_power, prior_text
+
+    m = load_model("llama-3.1-8b")
+    anchors = [{"kind": "verify", "graph": True, "bs": bs, "width": 1, "kv_len": 128,
+                "tokens": bs, "base_s": 1.0, "measured_s": f}
+               for bs, f in ((1, 1.00), (2, 1.06), (4, 1.00))]
+    best, _ = fit_attention_power(m, anchors, "H200", "H100")
+    got = attention_resolved(m, anchors, "H200", "H100", best)
+    g = got["groups"]["verify_graph"]
+    assert got["resolved"] is False and g["lever"] < 0.01 and g["scatter"] > 0.05
+    fn, note = prior_for(m, "NVIDIA H200", "NVIDIA H100 80GB HBM3", "fitted", anchors)
+    assert note["attention_power"] == 0.0 and note["attention_power_best"] == best
+    assert note["attention_resolved"] == got
+    for a in anchors + [dict(anchors[0], kv_len=32768)]:
+        assert fn(a) == pytest.approx(roofline_prior(m, "H200", "H100", 0.0)(a), rel=1e-12)
+    assert prior_text(note).endswith("attention's to the power 0 (the anchors did not resolve "
+                                     "a power)")
+
+    truth = roofline_prior(m, "H200", "H100", 1.0)
+    exact = [dict(a, measured_s=1.07 * truth(a)) for a in anchors]
+    fn, note = prior_for(m, "NVIDIA H200", "NVIDIA H100 80GB HBM3", "fitted", exact)
+    assert note["attention_resolved"]["resolved"] is True and note["attention_power"] == 1.0
+
+
+def test_the_70b_conversation_anchors_of_two_h100s_do_not_resolve_the_power():
+    """The 70B shard's ``calibrate --trace`` anchors on two H100s (2026-12-06 ``-06j`` and
+    ``-06l``: decode KV up to 2,048) chose power 1 by a cost 6-7% below power 0's; in their
+    verify graph the power moves two anchors apart by about 1.2% while they scatter by about 6%,
+    so today's rule leaves attention at the base. The same GPUs' default anchors (KV to 32,768)
+    resolve theirs: there the lever is about 25% against a scatter of about 13%."""
+    from backends.calibrate_prior import attention_resolved, fit_attention_power
+    from backends.profile import read_profile
+
+    m = load_model("llama-3.1-70b", tp=8)
+    for folder in ("h100-2026-12-06j", "h100-2026-12-06l"):
+        d = ROOT / "benchmarks/results" / folder
+        conv = read_profile(d / "llama-3.1-70b__H200.calibrated_conv_fixed150.parquet")[1]
+        anchors = conv["calibration"]["anchors"]
+        best, _ = fit_attention_power(m, anchors, "H200", "H100")
+        got = attention_resolved(m, anchors, "H200", "H100", best)
+        assert best == 1.0 and got["resolved"] is False
+        v = got["groups"]["verify_graph"]
+        assert v["lever"] < 0.02 and v["scatter"] > 0.04
+        _, note = prior_for(m, "NVIDIA H200", "NVIDIA H100 80GB HBM3", "fitted", anchors)
+        assert note["attention_power"] == 0.0
+
+        default = read_profile(d / "llama-3.1-70b__H200.calibrated.parquet")[1]
+        anchors = default["calibration"]["anchors"]
+        _, note = prior_for(m, "NVIDIA H200", "NVIDIA H100 80GB HBM3", "fitted", anchors)
+        v = note["attention_resolved"]["groups"]["verify_graph"]
+        assert note["attention_resolved"]["resolved"] is True and v["lever"] > v["scatter"]
+        assert note["attention_power"] == note["attention_power_best"] == 0.5

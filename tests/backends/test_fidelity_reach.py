@@ -61,3 +61,14 @@ def test_nothing_to_say_without_decode_anchors_or_kv():
     assert kv_reach(None, _steps(), ARRAYS) is None
     assert kv_reach({"anchors": [{"kind": "prefill", "kv_len": 0}]}, _steps(), ARRAYS) is None
     assert kv_reach(CAL, _steps().drop(["kv_max"]), ARRAYS) is None
+
+
+def test_an_unresolved_power_is_named_as_such():
+    cal = dict(CAL, prior=dict(CAL["prior"], attention_power=0.0,
+                               attention_resolved={"resolved": False, "groups": {}}))
+    r = kv_reach(cal, _steps(), ARRAYS)
+    assert r["attention_resolved"] is False and r["attention_power"] == 0.0
+    text = reach_text(r)
+    assert "taken to the power 0: they did not resolve a power" in text
+    assert "chosen from them" not in text and "differs by 50%" in text
+    assert kv_reach(CAL, _steps(), ARRAYS)["attention_resolved"] is None
