@@ -53,6 +53,9 @@ def main(argv=None) -> int:
                     help="the folder under benchmarks/results with the calibration and live runs")
     ap.add_argument("--runs-from", action="append", default=[], metavar="FOLDER",
                     help="score the live runs of this folder too (repeats; may be given again)")
+    ap.add_argument("--runs", default="live_v2lite_*", metavar="GLOB",
+                    help="which live runs of each folder to score (default: the conversation "
+                         "runs; live_longv2lite_* for the long-context ones)")
     a = ap.parse_args(argv)
     day = RESULTS / a.day
     model = load_model("deepseek-v2-lite")
@@ -65,7 +68,7 @@ def main(argv=None) -> int:
 
     fits = {"power 0": (p0, "auto"), "power 0, prefill without prior": (p0_but_prefill, "auto"),
             "power 0, prefill kept": (p0, "keep"), "no prior": (None, "auto")}
-    runs = [r for d in [a.day, *a.runs_from] for r in sorted((RESULTS / d).glob("live_v2lite_*"))]
+    runs = [r for d in [a.day, *a.runs_from] for r in sorted((RESULTS / d).glob(a.runs))]
     print("| fit | prefill factor | " + " | ".join(f"`{r.parent.name}/{r.name}` all / prefill / "
                                                    "prefill time / verify time"
                                                    for r in runs)

@@ -11,7 +11,10 @@ erred 2.49% per step against 1.45% with the default anchors (KV up to 32,768, po
 
 :func:`kv_reach` splits a fidelity report's per-step errors at the anchors' longest KV, by the
 longest KV in each step's batch (what attention's time follows), so a report says how much of a
-run was judged beyond what its calibration measured, and how the error differs there.
+run was judged beyond what its calibration measured, and how the error differs there. It splits
+the prefill steps the same way at the longest prefill anchor's new tokens, so a prefill error
+within that reach (DeepSeek-V2-Lite's long-context runs on ``h100-2026-12-06l``: -9% signed,
+every prefill within its anchors' 8,192 tokens) is told apart from an extrapolation.
 """
 
 from __future__ import annotations
@@ -37,8 +40,10 @@ def kv_reach(cal: dict | None, steps: pa.Table, arrays: dict) -> dict[str, Any] 
     Returns ``anchors_kv_max``, the prior's ``attention_power``, whether the anchors resolved it
     (``attention_resolved``: None where the calibration predates that record) and the relative
     spread of the anchors' cost over the powers tried (None without a fitted prior), ``within`` and
-    ``beyond`` (:func:`analysis.fidelity.stats.summarize` of the scored steps) and
-    ``beyond_time_share``: the share of the scored decode steps' measured time beyond."""
+    ``beyond`` (:func:`analysis.fidelity.stats.summarize` of the scored steps),
+    ``beyond_time_share``: the share of the scored decode steps' measured time beyond, and
+    ``prefill``: the same split of the scored prefill steps at the longest prefill anchor's new
+    tokens (``anchors_tokens_max``, by each step's new tokens; None without a prefill anchor)."""
     cal = cal or {}
     reach = decode_kv_reach(cal.get("anchors") or [])
     if reach is None or "kv_max" not in steps.column_names:
@@ -50,6 +55,19 @@ def kv_reach(cal: dict | None, steps: pa.Table, arrays: dict) -> dict[str, Any] 
     within = scored & ~beyond
     total = float(measured[scored].sum())
     prior = cal.get("prior") or {}
+    pre_tokens = [int(a["tokens"]) for a in cal.get("anchors") or []
+                  if a.get("kind") == "prefill" and "tokens" in a]
+    prefill = None
+    if pre_tokens and "tokens" in steps.column_names:
+        tokens = col(steps, "tokens").astype(np.float64)
+        pre = arrays["ok"] & (arrays["kind"] == "prefill")
+        past = pre & (tokens > max(pre_tokens))
+        pre_total = float(measured[pre].sum())
+        prefill = {"anchors_tokens_max": max(pre_tokens),
+                   "within": summarize(arrays["err"][pre & ~past]),
+                   "beyond": summarize(arrays["err"][past]),
+                   "beyond_time_share": (float(measured[past].sum()) / pre_total
+                                         if pre_total > 0 else 0.0)}
     cost = [float(c) for c in (prior.get("attention_power_cost") or {}).values()]
     resolved = prior.get("attention_resolved")
     return {"anchors_kv_max": reach,
@@ -60,7 +78,26 @@ def kv_reach(cal: dict | None, steps: pa.Table, arrays: dict) -> dict[str, Any] 
                                       if cost and min(cost) > 0 else None),
             "within": summarize(arrays["err"][within]),
             "beyond": summarize(arrays["err"][beyond]),
-            "beyond_time_share": float(measured[beyond].sum()) / total if total > 0 else 0.0}
+            "beyond_time_share": float(measured[beyond].sum()) / total if total > 0 else 0.0,
+            "prefill": prefill}
+
+
+def _fig(d: dict) -> str:
+    return (f"per-step MAPE {d['mape_pct']:.2f}% (mean signed {d['mean_signed_pct']:+.2f}%) "
+            f"over {d['steps']:,} steps")
+
+
+def _prefill_text(p: dict[str, Any] | None) -> str:
+    """The sentence on the prefill split of :func:`kv_reach` (empty without one)."""
+    if not p or not p["within"]["steps"] + p["beyond"]["steps"]:
+        return ""
+    b, w = p["beyond"], p["within"]
+    head = f" Its prefill anchors measured up to {p['anchors_tokens_max']:,} new tokens"
+    if not b["steps"]:
+        return head + f"; every scored prefill of this run is within that ({w['steps']:,} steps)."
+    return (head + f". {b['steps']:,} of this run's {b['steps'] + w['steps']:,} scored prefill "
+            f"steps ({p['beyond_time_share']:.0%} of their time) have more: {_fig(b)}"
+            + (f"; within it, {_fig(w)}." if w["steps"] else "."))
 
 
 def reach_text(r: dict[str, Any]) -> str:
@@ -79,12 +116,11 @@ def reach_text(r: dict[str, Any]) -> str:
         else:
             text += (f" (attention's ratio between the GPU models taken to the power {power:g}, "
                      "chosen from them" + (f": {cost}" if cost else "") + ")")
+    pre = _prefill_text(r.get("prefill"))
     if not b["steps"]:
-        return text + f"; every scored decode step of this run is within that ({w['steps']:,} steps)."
-    def fig(d: dict) -> str:
-        return (f"per-step MAPE {d['mape_pct']:.2f}% (mean signed {d['mean_signed_pct']:+.2f}%) "
-                f"over {d['steps']:,} steps")
+        return (text + f"; every scored decode step of this run is within that "
+                f"({w['steps']:,} steps)." + pre)
     text += (f". {b['steps']:,} of this run's {b['steps'] + w['steps']:,} scored decode steps "
              f"({r['beyond_time_share']:.0%} of their time) have a longer KV in the batch, where "
-             f"the calibration is extrapolated: {fig(b)}")
-    return text + (f"; within it, {fig(w)}." if w["steps"] else ".")
+             f"the calibration is extrapolated: {_fig(b)}")
+    return text + (f"; within it, {_fig(w)}." if w["steps"] else ".") + pre

@@ -72,3 +72,32 @@ def test_an_unresolved_power_is_named_as_such():
     assert "taken to the power 0: they did not resolve a power" in text
     assert "chosen from them" not in text and "differs by 50%" in text
     assert kv_reach(CAL, _steps(), ARRAYS)["attention_resolved"] is None
+
+
+def test_prefill_steps_split_at_the_longest_prefill_anchor():
+    # Prefill anchors of 1,024 and 4,096 new tokens: reach 4,096. Of the three scored prefills
+    # (6,000, 4,096 and 2,000 tokens; the fourth is not ok), the one of 6,000 is beyond, with
+    # -10% error and 6 s of the 6 + 2 + 1 s measured; the other two within, +1% and +3%.
+    cal = {"anchors": [{"kind": "verify", "kv_len": 32768},
+                       {"kind": "prefill", "kv_len": 0, "tokens": 1024},
+                       {"kind": "prefill", "kv_len": 0, "tokens": 4096}]}
+    steps = pa.table({"kind": ["prefill"] * 4 + ["verify"], "kv_max": [0, 0, 0, 0, 100],
+                      "latency_s": [6.0, 2.0, 1.0, 5.0, 1.0],
+                      "tokens": [6000, 4096, 2000, 9000, 4]})
+    arrays = {"ok": np.array([True, True, True, False, True]),
+              "kind": np.array(["prefill"] * 4 + ["verify"]),
+              "err": np.array([-0.10, 0.01, 0.03, 0.5, 0.0])}
+    r = kv_reach(cal, steps, arrays)
+    p = r["prefill"]
+    assert p["anchors_tokens_max"] == 4096
+    assert p["beyond"]["steps"] == 1 and p["beyond"]["mean_signed_pct"] == pytest.approx(-10.0)
+    assert p["within"]["steps"] == 2 and p["within"]["mape_pct"] == pytest.approx(2.0)
+    assert p["beyond_time_share"] == pytest.approx(6.0 / 9.0)
+    text = reach_text(r)
+    assert "Its prefill anchors measured up to 4,096 new tokens. 1 of this run's 3 scored " \
+           "prefill steps (67% of their time) have more: per-step MAPE 10.00% (mean signed " \
+           "-10.00%) over 1 steps; within it, per-step MAPE 2.00%" in text
+    short = kv_reach(cal, steps.set_column(3, "tokens", pa.array([100, 200, 300, 400, 4])),
+                     arrays)
+    assert short["prefill"]["beyond"]["steps"] == 0
+    assert reach_text(short).endswith("every scored prefill of this run is within that (3 steps).")
