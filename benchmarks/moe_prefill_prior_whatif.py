@@ -22,7 +22,13 @@ six runs, re-scored with it (``fidelity_v2lite_*_calibrated_prefill_own``), met 
 51 at power 0: the verify passes' time is 2.5-3.1% short either way, and the prior's slow
 prefills had offset part of it. Not adopted. CPU only, about 5 s a folder.
 
+On the first long-context V2-Lite runs on an H100 (``h100-2026-12-06l``, 80 requests under
+``bucket``, ``pad`` and ``split``), recorded after it was written: prefill per step 10.2% ->
+3.2%, all steps 2.14-2.23% -> 1.99-2.09%, prefill summed time -10.8% -> -3.2%; checks 6, 6, 6
+-> 6, 8, 7 of 16 (``--write``).
+
     python benchmarks/moe_prefill_prior_whatif.py [--day h100-2026-12-06e --runs-from h100-2026-12-06f]
+    python benchmarks/moe_prefill_prior_whatif.py --day h100-2026-12-06l --runs 'live_longv2lite_*' --write
 """
 
 from __future__ import annotations
@@ -56,6 +62,11 @@ def main(argv=None) -> int:
     ap.add_argument("--runs", default="live_v2lite_*", metavar="GLOB",
                     help="which live runs of each folder to score (default: the conversation "
                          "runs; live_longv2lite_* for the long-context ones)")
+    ap.add_argument("--write", action="store_true",
+                    help="also write the 'prefill without prior' fit beside the calibration "
+                         "(deepseek-v2-lite__H200.calibrated_prefill_own.parquet; refused when "
+                         "it exists) and score each run's calibrated report against it "
+                         "(fidelity_RUN_calibrated_prefill_own.md)")
     a = ap.parse_args(argv)
     day = RESULTS / a.day
     model = load_model("deepseek-v2-lite")
@@ -88,6 +99,47 @@ def main(argv=None) -> int:
                              f"{pre['time_signed_pct']:+.1f}% / {ver['time_signed_pct']:+.1f}%")
             print(f"| {name} | {factors['prefill']['factor']:.3f} | " + " | ".join(cells) + " |",
                   flush=True)
+    if a.write:
+        own = settle_prefill(fit_factors(anchors, groups, p0_but_prefill), "auto", moe=True,
+                             other_model=True)
+        return write_prefill_own(day, runs, grid, line, own, p0_but_prefill)
+    return 0
+
+
+def write_prefill_own(day: Path, runs: list[Path], grid: list, line: list, factors: dict,
+                      prior) -> int:
+    """Write the what-if calibration (the calibration's metadata, its factors replaced and
+    ``prior.prefill_prior: "none"``, so ``benchmarks/fidelity_table.py`` counts it as not
+    current) and each run's calibrated report re-run against it; print their checks."""
+    import copy
+    import json
+
+    from backends.calibrate import calibrated_copy
+    from backends.profile import write_profile
+    from benchmarks.regenerate_reports import rerun
+
+    src = day / "deepseek-v2-lite__H200.calibrated.parquet"
+    out = day / "deepseek-v2-lite__H200.calibrated_prefill_own.parquet"
+    if out.exists():
+        raise SystemExit(f"error: {out}: exists; not written over")
+    meta = copy.deepcopy(read_profile(str(src))[1])
+    cal = meta["calibration"]
+    cal["factors"] = factors
+    cal["prior"] = dict(cal.get("prior") or {}, prefill_prior="none")
+    meta.setdefault("notes", []).append(
+        f"a what-if of benchmarks/moe_prefill_prior_whatif.py: {src.name}'s anchors re-fitted "
+        f"with the prefill group fitted and scaled without the prior (prefill "
+        f"{factors['prefill']['factor']:.4f}); not what specsched calibrate does")
+    write_profile(calibrated_copy(grid, line, factors, prior=prior), str(out), meta)
+    print(f"\nwrote {out.relative_to(ROOT)}\n\n| report | checks | per-step MAPE |\n|---|---|---|")
+    for run in runs:
+        old_md = day / f"fidelity_{run.name.removeprefix('live_')}_calibrated.md"
+        report = json.loads(old_md.with_suffix(".json").read_text())
+        dest = day / f"fidelity_{run.name.removeprefix('live_')}_calibrated_prefill_own.md"
+        new, _ = rerun(report, report["model"], dest, profile=out.relative_to(ROOT))
+        met = sum(bool(c.get("pass")) for c in new["checks"].values())
+        print(f"| `{dest.name}` | {met} of {len(new['checks'])} | "
+              f"{new['steps']['mape_all_pct']:.2f}% |")
     return 0
 
 
