@@ -61,8 +61,9 @@ __all__ = ["calibrate"]
               help="On another GPU model than the base's (both with a sheet, e.g. an H100 "
                    "calibrating an H200 profile): fitted fits each group against the "
                    "roofline's ratio between the two sheets per shape, its attention part "
-                   "raised to the power (0 to 1) under which the anchors agree best; roofline "
-                   "takes that power as 1; none fits one scale per group (docs/aiter.md, \"On "
+                   "raised to the power (0 to 1) under which the anchors agree best, or 0 "
+                   "(attention at the base's time) when the anchors do not resolve one; "
+                   "roofline takes that power as 1; none fits one scale per group (docs/aiter.md, \"On "
                    "another GPU model\": per step, fitted beat roofline on sixteen of seventeen "
                    "H100 pairings recorded after it was fixed). On the base's own GPU model all "
                    "are the same.")
