@@ -125,15 +125,27 @@ def roofline_prior(model: Any, base_sheet: str, here_sheet: str, attention_power
 PRIOR_MODES = ("fitted", "roofline", "none")
 
 
+def _by_group(anchors: list[dict], value: Callable[[dict], float]) -> dict[str, list[float]]:
+    """``value`` of each anchor, listed under its pass group, groups in first-seen order."""
+    by: dict[str, list[float]] = {}
+    for a in anchors:
+        by.setdefault(group_name(a["kind"], a["graph"]), []).append(value(a))
+    return by
+
+
+def _log_residuals(anchors: list[dict], prior: Callable[[dict], float] | None
+                   ) -> dict[str, list[float]]:
+    """``log(measured / (base x prior))`` of each anchor by group (None: no prior)."""
+    return _by_group(anchors, lambda a: math.log(
+        float(a["measured_s"]) / float(a["base_s"]) / (prior(a) if prior else 1.0)))
+
+
 def anchor_cost(anchors: list[dict], prior: Callable[[dict], float] | None) -> float:
     """How far a calibration's anchors are from one factor per group against ``prior`` (None:
     no prior): the sum, over the anchors, of ``|log(measured / (base x prior)) - its group's
     median|``. Zero when every group's anchors share one ratio."""
-    by: dict[str, list[float]] = {}
-    for a in anchors:
-        by.setdefault(group_name(a["kind"], a["graph"]), []).append(
-            math.log(float(a["measured_s"]) / float(a["base_s"]) / (prior(a) if prior else 1.0)))
-    return float(sum(np.abs(np.asarray(v) - np.median(v)).sum() for v in by.values()))
+    return float(sum(np.abs(np.asarray(v) - np.median(v)).sum()
+                     for v in _log_residuals(anchors, prior).values()))
 
 
 def fit_attention_power(model: Any, anchors: list[dict], base_sheet: str, here_sheet: str,
@@ -168,17 +180,11 @@ def attention_resolved(model: Any, anchors: list[dict], base_sheet: str, here_sh
     among powers is noise. Returns ``{"resolved": bool, "groups": {group: {"lever", "scatter"}}}``
     (log spans, rounded to 1e-6)."""
     p0, p1, at = (roofline_prior(model, base_sheet, here_sheet, p) for p in (0.0, 1.0, power))
-    by: dict[str, list[tuple[float, float]]] = {}
-    for a in anchors:
-        by.setdefault(group_name(a["kind"], a["graph"]), []).append(
-            (math.log(p1(a) / p0(a)),
-             math.log(float(a["measured_s"]) / float(a["base_s"]) / at(a))))
-    groups = {}
-    for g, v in sorted(by.items()):
-        if len(v) >= RESOLVE_MIN_ANCHORS:
-            lever, res = [x for x, _ in v], [y for _, y in v]
-            groups[g] = {"lever": round(max(lever) - min(lever), 6),
-                         "scatter": round(max(res) - min(res), 6)}
+    levers = _by_group(anchors, lambda a: math.log(p1(a) / p0(a)))
+    residuals = _log_residuals(anchors, at)
+    groups = {g: {"lever": round(max(lever) - min(lever), 6),
+                  "scatter": round(max(residuals[g]) - min(residuals[g]), 6)}
+              for g, lever in sorted(levers.items()) if len(lever) >= RESOLVE_MIN_ANCHORS}
     return {"resolved": any(x["lever"] > x["scatter"] for x in groups.values()),
             "groups": groups}
 

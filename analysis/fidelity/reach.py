@@ -51,23 +51,15 @@ def kv_reach(cal: dict | None, steps: pa.Table, arrays: dict) -> dict[str, Any] 
     kv = col(steps, "kv_max").astype(np.float64)
     measured = col(steps, "latency_s").astype(np.float64)
     scored = arrays["ok"] & np.isin(arrays["kind"], DECODE_KINDS) & np.isfinite(kv)
-    beyond = scored & (kv > reach)
-    within = scored & ~beyond
-    total = float(measured[scored].sum())
     prior = cal.get("prior") or {}
     pre_tokens = [int(a["tokens"]) for a in cal.get("anchors") or []
                   if a.get("kind") == "prefill" and "tokens" in a]
     prefill = None
     if pre_tokens and "tokens" in steps.column_names:
         tokens = col(steps, "tokens").astype(np.float64)
-        pre = arrays["ok"] & (arrays["kind"] == "prefill")
-        past = pre & (tokens > max(pre_tokens))
-        pre_total = float(measured[pre].sum())
         prefill = {"anchors_tokens_max": max(pre_tokens),
-                   "within": summarize(arrays["err"][pre & ~past]),
-                   "beyond": summarize(arrays["err"][past]),
-                   "beyond_time_share": (float(measured[past].sum()) / pre_total
-                                         if pre_total > 0 else 0.0)}
+                   **_split(arrays["err"], measured, arrays["ok"] & (arrays["kind"] == "prefill"),
+                            tokens > max(pre_tokens))}
     cost = [float(c) for c in (prior.get("attention_power_cost") or {}).values()]
     resolved = prior.get("attention_resolved")
     return {"anchors_kv_max": reach,
@@ -76,10 +68,19 @@ def kv_reach(cal: dict | None, steps: pa.Table, arrays: dict) -> dict[str, Any] 
                                    else None),
             "power_cost_spread_pct": ((max(cost) / min(cost) - 1) * 100
                                       if cost and min(cost) > 0 else None),
-            "within": summarize(arrays["err"][within]),
-            "beyond": summarize(arrays["err"][beyond]),
-            "beyond_time_share": float(measured[beyond].sum()) / total if total > 0 else 0.0,
+            **_split(arrays["err"], measured, scored, kv > reach),
             "prefill": prefill}
+
+
+def _split(err: np.ndarray, measured: np.ndarray, scored: np.ndarray, past: np.ndarray
+           ) -> dict[str, Any]:
+    """The ``scored`` steps' errors ``within`` and ``beyond`` (``past``) a reach, and the share
+    of their measured time beyond."""
+    total = float(measured[scored].sum())
+    return {"within": summarize(err[scored & ~past]),
+            "beyond": summarize(err[scored & past]),
+            "beyond_time_share": (float(measured[scored & past].sum()) / total
+                                  if total > 0 else 0.0)}
 
 
 def _fig(d: dict) -> str:
@@ -87,22 +88,28 @@ def _fig(d: dict) -> str:
             f"over {d['steps']:,} steps")
 
 
+def _past_text(d: dict[str, Any], scored: str, past: str) -> str:
+    """The sentence on a :func:`_split` with steps beyond: how many of the ``scored`` steps
+    ``past`` (what they have beyond the reach), their error, and the error within."""
+    b, w = d["beyond"], d["within"]
+    return (f"{b['steps']:,} of this run's {b['steps'] + w['steps']:,} scored {scored} "
+            f"({d['beyond_time_share']:.0%} of their time) {past}: {_fig(b)}"
+            + (f"; within it, {_fig(w)}." if w["steps"] else "."))
+
+
 def _prefill_text(p: dict[str, Any] | None) -> str:
     """The sentence on the prefill split of :func:`kv_reach` (empty without one)."""
     if not p or not p["within"]["steps"] + p["beyond"]["steps"]:
         return ""
-    b, w = p["beyond"], p["within"]
     head = f" Its prefill anchors measured up to {p['anchors_tokens_max']:,} new tokens"
-    if not b["steps"]:
-        return head + f"; every scored prefill of this run is within that ({w['steps']:,} steps)."
-    return (head + f". {b['steps']:,} of this run's {b['steps'] + w['steps']:,} scored prefill "
-            f"steps ({p['beyond_time_share']:.0%} of their time) have more: {_fig(b)}"
-            + (f"; within it, {_fig(w)}." if w["steps"] else "."))
+    if not p["beyond"]["steps"]:
+        return (head + "; every scored prefill of this run is within that "
+                f"({p['within']['steps']:,} steps).")
+    return head + ". " + _past_text(p, "prefill steps", "have more")
 
 
 def reach_text(r: dict[str, Any]) -> str:
     """One paragraph of a fidelity report on :func:`kv_reach`'s figures."""
-    b, w = r["beyond"], r["within"]
     power = r.get("attention_power")
     text = f"Its decode anchors measured KV lengths up to {r['anchors_kv_max']:,}"
     if power is not None:
@@ -117,10 +124,8 @@ def reach_text(r: dict[str, Any]) -> str:
             text += (f" (attention's ratio between the GPU models taken to the power {power:g}, "
                      "chosen from them" + (f": {cost}" if cost else "") + ")")
     pre = _prefill_text(r.get("prefill"))
-    if not b["steps"]:
+    if not r["beyond"]["steps"]:
         return (text + f"; every scored decode step of this run is within that "
-                f"({w['steps']:,} steps)." + pre)
-    text += (f". {b['steps']:,} of this run's {b['steps'] + w['steps']:,} scored decode steps "
-             f"({r['beyond_time_share']:.0%} of their time) have a longer KV in the batch, where "
-             f"the calibration is extrapolated: {_fig(b)}")
-    return text + (f"; within it, {_fig(w)}." if w["steps"] else ".") + pre
+                f"({r['within']['steps']:,} steps)." + pre)
+    return (text + ". " + _past_text(r, "decode steps", "have a longer KV in the batch, where "
+                                     "the calibration is extrapolated") + pre)
