@@ -77,6 +77,9 @@ def main(argv=None) -> int:
     def p0_but_prefill(r: dict) -> float:
         return 1.0 if r["kind"] == "prefill" else p0(r)
 
+    own_file = day / "deepseek-v2-lite__H200.calibrated_prefill_own.parquet"
+    if a.write and own_file.exists():
+        raise SystemExit(f"error: {own_file}: exists; not written over")
     fits = {"power 0": (p0, "auto"), "power 0, prefill without prior": (p0_but_prefill, "auto"),
             "power 0, prefill kept": (p0, "keep"), "no prior": (None, "auto")}
     runs = [r for d in [a.day, *a.runs_from] for r in sorted((RESULTS / d).glob(a.runs))]
@@ -85,10 +88,11 @@ def main(argv=None) -> int:
                                                    for r in runs)
           + " |")
     print("|---|---|" + "---|" * len(runs))
+    fitted = {}
     with tempfile.TemporaryDirectory() as tmp:
         for name, (prior, prefill) in fits.items():
-            factors = settle_prefill(fit_factors(anchors, groups, prior), prefill, moe=True,
-                                     other_model=True)
+            factors = fitted[name] = settle_prefill(fit_factors(anchors, groups, prior), prefill,
+                                                    moe=True, other_model=True)
             table = fitted_table(grid, line, bmeta, factors, prior, Path(tmp) / "fit.parquet")
             cells = []
             for run in runs:
@@ -100,14 +104,13 @@ def main(argv=None) -> int:
             print(f"| {name} | {factors['prefill']['factor']:.3f} | " + " | ".join(cells) + " |",
                   flush=True)
     if a.write:
-        own = settle_prefill(fit_factors(anchors, groups, p0_but_prefill), "auto", moe=True,
-                             other_model=True)
-        return write_prefill_own(day, runs, grid, line, own, p0_but_prefill)
+        return write_prefill_own(day, own_file, runs, grid, line,
+                                 fitted["power 0, prefill without prior"], p0_but_prefill)
     return 0
 
 
-def write_prefill_own(day: Path, runs: list[Path], grid: list, line: list, factors: dict,
-                      prior) -> int:
+def write_prefill_own(day: Path, out: Path, runs: list[Path], grid: list, line: list,
+                      factors: dict, prior) -> int:
     """Write the what-if calibration (the calibration's metadata, its factors replaced and
     ``prior.prefill_prior: "none"``, so ``benchmarks/fidelity_table.py`` counts it as not
     current) and each run's calibrated report re-run against it; print their checks."""
@@ -119,9 +122,6 @@ def write_prefill_own(day: Path, runs: list[Path], grid: list, line: list, facto
     from benchmarks.regenerate_reports import rerun
 
     src = day / "deepseek-v2-lite__H200.calibrated.parquet"
-    out = day / "deepseek-v2-lite__H200.calibrated_prefill_own.parquet"
-    if out.exists():
-        raise SystemExit(f"error: {out}: exists; not written over")
     meta = copy.deepcopy(read_profile(str(src))[1])
     cal = meta["calibration"]
     cal["factors"] = factors
@@ -133,9 +133,9 @@ def write_prefill_own(day: Path, runs: list[Path], grid: list, line: list, facto
     write_profile(calibrated_copy(grid, line, factors, prior=prior), str(out), meta)
     print(f"\nwrote {out.relative_to(ROOT)}\n\n| report | checks | per-step MAPE |\n|---|---|---|")
     for run in runs:
-        old_md = day / f"fidelity_{run.name.removeprefix('live_')}_calibrated.md"
-        report = json.loads(old_md.with_suffix(".json").read_text())
-        dest = day / f"fidelity_{run.name.removeprefix('live_')}_calibrated_prefill_own.md"
+        stem = f"fidelity_{run.name.removeprefix('live_')}_calibrated"
+        report = json.loads((day / f"{stem}.json").read_text())
+        dest = day / f"{stem}_prefill_own.md"
         new, _ = rerun(report, report["model"], dest, profile=out.relative_to(ROOT))
         met = sum(bool(c.get("pass")) for c in new["checks"].values())
         print(f"| `{dest.name}` | {met} of {len(new['checks'])} | "
