@@ -18,6 +18,16 @@ import click
 __all__ = ["trace"]
 
 
+def _echo_written(res) -> None:
+    """Print what a trace command wrote, then its notes, then its warnings on stderr."""
+    steps = "no per-step lists" if res.steps is None else f"{res.steps:,} verify steps"
+    click.echo(f"wrote {res.path}: {res.rows:,} requests, {steps}")
+    for note in res.notes:
+        click.echo(f"note: {note}")
+    for warning in res.warnings:
+        click.echo(f"warning: {warning}", err=True)
+
+
 @contextmanager
 def _progress(enabled: bool, total: int, label: str) -> Iterator:
     """A rich progress bar on stderr when ``enabled`` (or stderr is a terminal)."""
@@ -80,12 +90,7 @@ def convert(fmt: str, input_path: str, output_path: str, acceptance: str | None,
 
     res = do_convert(fmt, input_path, output_path, acceptance=acceptance, seed=seed,
                      limit=limit, rate_scale=rate_scale)
-    steps = "no per-step lists" if res.steps is None else f"{res.steps:,} verify steps"
-    click.echo(f"wrote {res.path}: {res.rows:,} requests, {steps}")
-    for note in res.notes:
-        click.echo(f"note: {note}")
-    for warning in res.warnings:
-        click.echo(f"warning: {warning}", err=True)
+    _echo_written(res)
 
 
 @trace.command()
@@ -149,12 +154,7 @@ def synth(n: int, rate: float, arrival: str, cv: float, prompt: str, output_len:
                        progress=tick, turns=turns, turn_gap=turn_gap,
                        system_prompts=system_prompts, system_prompt_len=system_prompt_len,
                        prefix_block=prefix_block)
-    steps = "no per-step lists" if res.steps is None else f"{res.steps:,} verify steps"
-    click.echo(f"wrote {res.path}: {res.rows:,} requests, {steps}")
-    for note in res.notes:
-        click.echo(f"note: {note}")
-    for warning in res.warnings:
-        click.echo(f"warning: {warning}", err=True)
+    _echo_written(res)
 
 
 @trace.command()

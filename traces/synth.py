@@ -147,6 +147,19 @@ class SynthResult:
     warnings: tuple[str, ...] = ()
 
 
+def _add_step_columns(cols: dict[str, pa.Array], model: Any, output_tokens: np.ndarray,
+                      rng: np.random.Generator) -> int:
+    """Add a block's per-step draft/accepted lists (and category) to ``cols``; return its steps."""
+    from traces.io import steps_table
+
+    lists = model.fill(output_tokens, rng, None)
+    cols["draft_tokens"], cols["accepted_tokens"] = steps_table(
+        lists.offsets, lists.draft_tokens, lists.accepted_tokens)
+    if lists.category is not None:
+        cols["category"] = pa.array(lists.category.tolist(), pa.string())
+    return int(lists.offsets[-1])
+
+
 def _interarrivals(n: int, rate: float, arrival: str, cv: float,
                    rng: np.random.Generator) -> np.ndarray:
     if arrival == "poisson":
@@ -171,7 +184,7 @@ def synth(output_path: str | os.PathLike, *, n: int, rate: float, arrival: str =
     from traces.acceptance import FILL_BLOCK_ROWS, parse_acceptance
     from traces.acceptance import model_file  # noqa: F401
     from traces.atomic import check_output_file
-    from traces.io import steps_table, write_trace
+    from traces.io import write_trace
 
     from traces.io import check_seed
 
@@ -233,12 +246,7 @@ def synth(output_path: str | os.PathLike, *, n: int, rate: float, arrival: str =
                 "output_tokens": pa.array(o.astype(np.int32)),
             }
             if model is not None:
-                lists = model.fill(o, rng, None)
-                d, a = steps_table(lists.offsets, lists.draft_tokens, lists.accepted_tokens)
-                cols["draft_tokens"], cols["accepted_tokens"] = d, a
-                totals["steps"] += int(lists.offsets[-1])
-                if lists.category is not None:
-                    cols["category"] = pa.array(lists.category.tolist(), pa.string())
+                totals["steps"] += _add_step_columns(cols, model, o, rng)
             if progress is not None:
                 progress(m)
             yield pa.RecordBatch.from_pydict(cols)
@@ -252,7 +260,7 @@ def _synth_sessions(output_path, *, n, rate, arrival, cv, rng, p_spec, o_spec, e
                     block, progress, turns, turn_gap, system_prompts, system_prompt_len,
                     prefix_block) -> SynthResult:
     """``synth`` with sessions: draw every request first, then fill and write in blocks."""
-    from traces.io import steps_table, write_trace
+    from traces.io import write_trace
     from traces.schema import META_PREFIX_BLOCK
     from traces.sessions import DEFAULT_TURN_GAP_S, make_sessions
 
@@ -294,12 +302,7 @@ def _synth_sessions(output_path, *, n, rate, arrival, cv, rng, p_spec, o_spec, e
                     pa.array(sr.prefix_ids[poff[0]:poff[-1]], pa.int64())),
             }
             if model is not None:
-                lists = model.fill(o, rng, None)
-                d, a = steps_table(lists.offsets, lists.draft_tokens, lists.accepted_tokens)
-                cols["draft_tokens"], cols["accepted_tokens"] = d, a
-                totals["steps"] += int(lists.offsets[-1])
-                if lists.category is not None:
-                    cols["category"] = pa.array(lists.category.tolist(), pa.string())
+                totals["steps"] += _add_step_columns(cols, model, o, rng)
             if progress is not None:
                 progress(end - start)
             yield pa.RecordBatch.from_pydict(cols)

@@ -17,23 +17,12 @@ import numpy as np
 import pyarrow.parquet as pq
 import pytest
 
-ROOT = Path(__file__).resolve().parents[2]
-SAMPLE = ROOT / "traces" / "samples" / "azure_conv_eagle_2k.parquet"
-
-
-def _subset(path: Path, n: int) -> Path:
-    from traces import write_trace
-
-    pf = pq.ParquetFile(SAMPLE)
-    meta = {k.decode(): json.loads(v) for k, v in pf.metadata.metadata.items()
-            if k.decode().startswith("specsched.") and k != b"specsched.format_version"}
-    write_trace(pf.read().slice(0, n), path, metadata=meta)
-    return path
+from analysis_helpers import ROOT, SAMPLE, sample_head
 
 
 @pytest.fixture(scope="module")
 def small_trace(tmp_path_factory) -> Path:
-    return _subset(tmp_path_factory.mktemp("trace") / "conv300.parquet", 300)
+    return sample_head(tmp_path_factory.mktemp("trace") / "conv300.parquet", 300)
 
 
 @pytest.fixture(scope="module")

@@ -25,8 +25,7 @@ from analysis.report import build_html, print_summary, slo_verdict
 from analysis.report_tables import summary_table
 from analysis.slo import parse_slo
 
-ROOT = Path(__file__).resolve().parents[2]
-SAMPLE = ROOT / "traces" / "samples" / "azure_conv_eagle_2k.parquet"
+from analysis_helpers import ROOT, sample_head
 
 
 def _fill(html: str, gid: str) -> str:
@@ -206,19 +205,10 @@ def test_rate_series_groups_runs_that_differ_only_in_rate(make_run):
     assert "id='rate-sweep'" not in build_html(runs[:2])[0]
 
 
-def _subset(path: Path, n: int) -> Path:
-    from traces import write_trace
-
-    pf = pq.ParquetFile(SAMPLE)
-    meta = {k.decode(): json.loads(v) for k, v in pf.metadata.metadata.items()
-            if k.decode().startswith("specsched.") and k != b"specsched.format_version"}
-    write_trace(pf.read().slice(0, n), path, metadata=meta)
-    return path
-
 
 @pytest.fixture(scope="module")
 def trace150(tmp_path_factory) -> Path:
-    return _subset(tmp_path_factory.mktemp("trace") / "conv150.parquet", 150)
+    return sample_head(tmp_path_factory.mktemp("trace") / "conv150.parquet", 150)
 
 
 def _cli(*args):

@@ -1,12 +1,33 @@
-"""Helpers for the backends tests: small profiles built from the roofline formulas, small
-requests tables and a report dict with only what rendering needs."""
+"""Helpers for the backends tests: small profiles built from the roofline formulas, a tiny model
+and a round-numbered GPU for closed forms, small requests tables and a report dict with only what
+rendering needs."""
 
 from __future__ import annotations
+
+from dataclasses import replace
 
 import pyarrow as pa
 
 from backends import roofline as R
-from backends.models import load_model
+from backends.hardware import GPUS
+from backends.models import ModelShape, load_model
+
+
+def tiny_model(**kw) -> ModelShape:
+    """A two-layer model small enough to work a roofline pass out by hand (``kw`` overrides)."""
+    base = dict(name="tiny", layers=2, hidden=64, heads=2, kv_heads=1, head_dim=32,
+                intermediate=128, vocab=256)
+    base.update(kw)
+    return ModelShape(**base)
+
+
+def round_gpu(**kw):
+    """An H200 with round numbers (1e12 B/s, every achievable fraction 1) for closed forms."""
+    base = dict(hbm_bw=1e12, bf16_flops=1e14, fp8_flops=2e14, achievable_bw_frac=1.0,
+                achievable_flops_frac=1.0, achievable_link_frac=1.0, link_bw=1e11,
+                allreduce_latency_s=1e-5, kernel_launch_s=1e-6, graph_launch_s=5e-6)
+    base.update(kw)
+    return replace(GPUS["H200"], **base)
 
 
 def roofline_profile_rows(model="llama-3.1-8b", gpu="H200", *, skip_big=True, eager=True,

@@ -10,12 +10,12 @@ from backends.hardware import GPUS
 from backends.attention_kv import attention_params
 from backends.latency_table import (EXTEND_FALLBACK_CAVEAT, Grid, LatencyTable, TableExecutor,
                                     extend_arrays, extend_axes, verify_axes)
-from backends.models import ModelShape, load_model
+from backends.models import load_model
 from backends.profile import ProfileExecutor, profile_metadata, write_profile
 from backends.protocol import DraftExtendBatch, VerifyBatch
 from traces.errors import SpecschedError, TraceValidationError
 
-from backends_helpers import roofline_profile_rows
+from backends_helpers import roofline_profile_rows, round_gpu, tiny_model
 
 DRAFT_G = [[1.0e-3, 2.0e-3], [3.0e-3, 5.0e-3]]          # bs (1, 4) x kv (0, 1000)
 EXT_G = [[[2e-3, 4e-3], [3e-3, 7e-3]],                   # bs 1: width 2, width 4
@@ -193,25 +193,11 @@ def test_a_profile_of_another_draft_kind_is_refused(tmp_path):
 
 
 # ---- roofline --------------------------------------------------------------------------------
-def _tiny(**kw):
-    base = dict(name="tiny", layers=2, hidden=64, heads=2, kv_heads=1, head_dim=32,
-                intermediate=128, vocab=256)
-    base.update(kw)
-    return ModelShape(**base)
-
-
-def _round_gpu(**kw):
-    base = dict(hbm_bw=1e12, bf16_flops=1e14, fp8_flops=2e14, achievable_bw_frac=1.0,
-                achievable_flops_frac=1.0, achievable_link_frac=1.0, link_bw=1e11,
-                allreduce_latency_s=1e-5, kernel_launch_s=1e-6, graph_launch_s=5e-6)
-    base.update(kw)
-    return replace(GPUS["H200"], **base)
-
 
 def test_roofline_draft_extend_closed_form_small_batch():
     """bs 1, width 2, no KV, tiny EAGLE draft (fc 128 -> 64, one layer): every kernel is
     bandwidth-bound, so the pass takes its bytes over 1e12 B/s plus one graph launch."""
-    m, g = _tiny(), _round_gpu()
+    m, g = tiny_model(), round_gpu()
     B, T = 1e12, 2  # two rows: the accepted token and the bonus token
     gemm = lambda K, N, t=T: (K * N * 2 + t * (K + N) * 2) / B  # noqa: E731 - weights + rows
     fc = gemm(128, 64)                      # EAGLE fc over (embedding, hidden)
@@ -232,21 +218,21 @@ def test_roofline_draft_extend_closed_form_small_batch():
 
 
 def test_roofline_eagle3_fusion_runs_in_the_extend_pass_only():
-    m3, g = _tiny(draft_kind="eagle3"), _round_gpu()
+    m3, g = tiny_model(draft_kind="eagle3"), round_gpu()
     fusion = (192 * 64 * 2 + 1 * (192 + 64) * 2) / 1e12   # 3*hidden -> hidden over one row
     ext = float(R.draft_extend_time(m3, g, 1, 1, 100))
     dec = float(R.draft_pass_time(m3, g, 1, 100))
     assert ext - dec == pytest.approx(fusion, rel=1e-9)
     assert R.kernel_count(m3.draft, extend=True) == R.kernel_count(m3.draft) + 1
     # EAGLE runs its fc in both: width 1 extend = one decode step
-    m = _tiny()
+    m = tiny_model()
     assert float(R.draft_extend_time(m, g, 1, 1, 100)) == pytest.approx(
         float(R.draft_pass_time(m, g, 1, 100)), rel=1e-12)
 
 
 def test_roofline_extend_attention_has_width_rows_per_request():
-    m = _tiny()
-    g = _round_gpu(hbm_bw=1e20)  # attention compute-bound
+    m = tiny_model()
+    g = round_gpu(hbm_bw=1e20)  # attention compute-bound
     bs, w, L = 3, 5, 1000
     attn = R.breakdown(m, g, kind="draft_extend", bs=bs, width=w, kv=L)["attention"]
     assert attn == pytest.approx(bs * 4 * 2 * 32 * (w * L + w * (w + 1) / 2) / 1e14, rel=1e-12)

@@ -8,10 +8,11 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from backends import roofline as R
-from backends.hardware import GPUS
-from backends.models import ModelShape, load_model
+from backends.models import load_model
 from backends.protocol import DraftBatch, PrefillBatch, VerifyBatch
 from traces.errors import SpecschedError
+
+from backends_helpers import round_gpu, tiny_model
 
 TABLES = {}
 
@@ -92,24 +93,10 @@ def test_bigger_gpu_is_faster():
     assert ratio == pytest.approx(3.35 / 4.8, rel=1e-9)
 
 
-def _tiny(**kw):
-    base = dict(name="tiny", layers=2, hidden=64, heads=2, kv_heads=1, head_dim=32,
-                intermediate=128, vocab=256)
-    base.update(kw)
-    return ModelShape(**base)
-
-
-def _round_gpu(**kw):
-    base = dict(hbm_bw=1e12, bf16_flops=1e14, fp8_flops=2e14, achievable_bw_frac=1.0,
-                achievable_flops_frac=1.0, achievable_link_frac=1.0, link_bw=1e11,
-                allreduce_latency_s=1e-5, kernel_launch_s=1e-6, graph_launch_s=5e-6)
-    base.update(kw)
-    return replace(GPUS["H200"], **base)
-
 
 def test_closed_form_small_decode_is_bytes_over_bandwidth():
     """bs 1, width 1, no KV: everything is bandwidth-bound, so the pass reads its bytes."""
-    m, g = _tiny(), _round_gpu()
+    m, g = tiny_model(), round_gpu()
     B = 1e12
     h, hd, I, V, L = 64, 32, 128, 256, 2
     qkv = (h * (2 + 2) * hd * 2 + 1 * (h + 4 * hd) * 2) / B
@@ -131,8 +118,8 @@ def test_closed_form_small_decode_is_bytes_over_bandwidth():
 
 def test_closed_form_large_gemm_is_flops_over_rate():
     """A huge batch of a wide model makes every GEMM compute-bound: 2*T*K*N / FLOP/s."""
-    m = _tiny(hidden=4096, heads=32, kv_heads=8, head_dim=128, intermediate=8192, vocab=32000)
-    g = _round_gpu(hbm_bw=1e13)
+    m = tiny_model(hidden=4096, heads=32, kv_heads=8, head_dim=128, intermediate=8192, vocab=32000)
+    g = round_gpu(hbm_bw=1e13)
     T = 1e6
     parts = R.breakdown(m, g, bs=T, width=1, kv=0)
     gemms = [(4096, (32 + 16) * 128), (32 * 128, 4096), (4096, 2 * 8192), (8192, 4096)]
@@ -142,19 +129,19 @@ def test_closed_form_large_gemm_is_flops_over_rate():
 
 
 def test_closed_form_tensor_parallel_allreduce():
-    m, g = _tiny(tp=2, heads=2, kv_heads=2), _round_gpu()
+    m, g = tiny_model(tp=2, heads=2, kv_heads=2), round_gpu()
     parts = R.breakdown(m, g, bs=4, width=2, kv=10)
     T = 8
     ring = lambda nbytes: 1e-5 + 2 * (2 - 1) / 2 * nbytes / 1e11
     want = 2 * 2 * ring(T * 64 * 2) + ring(T * 128 * 2)
     assert parts["allreduce"] == pytest.approx(want, rel=1e-12)
-    assert R.breakdown(_tiny(), g, bs=4, width=2, kv=10)["allreduce"] == 0
+    assert R.breakdown(tiny_model(), g, bs=4, width=2, kv=10)["allreduce"] == 0
 
 
 def test_attention_positions_closed_form():
     """Verify attention of width w after L tokens sees w*L + w(w+1)/2 keys per request."""
-    m = _tiny(layers=1)
-    g = _round_gpu(hbm_bw=1e20, achievable_bw_frac=1.0)  # make attention compute-bound
+    m = tiny_model(layers=1)
+    g = round_gpu(hbm_bw=1e20, achievable_bw_frac=1.0)  # make attention compute-bound
     bs, w, L = 3, 5, 1000
     attn = R.breakdown(m, g, bs=bs, width=w, kv=L)["attention"]
     assert attn == pytest.approx(bs * 4 * 2 * 32 * (w * L + w * (w + 1) / 2) / 1e14, rel=1e-12)
