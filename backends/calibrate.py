@@ -62,7 +62,8 @@ __all__ = ["DEFAULT_ANCHORS", "MIN_PER_GROUP", "GROUPS", "SHAPE", "group_name",
            "choose_anchors", "fit_factors", "calibrated_rows", "calibrated_copy",
            "anchor_record", "FIT_RULE", "factor_text", "factors_text", "PREFILL_MODES",
            "settle_prefill", "prefill_summary", "own_measured", "calibrated_metadata",
-           "DECODE_KINDS", "decode_kv_reach", "kv_reach_note"]
+           "DECODE_KINDS", "decode_kv_reach", "kv_reach_note",
+           "prefill_tokens_reach"]
 
 #: Anchors ``specsched calibrate`` measures unless told otherwise (``--anchors``).
 DEFAULT_ANCHORS = 24
@@ -259,6 +260,14 @@ def decode_kv_reach(anchors: Iterable[dict]) -> int | None:
     measured (``analysis/fidelity/reach.py`` splits a live run's error at it)."""
     kv = [int(a["kv_len"]) for a in anchors if a.get("kind") in DECODE_KINDS]
     return max(kv) if kv else None
+
+
+def prefill_tokens_reach(anchors: Iterable[dict]) -> int | None:
+    """The most new tokens among a calibration's prefill anchors (None without one): prefills
+    of more are predicted past what any anchor measured (``analysis/fidelity/reach.py`` splits a
+    live run's prefill error at it)."""
+    tokens = [int(a["tokens"]) for a in anchors if a.get("kind") == "prefill" and "tokens" in a]
+    return max(tokens) if tokens else None
 
 
 def kv_reach_note(reach: int | None) -> str:

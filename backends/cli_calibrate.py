@@ -63,10 +63,10 @@ __all__ = ["calibrate"]
                    "roofline's ratio between the two sheets per shape, its attention part "
                    "raised to the power (0 to 1) under which the anchors agree best, or 0 "
                    "(attention at the base's time) when the anchors do not resolve one; "
-                   "roofline takes that power as 1; none fits one scale per group (docs/aiter.md, \"On "
-                   "another GPU model\": per step, fitted beat roofline on sixteen of seventeen "
-                   "H100 pairings recorded after it was fixed). On the base's own GPU model all "
-                   "are the same.")
+                   "roofline takes that power as 1; none fits one scale per group "
+                   "(docs/aiter.md, \"On another GPU model\": per step, fitted beat roofline "
+                   "on sixteen of seventeen H100 pairings recorded after it was fixed). On the "
+                   "base's own GPU model all are the same.")
 @click.option("--anchors-from", type=click.Path(dir_okay=False), default=None,
               metavar="CALIBRATED.parquet",
               help="Measure nothing: re-fit the anchors an earlier calibrate measured (kept in "

@@ -26,7 +26,7 @@ import pyarrow as pa
 
 from analysis.fidelity.lookup import col
 from analysis.fidelity.stats import summarize
-from backends.calibrate import DECODE_KINDS, decode_kv_reach
+from backends.calibrate import DECODE_KINDS, decode_kv_reach, prefill_tokens_reach
 
 __all__ = ["kv_reach", "reach_text"]
 
@@ -52,14 +52,13 @@ def kv_reach(cal: dict | None, steps: pa.Table, arrays: dict) -> dict[str, Any] 
     measured = col(steps, "latency_s").astype(np.float64)
     scored = arrays["ok"] & np.isin(arrays["kind"], DECODE_KINDS) & np.isfinite(kv)
     prior = cal.get("prior") or {}
-    pre_tokens = [int(a["tokens"]) for a in cal.get("anchors") or []
-                  if a.get("kind") == "prefill" and "tokens" in a]
+    pre_reach = prefill_tokens_reach(cal.get("anchors") or [])
     prefill = None
-    if pre_tokens and "tokens" in steps.column_names:
+    if pre_reach is not None and "tokens" in steps.column_names:
         tokens = col(steps, "tokens").astype(np.float64)
-        prefill = {"anchors_tokens_max": max(pre_tokens),
+        prefill = {"anchors_tokens_max": pre_reach,
                    **_split(arrays["err"], measured, arrays["ok"] & (arrays["kind"] == "prefill"),
-                            tokens > max(pre_tokens))}
+                            tokens > pre_reach)}
     cost = [float(c) for c in (prior.get("attention_power_cost") or {}).values()]
     resolved = prior.get("attention_resolved")
     return {"anchors_kv_max": reach,

@@ -327,3 +327,14 @@ def test_decode_kv_reach_is_the_longest_decode_anchor_and_ignores_prefill():
     assert "up to 4,096" in kv_reach_note(4096)
     assert decode_kv_reach([dict(kind="prefill", kv_len=8192)]) is None
     assert "no decode anchor" in kv_reach_note(None)
+
+
+def test_prefill_tokens_reach_is_the_largest_prefill_anchor_only():
+    """Prefills of 512 and 8,192 new tokens beside a verify of 16,384 tokens (64 x width 256):
+    the prefill reach is 8,192; a prefill record without tokens and a verify do not count."""
+    from backends.calibrate import prefill_tokens_reach
+
+    anchors = [dict(kind="prefill", tokens=512), dict(kind="prefill", tokens=8192),
+               dict(kind="verify", tokens=16384), dict(kind="prefill", kv_len=0)]
+    assert prefill_tokens_reach(anchors) == 8192
+    assert prefill_tokens_reach([dict(kind="verify", tokens=64)]) is None
