@@ -47,7 +47,12 @@ eleventh (``493969d8``, ``h100-2026-12-06l`` and ``-06m``; pairings marked "GPU 
 per step better on 8 of 10 targets (the 70B long context 1.92 -> 1.23-1.35%, its ``split`` run
 1.37 -> 1.10-1.18%, V2-Lite's long-context ``bucket`` and ``pad`` 2.26 / 2.31 -> 2.15 / 2.20%;
 worse by 0.02 points on the two long-context runs from the ``--trace`` calibration at power 0,
-1.26 / 1.27%), checks +45.
+1.26 / 1.27%), checks +45. On a twelfth (``0723ddef``, ``h100-2026-12-07`` and ``-07b``; pairings
+marked "GPU 0723ddef"), all from other H100s: per step better on all 6 targets, checks +24
+(the 70B long context 1.83-1.85 -> 1.25-1.37%, 11 -> 15 of 16 from ``-06l``'s or ``-06c``'s
+``split`` run; V2-Lite's first long-context ``fixed`` run 2.23 -> 2.15%, 6 -> 14 of 16 from
+``-06l``'s long-context ``split`` run, 2.14%, 6 -> 6 from ``-06j``'s conversation run, whose
+prefills are too short to move the prefill factor, x0.999 against x1.122).
 
 CPU only, about 9 minutes (one simulation per target); ``--targets-in FOLDER...`` scores only
 the targets in those folders.
@@ -57,6 +62,7 @@ the targets in those folders.
     python benchmarks/calibrate_from_run_whatif.py --targets-in h100-2026-12-06i
     python benchmarks/calibrate_from_run_whatif.py --targets-in h100-2026-12-06j h100-2026-12-06k
     python benchmarks/calibrate_from_run_whatif.py --targets-in h100-2026-12-06l h100-2026-12-06m
+    python benchmarks/calibrate_from_run_whatif.py --targets-in h100-2026-12-07 h100-2026-12-07b
 """
 
 from __future__ import annotations
@@ -232,6 +238,26 @@ OTHER_GPU = [
      f"{RES}/h100-2026-12-06l/llama-3.1-70b__H200.calibrated.parquet",
      [("h100-2026-12-06l", "fidelity_long70b_fixed_calibrated"),
       ("h100-2026-12-06l", "fidelity_70b_split150_calibrated")]),
+    # recorded after the pairings above were judged (2026-12-07, GPU 0723ddef, h100-2026-12-07;
+    # -07b: the long-context run again, minutes later): out of sample
+    ("llama-3.1-70b", f"{RES}/h100-2026-12-06l/llama-3.1-70b__H200.calibrated.parquet",
+     f"{RES}/h100-2026-12-06l/live_70b_split150",
+     f"{RES}/h100-2026-12-07/llama-3.1-70b__H200.calibrated.parquet",
+     [("h100-2026-12-07", "fidelity_long70b_fixed_calibrated"),
+      ("h100-2026-12-07b", "fidelity_long70b_fixed_calibrated")]),
+    ("llama-3.1-70b", f"{RES}/h100-2026-12-06c/llama-3.1-70b__H200.calibrated.parquet",
+     f"{RES}/h100-2026-12-06c/live_70b_split150",
+     f"{RES}/h100-2026-12-07/llama-3.1-70b__H200.calibrated.parquet",
+     [("h100-2026-12-07", "fidelity_long70b_fixed_calibrated"),
+      ("h100-2026-12-07b", "fidelity_long70b_fixed_calibrated")]),
+    ("deepseek-v2-lite", f"{RES}/h100-2026-12-06l/deepseek-v2-lite__H200.calibrated.parquet",
+     f"{RES}/h100-2026-12-06l/live_longv2lite_split80",
+     f"{RES}/h100-2026-12-07/deepseek-v2-lite__H200.calibrated.parquet",
+     [("h100-2026-12-07", "fidelity_longv2lite80_calibrated")]),
+    ("deepseek-v2-lite", f"{RES}/h100-2026-12-06j/deepseek-v2-lite__H200.calibrated.parquet",
+     f"{RES}/h100-2026-12-06j/live_v2lite_split150",
+     f"{RES}/h100-2026-12-07/deepseek-v2-lite__H200.calibrated.parquet",
+     [("h100-2026-12-07", "fidelity_longv2lite80_calibrated")]),
 ]
 PAIRINGS = ([(m, start, src, start, targets) for m, start, src, targets in SAME_GPU]
             + OTHER_GPU)
