@@ -85,17 +85,12 @@ def sheet_of(device: Any) -> str | None:
     return max(hits, key=len) if hits else None
 
 
-def roofline_prior(model: Any, base_sheet: str, here_sheet: str, attention_power: float = 1.0
-                   ) -> Callable[[dict], float]:
-    """``row -> roofline(row, here_sheet) / roofline(row, base_sheet)`` for rows with ``kind``,
-    ``graph``, ``bs``, ``width``, ``kv_len`` and ``tokens`` (a profile's grid rows, or anchors),
-    ``model`` being the profile's :class:`~backends.models.ModelShape`, from the roofline's
-    parts (``backends.roofline.breakdown``); memoised by shape. ``attention_power`` (a what-if,
-    below 1): the attention part scales by its own ratio to that power (0: attention at the
-    base sheet's time), the rest of the pass by the roofline's,
-    ``(rest_here + attn_base x (attn_here / attn_base) ** power) / (rest_base + attn_base)``;
-    ``benchmarks/calibrate_prior_whatif.py`` scores it and :func:`fit_attention_power` picks
-    the power from a calibration's own anchors."""
+def roofline_parts(model: Any, base_sheet: str, here_sheet: str
+                   ) -> Callable[[dict], tuple[float, float, float, float]]:
+    """``row -> (rest on base_sheet, attention on base_sheet, rest on here_sheet, attention on
+    here_sheet)``, the roofline's time of a row's attention and of everything else
+    (``backends.roofline.breakdown``), for rows with ``kind``, ``graph``, ``bs``, ``width``,
+    ``kv_len`` and ``tokens``; memoised by shape."""
     from backends import roofline as rl
 
     memo: dict[tuple, tuple[float, float, float, float]] = {}
@@ -110,6 +105,22 @@ def roofline_prior(model: Any, base_sheet: str, here_sheet: str, attention_power
             aa, ba = a.get("attention", 0.0), b.get("attention", 0.0)
             memo[key] = (sum(a.values()) - aa, aa, sum(b.values()) - ba, ba)
         return memo[key]
+
+    return parts
+
+
+def roofline_prior(model: Any, base_sheet: str, here_sheet: str, attention_power: float = 1.0
+                   ) -> Callable[[dict], float]:
+    """``row -> roofline(row, here_sheet) / roofline(row, base_sheet)`` for rows with ``kind``,
+    ``graph``, ``bs``, ``width``, ``kv_len`` and ``tokens`` (a profile's grid rows, or anchors),
+    ``model`` being the profile's :class:`~backends.models.ModelShape`, from the roofline's
+    parts (:func:`roofline_parts`). ``attention_power`` (below 1): the attention part scales
+    by its own ratio to that power (0: attention at the base sheet's time), the rest of the
+    pass by the roofline's,
+    ``(rest_here + attn_base x (attn_here / attn_base) ** power) / (rest_base + attn_base)``;
+    ``benchmarks/calibrate_prior_whatif.py`` scores it and :func:`fit_attention_power` picks
+    the power from a calibration's own anchors."""
+    parts = roofline_parts(model, base_sheet, here_sheet)
 
     def prior(r: dict) -> float:
         rest_a, att_a, rest_b, att_b = parts(r)
