@@ -69,27 +69,23 @@ def shares(model, base_sheet: str, here_sheet: str):
 
 
 def fit_two_part(anchors: list[dict], share) -> tuple[float, dict[str, float], float]:
-    """``(f_att, {group: f_rest}, cost)`` over the decode anchors (prefill left out)."""
-    decode = [a for a in anchors if a["kind"] != "prefill"]
+    """``(f_att, {group: f_rest}, cost)`` over the decode anchors (prefill left out); an
+    ``f_att`` that leaves some anchor no time for the rest is skipped."""
+    decode = [(group_name(a["kind"], a["graph"]),
+               float(a["measured_s"]) / float(a["base_s"]), *share(a))
+              for a in anchors if a["kind"] != "prefill"]
     best = None
     for fa in F_ATT:
-        f_rest, cost = {}, 0.0
-        by: dict[str, list[tuple[dict, float]]] = {}
-        for a in decode:
-            rs, ats, rr = share(a)
-            left = float(a["measured_s"]) / float(a["base_s"]) - ats * fa
-            if left <= 0:
-                break
-            by.setdefault(group_name(a["kind"], a["graph"]), []).append((a, left / (rs * rr)))
-        else:
-            for g, xs in by.items():
-                f_rest[g] = float(np.median([x for _, x in xs]))
-                for a, _ in xs:
-                    rs, ats, rr = share(a)
-                    pred = f_rest[g] * rs * rr + ats * fa
-                    cost += abs(math.log(float(a["measured_s"]) / float(a["base_s"]) / pred))
-            if best is None or cost < best[2] - 1e-12:
-                best = (float(fa), f_rest, cost)
+        if any(ratio - ats * fa <= 0 for _, ratio, _, ats, _ in decode):
+            continue
+        by: dict[str, list[float]] = {}
+        for g, ratio, rs, ats, rr in decode:
+            by.setdefault(g, []).append((ratio - ats * fa) / (rs * rr))
+        f_rest = {g: float(np.median(xs)) for g, xs in by.items()}
+        cost = sum(abs(math.log(ratio / (f_rest[g] * rs * rr + ats * fa)))
+                   for g, ratio, rs, ats, rr in decode)
+        if best is None or cost < best[2] - 1e-12:
+            best = (float(fa), f_rest, cost)
     return best
 
 
@@ -119,7 +115,7 @@ def main() -> int:
         f_att, f_rest, _ = fit_two_part(anchors, share)
         pf = today["prefill"]["factor"] if "prefill" in today else 1.0
         prior = two_part_prior(share, f_att, f_rest, lambda r: fitted(r) * pf)
-        ones = {g: dict(f, factor=1.0) for g, f in today.items()}
+        ones = {g: dict(f, factor=1.0) for g, f in today.items()}  # the prior holds them
         with tempfile.TemporaryDirectory() as tmp:
             t_today = fitted_table(grid, line, bmeta, today, fitted, Path(tmp) / "a.parquet")
             t_two = fitted_table(grid, line, bmeta, ones, prior, Path(tmp) / "b.parquet")
