@@ -65,11 +65,9 @@ sys.path.insert(0, str(ROOT))
 
 from analysis.fidelity.stats import step_errors  # noqa: E402
 from backends.calibrate import fit_factors, group_name, settle_prefill  # noqa: E402
-from backends.calibrate_prior import other_models  # noqa: E402
 from backends.models import load_model  # noqa: E402
-from backends.profile import read_profile  # noqa: E402
-from benchmarks.calibrate_prior_whatif import (fitted_table, refit_inputs, refits,  # noqa: E402
-                                               runs_on)
+from benchmarks.calibrate_prior_whatif import (calibrations, fitted_table,  # noqa: E402
+                                               refit_inputs, refits, runs_on)
 from benchmarks.regenerate_reports import rerun  # noqa: E402
 
 AXES = {"tokens": lambda r: max(int(r["tokens"]), 1), "bs": lambda r: max(int(r["bs"]), 1)}
@@ -109,22 +107,12 @@ def surface(anchors: list[dict], factors: dict[str, dict], prior, axis: str):
 def same_model(results: Path):
     """As ``calibrate_prior_whatif.refits`` yields them, the calibrations made on a GPU of the
     base's own model (no prior), one per measurement."""
-    seen = set()
-    for path in sorted(results.glob("*/*calibrated*.parquet")):
-        _, meta = read_profile(str(path))
-        cal = meta.get("calibration") or {}
-        if not cal.get("anchors") or cal.get("refit") or \
-                other_models(cal.get("base_gpu"), cal.get("machine")):
-            continue
-        key = tuple(a["measured_s"] for a in cal["anchors"])
-        if key in seen:
-            continue
-        seen.add(key)
+    for path, meta in calibrations(results, other_model=False):
+        cal = meta["calibration"]
         spec = meta.get("model") or {}
         model = load_model(spec.get("name"), tp=spec.get("tp"))
         sheet = str(cal["base_gpu"].get("name", "H200")).split()[-1]
-        yield (path, model, cal, (sheet, sheet), refit_inputs(model, cal, sheet),
-               None, {},
+        yield (path, model, cal, (sheet, sheet), refit_inputs(model, cal, sheet), None, {},
                str(cal["machine"].get("uuid", ""))[:8])
 
 

@@ -56,15 +56,16 @@ from backends.shipped import default_profile  # noqa: E402
 from benchmarks.systematic_errors import run_gpus  # noqa: E402
 
 
-def calibrations(results: Path):
+def calibrations(results: Path, other_model: bool = True):
     """(calibrated profile, its metadata) for every calibration made on another GPU model than
-    its base's, one per measurement (re-fits of the same anchors skipped)."""
+    its base's (``other_model`` false: on a GPU of the base's own model), one per measurement
+    (re-fits of the same anchors skipped)."""
     seen = set()
     for p in sorted(results.glob("*/*calibrated*.parquet")):
         _, meta = read_profile(str(p))
         cal = meta.get("calibration") or {}
-        if not (other_models(cal.get("base_gpu"), cal.get("machine")) and cal.get("anchors")) \
-                or cal.get("refit"):
+        if not cal.get("anchors") or cal.get("refit") or \
+                bool(other_models(cal.get("base_gpu"), cal.get("machine"))) != other_model:
             continue
         key = tuple(a["measured_s"] for a in cal["anchors"])
         if key not in seen:

@@ -36,9 +36,9 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from backends.calibrate import SHAPE  # noqa: E402
-from backends.calibrate_prior import other_models  # noqa: E402
 from backends.profile import grid_rows, read_profile  # noqa: E402
 from backends.shipped import default_profile  # noqa: E402
+from benchmarks.calibrate_prior_whatif import calibrations  # noqa: E402
 
 
 def remeasured(results: Path) -> tuple[dict[tuple, list[float]], int]:
@@ -46,17 +46,9 @@ def remeasured(results: Path) -> tuple[dict[tuple, list[float]], int]:
     their base's model, each measurement once, against today's shipped rows; and how many
     anchors were left out because their recorded base no longer equals today's row."""
     shipped: dict[str, dict[tuple, float]] = {}
-    seen, out, stale = set(), {}, 0
-    for path in sorted(results.glob("*/*calibrated*.parquet")):
-        _, meta = read_profile(str(path))
-        cal = meta.get("calibration") or {}
-        if not cal.get("anchors") or cal.get("refit") or \
-                other_models(cal.get("base_gpu"), cal.get("machine")):
-            continue
-        key = tuple(a["measured_s"] for a in cal["anchors"])
-        if key in seen:
-            continue
-        seen.add(key)
+    out, stale = {}, 0
+    for _, meta in calibrations(results, other_model=False):
+        cal = meta["calibration"]
         name = (meta.get("model") or {}).get("name")
         if name not in shipped:
             rows, _ = read_profile(str(default_profile(name, "H200")))
