@@ -68,15 +68,18 @@ from backends.calibrate import fit_factors, group_name, settle_prefill  # noqa: 
 from backends.models import load_model  # noqa: E402
 from benchmarks.calibrate_prior_whatif import (calibrations, fitted_table,  # noqa: E402
                                                refit_inputs, refits, runs_on)
-from benchmarks.regenerate_reports import rerun  # noqa: E402
+from benchmarks.regenerate_reports import backend_overrides, rerun  # noqa: E402
 
 AXES = {"tokens": lambda r: max(int(r["tokens"]), 1), "bs": lambda r: max(int(r["bs"]), 1)}
 
 
 def surface(anchors: list[dict], factors: dict[str, dict], prior, axis: str):
-    """``row -> scale``: the row's group residual at its size on ``axis`` (:data:`AXES`),
-    interpolated in ``log2(size)`` between the sizes its group's anchors measured (flat beyond
-    them); 1 for a group with anchors at one size, or whose factor is not applied."""
+    """The scale each row takes from its group's anchors, and those anchors' residuals by size.
+
+    The scale (a function ``row -> scale``) is the row's group residual at its size on ``axis``
+    (:data:`AXES`), interpolated in ``log2(size)`` between the sizes its group's anchors
+    measured (flat beyond them); 1 for a group with anchors at one size, or whose factor is not
+    applied. The residuals: ``{group: {size: median residual}}``, for printing."""
     size = AXES[axis]
     by: dict[str, dict[int, list[float]]] = {}
     for a in anchors:
@@ -116,13 +119,17 @@ def same_model(results: Path):
                str(cal["machine"].get("uuid", ""))[:8])
 
 
-def reports_of(path: Path) -> list[dict]:
-    """The fidelity reports kept beside the calibration ``path`` that compared it."""
-    out = []
+def reports_of(path: Path) -> dict[str, dict]:
+    """The fidelity reports kept beside the calibration ``path`` that compared that very file,
+    one per live run: the one with today's backend defaults where the run has several."""
+    out: dict[str, dict] = {}
     for f in sorted(path.parent.glob("fidelity_*.json")):
         rep = json.loads(f.read_text())
-        if Path(rep["profile"]["file"]).name == path.name:
-            out.append(rep)
+        if ROOT / rep["profile"]["file"] != path:
+            continue
+        run = Path(rep["reference"]["recorded_run"]).name
+        if run not in out or (backend_overrides(out[run]) and not backend_overrides(rep)):
+            out[run] = rep
     return out
 
 
@@ -148,13 +155,15 @@ def main(argv: list[str] | None = None) -> int:
     shown = set()
     for path, model, cal, sheets, inputs, fitted, note, uuid in (*refits(results),
                                                                   *same_model(results)):
+        if args.folders and path.parent.name not in args.folders:
+            continue
         runs = runs_on([path.parent], model.name, uuid)
-        if not runs or (args.folders and path.parent.name not in args.folders):
+        if not runs:
             continue
         grid, line, bmeta, anchors, groups = inputs
         today = settle_prefill(fit_factors(anchors, groups, fitted), "auto", moe=model.is_moe,
                                other_model=sheets[0] != sheets[1])
-        reps = {Path(r["reference"]["recorded_run"]).name: r for r in reports_of(path)}
+        reps = reports_of(path)
         with tempfile.TemporaryDirectory() as tmp:
             files = {"today": Path(tmp) / "today.parquet"}
             tables = {"today": fitted_table(grid, line, bmeta, today, fitted, files["today"])}
