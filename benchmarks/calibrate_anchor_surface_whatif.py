@@ -16,7 +16,7 @@ applied. ``size`` is the pass's tokens (``bs x width``, a prefill's token count:
 which the prior's dense part is a function of); that axis was chosen before any figure below
 was computed. ``by bs`` (the batch size instead) is shown beside it, labelled as a second form.
 Both read only the anchors. Every calibration kept here with a live run on its GPU is re-fitted
-(``calibrate_prior_whatif.refits``; on the base's own GPU model, without a prior) and scored per
+as ``specsched calibrate`` fits today (``backends.calibrate_prior.fit_with_prior``) and scored per
 step against those runs as ``calibrate_prior_whatif.py`` scores the prior's forms (``straggler``
 KV rule); ``--checks`` also re-runs each kept fidelity report of the calibration with today's
 table and with the surface (``regenerate_reports.rerun``) and counts the checks met.
@@ -64,11 +64,12 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from analysis.fidelity.stats import step_errors  # noqa: E402
-from backends.calibrate import fit_factors, group_name, settle_prefill  # noqa: E402
+from backends.calibrate import group_name  # noqa: E402
+from backends.calibrate_prior import fit_with_prior, sheet_of  # noqa: E402
 from backends.models import load_model  # noqa: E402
 from benchmarks.calibrate_prior_whatif import (calibrations, fitted_table,  # noqa: E402
-                                               refit_inputs, refits, runs_on)
-from benchmarks.regenerate_reports import backend_overrides, rerun  # noqa: E402
+                                               refit_inputs, runs_on)
+from benchmarks.regenerate_reports import backend_overrides, met, rerun  # noqa: E402
 
 AXES = {"tokens": lambda r: max(int(r["tokens"]), 1), "bs": lambda r: max(int(r["bs"]), 1)}
 
@@ -107,16 +108,23 @@ def surface(anchors: list[dict], factors: dict[str, dict], prior, axis: str):
                    for g, ln in lines.items()}
 
 
-def same_model(results: Path):
-    """As ``calibrate_prior_whatif.refits`` yields them, the calibrations made on a GPU of the
-    base's own model (no prior), one per measurement."""
-    for path, meta in calibrations(results, other_model=False):
-        cal = meta["calibration"]
-        spec = meta.get("model") or {}
-        model = load_model(spec.get("name"), tp=spec.get("tp"))
-        sheet = str(cal["base_gpu"].get("name", "H200")).split()[-1]
-        yield (path, model, cal, (sheet, sheet), refit_inputs(model, cal, sheet), None, {},
-               str(cal["machine"].get("uuid", ""))[:8])
+def calibrations_fitted(results: Path):
+    """Every calibration kept under ``results`` (on another GPU model than its base's first,
+    then on the base's own), one per measurement, with today's fit of its anchors as
+    ``specsched calibrate`` makes it (``backends.calibrate_prior.fit_with_prior``): ``(path,
+    model, the re-fit's inputs (``calibrate_prior_whatif.refit_inputs``), the prior or None,
+    its note or None, the factors, the calibration's GPU uuid prefix)``."""
+    for other in (True, False):
+        for path, meta in calibrations(results, other_model=other):
+            cal = meta["calibration"]
+            spec = meta.get("model") or {}
+            model = load_model(spec.get("name"), tp=spec.get("tp"))
+            inputs = refit_inputs(model, cal, sheet_of(cal["base_gpu"]))
+            prior, note, factors = fit_with_prior(model, inputs[3], inputs[4], cal["base_gpu"],
+                                                  cal["machine"], prior="fitted",
+                                                  prefill="auto")
+            yield (path, model, inputs, prior, note, factors,
+                   str(cal["machine"].get("uuid", ""))[:8])
 
 
 def reports_of(path: Path) -> dict[str, dict]:
@@ -131,10 +139,6 @@ def reports_of(path: Path) -> dict[str, dict]:
         if run not in out or (backend_overrides(out[run]) and not backend_overrides(rep)):
             out[run] = rep
     return out
-
-
-def _met(rep: dict) -> int:
-    return sum(bool(c["pass"]) for c in rep["checks"].values())
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -153,16 +157,13 @@ def main(argv: list[str] | None = None) -> int:
           "by bs (second form) |" + (" checks today -> surface |" if args.checks else ""))
     print("|---|---|---|---|---|" + ("---|" if args.checks else ""))
     shown = set()
-    for path, model, cal, sheets, inputs, fitted, note, uuid in (*refits(results),
-                                                                  *same_model(results)):
+    for path, model, inputs, fitted, note, today, uuid in calibrations_fitted(results):
         if args.folders and path.parent.name not in args.folders:
             continue
         runs = runs_on([path.parent], model.name, uuid)
         if not runs:
             continue
-        grid, line, bmeta, anchors, groups = inputs
-        today = settle_prefill(fit_factors(anchors, groups, fitted), "auto", moe=model.is_moe,
-                               other_model=sheets[0] != sheets[1])
+        grid, line, bmeta, anchors, _ = inputs
         reps = reports_of(path)
         with tempfile.TemporaryDirectory() as tmp:
             files = {"today": Path(tmp) / "today.parquet"}
@@ -186,9 +187,11 @@ def main(argv: list[str] | None = None) -> int:
                     rep = reps[run.name]
                     a, b = (rerun(rep, model.name, Path(tmp) / "x.md", write=False,
                                   profile=files[k])[0] for k in ("today", "tokens"))
-                    cell = f" {_met(a)} -> {_met(b)} of {len(a['checks'])} |"
+                    n = len(a["checks"])
+                    cell = (f" {n - len(met(a['checks'])[1])} -> "
+                            f"{n - len(met(b['checks'])[1])} of {n} |")
                 print(f"| {path.parent.name}/{path.name} | {run.name} | {got[0]:.2f}% "
-                      + (f"(power {note['attention_power']:g}) " if sheets[0] != sheets[1] else "")
+                      + (f"(power {note['attention_power']:g}) " if note else "")
                       + f"| {got[1]:.2f}% | {got[2]:.2f}% |" + cell, flush=True)
     return 0
 

@@ -36,6 +36,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from backends.calibrate import SHAPE  # noqa: E402
+from backends.calibrate_prior import sheet_of  # noqa: E402
 from backends.profile import grid_rows, read_profile  # noqa: E402
 from backends.shipped import default_profile  # noqa: E402
 from benchmarks.calibrate_prior_whatif import calibrations  # noqa: E402
@@ -43,20 +44,22 @@ from benchmarks.calibrate_prior_whatif import calibrations  # noqa: E402
 
 def remeasured(results: Path) -> tuple[dict[tuple, list[float]], int]:
     """``{(model, *shape): [measured / shipped, ...]}`` over the calibrations made on a GPU of
-    their base's model, each measurement once, against today's shipped rows; and how many
+    their base's model, each measurement once, against today's shipped rows of that GPU model's
+    profile; and how many
     anchors were left out because their recorded base no longer equals today's row."""
-    shipped: dict[str, dict[tuple, float]] = {}
+    shipped: dict[tuple[str, str], dict[tuple, float]] = {}
     out, stale = {}, 0
     for _, meta in calibrations(results, other_model=False):
         cal = meta["calibration"]
         name = (meta.get("model") or {}).get("name")
-        if name not in shipped:
-            rows, _ = read_profile(str(default_profile(name, "H200")))
-            shipped[name] = {tuple(r[k] for k in SHAPE): float(r["latency_s"])
-                             for r in grid_rows(rows).to_pylist()}
+        key = (name, sheet_of(cal["base_gpu"]))
+        if key not in shipped:
+            rows, _ = read_profile(str(default_profile(*key)))
+            shipped[key] = {tuple(r[k] for k in SHAPE): float(r["latency_s"])
+                            for r in grid_rows(rows).to_pylist()}
         for a in cal["anchors"]:
             shape = tuple(a[k] for k in SHAPE)
-            base = shipped[name].get(shape)
+            base = shipped[key].get(shape)
             if base is None or not math.isclose(base, float(a["base_s"]), rel_tol=1e-6):
                 stale += 1
                 continue
