@@ -65,10 +65,7 @@ sys.path.insert(0, str(ROOT))
 
 from analysis.fidelity.stats import step_errors  # noqa: E402
 from backends.calibrate import group_name  # noqa: E402
-from backends.calibrate_prior import fit_with_prior, sheet_of  # noqa: E402
-from backends.models import load_model  # noqa: E402
-from benchmarks.calibrate_prior_whatif import (calibrations, fitted_table,  # noqa: E402
-                                               refit_inputs, runs_on)
+from benchmarks.calibrate_prior_whatif import fitted_table, refits, runs_on  # noqa: E402
 from benchmarks.regenerate_reports import backend_overrides, met, rerun  # noqa: E402
 
 AXES = {"tokens": lambda r: max(int(r["tokens"]), 1), "bs": lambda r: max(int(r["bs"]), 1)}
@@ -108,25 +105,6 @@ def surface(anchors: list[dict], factors: dict[str, dict], prior, axis: str):
                    for g, ln in lines.items()}
 
 
-def calibrations_fitted(results: Path):
-    """Every calibration kept under ``results`` (on another GPU model than its base's first,
-    then on the base's own), one per measurement, with today's fit of its anchors as
-    ``specsched calibrate`` makes it (``backends.calibrate_prior.fit_with_prior``): ``(path,
-    model, the re-fit's inputs (``calibrate_prior_whatif.refit_inputs``), the prior or None,
-    its note or None, the factors, the calibration's GPU uuid prefix)``."""
-    for other in (True, False):
-        for path, meta in calibrations(results, other_model=other):
-            cal = meta["calibration"]
-            spec = meta.get("model") or {}
-            model = load_model(spec.get("name"), tp=spec.get("tp"))
-            inputs = refit_inputs(model, cal, sheet_of(cal["base_gpu"]))
-            prior, note, factors = fit_with_prior(model, inputs[3], inputs[4], cal["base_gpu"],
-                                                  cal["machine"], prior="fitted",
-                                                  prefill="auto")
-            yield (path, model, inputs, prior, note, factors,
-                   str(cal["machine"].get("uuid", ""))[:8])
-
-
 def reports_of(path: Path) -> dict[str, dict]:
     """The fidelity reports kept beside the calibration ``path`` that compared that very file,
     one per live run: the one with today's backend defaults where the run has several."""
@@ -157,13 +135,14 @@ def main(argv: list[str] | None = None) -> int:
           "by bs (second form) |" + (" checks today -> surface |" if args.checks else ""))
     print("|---|---|---|---|---|" + ("---|" if args.checks else ""))
     shown = set()
-    for path, model, inputs, fitted, note, today, uuid in calibrations_fitted(results):
+    for f in refits(results, other_model=(True, False)):
+        path, model, fitted, note, today = f.path, f.model, f.prior, f.note, f.factors
         if args.folders and path.parent.name not in args.folders:
             continue
-        runs = runs_on([path.parent], model.name, uuid)
+        runs = runs_on([path.parent], model.name, f.uuid)
         if not runs:
             continue
-        grid, line, bmeta, anchors, _ = inputs
+        grid, line, bmeta, anchors = f.grid, f.line, f.bmeta, f.anchors
         reps = reports_of(path)
         with tempfile.TemporaryDirectory() as tmp:
             files = {"today": Path(tmp) / "today.parquet"}

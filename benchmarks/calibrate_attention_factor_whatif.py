@@ -49,7 +49,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from analysis.fidelity.stats import step_errors  # noqa: E402
-from backends.calibrate import fit_factors, group_name, settle_prefill  # noqa: E402
+from backends.calibrate import group_name  # noqa: E402
 from backends.calibrate_prior import roofline_parts  # noqa: E402
 from benchmarks.calibrate_prior_whatif import fitted_table, refits, runs_on  # noqa: E402
 
@@ -104,28 +104,26 @@ def main() -> int:
     results = ROOT / "benchmarks" / "results"
     print("| calibration | live run | fitted (today) | two-part (what-if) |")
     print("|---|---|---|---|")
-    for path, model, cal, (base_sheet, here), inputs, fitted, note, uuid in refits(results):
-        runs = runs_on([path.parent], model.name, uuid)
+    for f in refits(results):
+        runs = runs_on([f.path.parent], f.model.name, f.uuid)
         if not runs:
             continue
-        grid, line, bmeta, anchors, groups = inputs
-        today = settle_prefill(fit_factors(anchors, groups, fitted), "auto", moe=model.is_moe,
-                               other_model=True)
-        share = shares(model, base_sheet, here)
-        f_att, f_rest, _ = fit_two_part(anchors, share)
-        pf = today["prefill"]["factor"] if "prefill" in today else 1.0
-        prior = two_part_prior(share, f_att, f_rest, lambda r: fitted(r) * pf)
-        ones = {g: dict(f, factor=1.0) for g, f in today.items()}  # the prior holds them
+        share = shares(f.model, f.base_sheet, f.here_sheet)
+        f_att, f_rest, _ = fit_two_part(f.anchors, share)
+        pf = f.factors["prefill"]["factor"] if "prefill" in f.factors else 1.0
+        prior = two_part_prior(share, f_att, f_rest, lambda r: f.prior(r) * pf)
+        ones = {g: dict(x, factor=1.0) for g, x in f.factors.items()}  # the prior holds them
         with tempfile.TemporaryDirectory() as tmp:
-            t_today = fitted_table(grid, line, bmeta, today, fitted, Path(tmp) / "a.parquet")
-            t_two = fitted_table(grid, line, bmeta, ones, prior, Path(tmp) / "b.parquet")
+            t_today = fitted_table(f.grid, f.line, f.bmeta, f.factors, f.prior,
+                                   Path(tmp) / "a.parquet")
+            t_two = fitted_table(f.grid, f.line, f.bmeta, ones, prior, Path(tmp) / "b.parquet")
             for run in runs:
                 steps = pq.read_table(run / "steps.parquet")
                 a = step_errors(steps, t_today, kv_lookup="straggler")["mape_all_pct"]
                 b = step_errors(steps, t_two, kv_lookup="straggler")["mape_all_pct"]
-                print(f"| {path.parent.name}/{path.name} | {run.name} | {a:.2f}% "
-                      f"(power {note['attention_power']:g}) | {b:.2f}% (attention x{f_att:.2f}) |",
-                      flush=True)
+                print(f"| {f.path.parent.name}/{f.path.name} | {run.name} | {a:.2f}% "
+                      f"(power {f.note['attention_power']:g}) | {b:.2f}% "
+                      f"(attention x{f_att:.2f}) |", flush=True)
     return 0
 
 

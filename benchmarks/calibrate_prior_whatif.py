@@ -38,6 +38,7 @@ import json
 import sys
 import tempfile
 from pathlib import Path
+from typing import Any, NamedTuple
 
 import pyarrow.parquet as pq
 
@@ -47,7 +48,8 @@ sys.path.insert(0, str(ROOT))
 from analysis.fidelity.stats import step_errors  # noqa: E402
 from backends.calibrate import (calibrated_copy, fit_factors, group_name,  # noqa: E402
                                 settle_prefill)
-from backends.calibrate_prior import other_models, prior_for, roofline_prior  # noqa: E402
+from backends.calibrate_prior import (fit_with_prior, other_models, prior_for,  # noqa: E402
+                                      roofline_prior, sheet_of)
 from backends.calibrate_refit import rebase_anchors  # noqa: E402
 from backends.models import load_model  # noqa: E402
 from backends.profile import (grid_rows, line_rows, load_profile, read_profile,  # noqa: E402
@@ -92,20 +94,42 @@ def fitted_table(grid: list, line: list, bmeta: dict, factors: dict, prior, out:
     return load_profile(str(out))
 
 
-def refits(results: Path):
-    """For each calibration of :func:`calibrations`: ``(path, model, cal, its sheets (base's,
-    here's), the inputs of a re-fit (:func:`refit_inputs`: grid, line, metadata, anchors,
-    groups), today's fitted prior and its note (``prior_for(..., "fitted")``), the
-    calibration's GPU uuid prefix)``."""
-    for path, meta in calibrations(results):
-        cal = meta["calibration"]
-        spec = meta.get("model") or {}
-        model = load_model(spec.get("name"), tp=spec.get("tp"))
-        sheets = other_models(cal["base_gpu"], cal["machine"])
-        inputs = refit_inputs(model, cal, sheets[0])
-        fitted, note = prior_for(model, cal["base_gpu"], cal["machine"], "fitted", inputs[3])
-        yield (path, model, cal, sheets, inputs, fitted, note,
-               str(cal["machine"].get("uuid", ""))[:8])
+class Refit(NamedTuple):
+    """One kept calibration re-fitted from its anchors as ``specsched calibrate`` fits them today."""
+
+    path: Path  #: the calibrated profile
+    model: Any  #: its model (``backends.models.load_model``)
+    cal: dict  #: its ``calibration`` metadata
+    base_sheet: str  #: the GPU sheet of the base profile
+    here_sheet: str  #: the GPU sheet of the calibration's GPU (the base's on the same model)
+    grid: list  #: the shipped base profile's grid rows
+    line: list  #: its prefill-line rows
+    bmeta: dict  #: its metadata
+    anchors: list  #: the anchors against its grid rows (``rebase_anchors``)
+    groups: list  #: its pass groups
+    prior: Any  #: today's prior (``row -> ratio``), None on the base's own GPU model
+    note: dict | None  #: the prior's note (its attention power and whether it was resolved)
+    factors: dict  #: today's factor per group over the prior, prefill settled
+    uuid: str  #: the calibration's GPU uuid prefix
+
+
+def refits(results: Path, other_model: tuple[bool, ...] = (True,)):
+    """A :class:`Refit` for each calibration of :func:`calibrations` made on another GPU model
+    than its base's (with ``other_model=(True, False)``, then those on the base's own), re-fitted
+    by ``backends.calibrate_prior.fit_with_prior`` (prior ``fitted``, prefill ``auto``)."""
+    for other in other_model:
+        for path, meta in calibrations(results, other_model=other):
+            cal = meta["calibration"]
+            spec = meta.get("model") or {}
+            model = load_model(spec.get("name"), tp=spec.get("tp"))
+            base_sheet = sheet_of(cal["base_gpu"])
+            here_sheet = sheet_of(cal["machine"]) or base_sheet
+            grid, line, bmeta, anchors, groups = refit_inputs(model, cal, base_sheet)
+            prior, note, factors = fit_with_prior(model, anchors, groups, cal["base_gpu"],
+                                                  cal["machine"], prior="fitted",
+                                                  prefill="auto")
+            yield Refit(path, model, cal, base_sheet, here_sheet, grid, line, bmeta, anchors,
+                        groups, prior, note, factors, str(cal["machine"].get("uuid", ""))[:8])
 
 
 def runs_on(folders, model_name: str, uuid: str) -> list[Path]:
@@ -126,24 +150,26 @@ def main() -> int:
     print("| calibration | live run | none | roofline | attention at base (what-if) | "
           "fitted: attention power from the anchors (the default) |")
     print("|---|---|---|---|---|---|")
-    for path, model, cal, (base_sheet, here), inputs, fitted, note, uuid in refits(results):
-        grid, line, bmeta, anchors, groups = inputs
-        chose = f"power {note['attention_power']:g}"
+    for f in refits(results):
+        chose = f"power {f.note['attention_power']:g}"
         fits = {"none": None,
-                "roofline": prior_for(model, cal["base_gpu"], cal["machine"], "roofline")[0],
-                "attention": roofline_prior(model, base_sheet, here, 0.0), "fitted": fitted}
+                "roofline": prior_for(f.model, f.cal["base_gpu"], f.cal["machine"],
+                                      "roofline")[0],
+                "attention": roofline_prior(f.model, f.base_sheet, f.here_sheet, 0.0),
+                "fitted": f.prior}
         with tempfile.TemporaryDirectory() as tmp:
             tables = {}
             for name, prior in fits.items():
-                factors = settle_prefill(fit_factors(anchors, groups, prior), "auto",
-                                         moe=model.is_moe, other_model=True)
-                tables[name] = fitted_table(grid, line, bmeta, factors, prior,
+                factors = f.factors if name == "fitted" else settle_prefill(
+                    fit_factors(f.anchors, f.groups, prior), "auto", moe=f.model.is_moe,
+                    other_model=True)
+                tables[name] = fitted_table(f.grid, f.line, f.bmeta, factors, prior,
                                             Path(tmp) / f"{name}.parquet")
-            for run in runs_on([path.parent], model.name, uuid):
+            for run in runs_on([f.path.parent], f.model.name, f.uuid):
                 steps = pq.read_table(run / "steps.parquet")
                 got = [step_errors(steps, tables[n], kv_lookup="straggler")["mape_all_pct"]
                        for n in fits]
-                print(f"| {path.parent.name}/{path.name} | {run.name} | "
+                print(f"| {f.path.parent.name}/{f.path.name} | {run.name} | "
                       + " | ".join(f"{v:.2f}%" for v in got[:3])
                       + f" | {got[3]:.2f}% ({chose}) |", flush=True)
     return 0

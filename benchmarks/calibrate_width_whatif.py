@@ -34,7 +34,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from analysis.fidelity.stats import step_errors  # noqa: E402
-from backends.calibrate import fit_factors, group_name, settle_prefill  # noqa: E402
+from backends.calibrate import group_name  # noqa: E402
 from benchmarks.calibrate_prior_whatif import fitted_table, refits, runs_on  # noqa: E402
 
 
@@ -65,16 +65,15 @@ def main() -> int:
     print("| calibration | live run | one factor per group: all / verify / verify time "
           "| per width: all / verify / verify time |")
     print("|---|---|---|---|")
-    for path, model, _, _, inputs, fitted, _, uuid in refits(results):
-        grid, line, bmeta, anchors, groups = inputs
-        factors = settle_prefill(fit_factors(anchors, groups, fitted), "auto",
-                                 moe=model.is_moe, other_model=True)
-        runs = runs_on(sorted(p for p in results.iterdir() if p.is_dir()), model.name, uuid)
+    for f in refits(results):
+        runs = runs_on(sorted(p for p in results.iterdir() if p.is_dir()), f.model.name, f.uuid)
         if not runs:
             continue
         with tempfile.TemporaryDirectory() as tmp:
-            tables = [fitted_table(grid, line, bmeta, factors, p, Path(tmp) / f"{i}.parquet")
-                      for i, p in enumerate((fitted, width_prior(anchors, fitted, factors)))]
+            tables = [fitted_table(f.grid, f.line, f.bmeta, f.factors, p,
+                                   Path(tmp) / f"{i}.parquet")
+                      for i, p in enumerate((f.prior, width_prior(f.anchors, f.prior,
+                                                                  f.factors)))]
             for run in runs:
                 steps = pq.read_table(run / "steps.parquet")
                 cells = []
@@ -83,7 +82,7 @@ def main() -> int:
                     v = e["by_kind"]["verify"]
                     cells.append(f"{e['mape_all_pct']:.2f}% / {v['mape_pct']:.2f}% / "
                                  f"{v['time_signed_pct']:+.1f}%")
-                print(f"| {path.parent.name}/{path.name} | {run.parent.name}/{run.name} | "
+                print(f"| {f.path.parent.name}/{f.path.name} | {run.parent.name}/{run.name} | "
                       + " | ".join(cells) + " |", flush=True)
     return 0
 
