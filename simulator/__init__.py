@@ -130,6 +130,11 @@ def _engine_warnings(summary: dict, config: SimConfig, sim: Simulation) -> None:
     if extra:
         w.append(f"{extra} retractions went beyond SGLang's rule to fit a verify in the KV pool "
                  "(SGLang would have run out of KV slots there)")
+    kept = int(sim.E[:, C.E_XKEEP].sum())
+    if kept:
+        w.append(f"{kept} times the last running request failed SGLang's decode memory check "
+                 "after every other was retracted: SGLang aborts it there (HTTP 500, "
+                 "retract_decode), this run kept it running")
     if not sim.CI[C.C_SPEC] and not e.max_running:
         w.append("without speculative decoding SGLang sizes max_running_requests from its token "
                  "pool and the model's context length, which was not given here: "

@@ -78,7 +78,8 @@ def _retract_victim(r, n, R, RUN, prompt):
 @njit
 def _update_running(r, clock, R, E, EF, W, WT, RUN, prompt, mnt, CI, CF, rx):
     """SGLang's ``update_running_batch`` before a decode: when ``check_decode_mem`` fails, retract
-    (at least one request, until it passes or one is left) and re-estimate ``new_token_ratio``
+    (at least one request, until it passes or one is left; a last one that still fails is kept
+    and counted in ``E_XKEEP``, where SGLang aborts it) and re-estimate ``new_token_ratio``
     as ``min(1, (decoded + RETRACT_DECODE_STEPS x running) / (sum of max_new_tokens + 1))``; else
     decay the ratio towards its minimum."""
     n = E[r, E_NRUN]
@@ -92,6 +93,10 @@ def _update_running(r, clock, R, E, EF, W, WT, RUN, prompt, mnt, CI, CF, rx):
             break
         first = False
         _retract(r, _retract_victim(r, n, R, RUN, prompt), clock, R, E, W, WT, RUN, rx)
+    if E[r, E_NRUN] == 1 and not _decode_mem_ok(r, 1, R, E, RUN, CI, rx):
+        # SGLang aborts this last request (FINISH_ABORT, HTTP 500); specsched keeps it and
+        # counts it (the check evicts nothing more: the failed one before it took all it could)
+        E[r, E_XKEEP] += 1
     decoded = 0
     maxnew = 0
     for j in range(E[r, E_NRUN]):

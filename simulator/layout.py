@@ -67,7 +67,9 @@ E_WHEAD = 14      # retracted queue: ring buffer W[r, :] (entry times WT[r, :]),
 E_WLEN = 15       # retracted queue length
 E_XRETRACT = 16   # retractions beyond SGLang's rule, to fit a verify (SGLang would run out of KV)
 E_CACHED = 17     # KV pages the radix cache holds for no running request (its evictable pages)
-NE = 18
+E_XKEEP = 18      # decodes whose last running request failed check_decode_mem after retraction
+                  # (SGLang aborts it with HTTP 500; specsched keeps it)
+NE = 19
 
 EF_CLOCK = 0      # the replica's clock: the start of its next decision
 EF_PEND_END = 1   # end time of the pending iteration

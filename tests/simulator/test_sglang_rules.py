@@ -213,6 +213,28 @@ def test_retraction_full_tie_takes_the_latest_and_keeps_one():
     assert abs(EF[0, C.EF_RATIO] - (3 + 20) / 51) < 1e-12
 
 
+def test_a_last_request_that_still_does_not_fit_is_kept_and_counted():
+    """SGLang's retract_decode aborts the last request when it still fails check_decode_mem;
+    specsched keeps it and counts it (the run's summary warns)."""
+    # two requests, 3 free tokens: each needs 8. Retract request 1 (2 outputs against 3):
+    # 3 + 12 = 15 free >= 8 for the one left -> it fits, nothing counted
+    R, E, EF, W, WT, RUN, prompt, mnt, CI, CF = _state([3, 2], [10, 10], [13, 12], free=3,
+                                                       mnt=[50, 50])
+    C._update_running(0, 1.0, R, E, EF, W, WT, RUN, prompt, mnt, CI, CF, NO_CACHE)
+    assert list(RUN[0, :E[0, C.E_NRUN]]) == [0] and E[0, C.E_FREE] == 15
+    assert E[0, C.E_XKEEP] == 0
+    # one request, 7 free tokens: it needs 8, nothing to retract -> kept, counted once
+    R, E, EF, W, WT, RUN, prompt, mnt, CI, CF = _state([3], [10], [13], free=7, mnt=[50])
+    C._update_running(0, 1.0, R, E, EF, W, WT, RUN, prompt, mnt, CI, CF, NO_CACHE)
+    assert E[0, C.E_NRUN] == 1 and E[0, C.E_XKEEP] == 1 and E[0, C.E_FREE] == 7
+    # two requests, 0 free: retracting request 1 gives back its 4 pages; 4 < 8 -> counted
+    R, E, EF, W, WT, RUN, prompt, mnt, CI, CF = _state([3, 2], [10, 2], [13, 4], free=0,
+                                                       mnt=[50, 50])
+    C._update_running(0, 1.0, R, E, EF, W, WT, RUN, prompt, mnt, CI, CF, NO_CACHE)
+    assert list(RUN[0, :E[0, C.E_NRUN]]) == [0] and E[0, C.E_FREE] == 4
+    assert E[0, C.E_XKEEP] == 1
+
+
 def test_ratio_decays_to_its_minimum_when_nothing_is_retracted():
     R, E, EF, W, WT, RUN, prompt, mnt, CI, CF = _state([3], [10], [13], free=100, mnt=[50])
     EF[0, C.EF_RATIO] = 0.0985
