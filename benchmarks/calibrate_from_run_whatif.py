@@ -157,6 +157,11 @@ SAME_GPU = [
      f"{RES}/h100-2026-12-06l/live_longv2lite_split80",
      [("h100-2026-12-06l", "fidelity_longv2lite_bucket80_calibrated"),
       ("h100-2026-12-06l", "fidelity_longv2lite_pad80_calibrated")]),
+    # recorded after the pairings above were judged (2026-12-07, GPU 62b5355f, h100-2026-12-07c):
+    # out of sample
+    ("deepseek-v2-lite", f"{RES}/h100-2026-12-07c/deepseek-v2-lite__H200.calibrated.parquet",
+     f"{RES}/h100-2026-12-07c/live_longv2lite_split80",
+     [("h100-2026-12-07c", "fidelity_longv2lite80_calibrated")]),
 ]
 #: (model, source's start profile, source run, target's start profile, [targets]): the ratios of
 #: a run on one H100 applied to the calibration made on another H100, in another session, and
@@ -258,6 +263,26 @@ OTHER_GPU = [
      f"{RES}/h100-2026-12-06j/live_v2lite_split150",
      f"{RES}/h100-2026-12-07/deepseek-v2-lite__H200.calibrated.parquet",
      [("h100-2026-12-07", "fidelity_longv2lite80_calibrated")]),
+    # recorded after the pairings above were judged (2026-12-07, GPU 62b5355f, h100-2026-12-07c):
+    # out of sample
+    ("deepseek-v2-lite", f"{RES}/h100-2026-12-06l/deepseek-v2-lite__H200.calibrated.parquet",
+     f"{RES}/h100-2026-12-06l/live_longv2lite_split80",
+     f"{RES}/h100-2026-12-07c/deepseek-v2-lite__H200.calibrated.parquet",
+     [("h100-2026-12-07c", "fidelity_longv2lite80_calibrated"),
+      ("h100-2026-12-07c", "fidelity_longv2lite_split80_calibrated")]),
+    ("deepseek-v2-lite", f"{RES}/h100-2026-12-07/deepseek-v2-lite__H200.calibrated.parquet",
+     f"{RES}/h100-2026-12-07/live_longv2lite80",
+     f"{RES}/h100-2026-12-07c/deepseek-v2-lite__H200.calibrated.parquet",
+     [("h100-2026-12-07c", "fidelity_longv2lite80_calibrated"),
+      ("h100-2026-12-07c", "fidelity_longv2lite_split80_calibrated")]),
+    ("llama-3.1-70b", f"{RES}/h100-2026-12-06l/llama-3.1-70b__H200.calibrated.parquet",
+     f"{RES}/h100-2026-12-06l/live_70b_split150",
+     f"{RES}/h100-2026-12-07c/llama-3.1-70b__H200.calibrated.parquet",
+     [("h100-2026-12-07c", "fidelity_70b_split150_calibrated")]),
+    ("llama-3.1-70b", f"{RES}/h100-2026-12-06c/llama-3.1-70b__H200.calibrated.parquet",
+     f"{RES}/h100-2026-12-06c/live_70b_split150",
+     f"{RES}/h100-2026-12-07c/llama-3.1-70b__H200.calibrated.parquet",
+     [("h100-2026-12-07c", "fidelity_70b_split150_calibrated")]),
 ]
 PAIRINGS = ([(m, start, src, start, targets) for m, start, src, targets in SAME_GPU]
             + OTHER_GPU)
