@@ -27,6 +27,7 @@ from backends.calibrate import (FIT_RULE, GROUPS, SHAPE, anchor_record, calibrat
                                 calibrated_copy, decode_kv_reach, factors_text, group_name,
                                 prefill_summary)
 from backends.calibrate_prior import fit_with_prior, prior_summary, prior_text
+from backends.calibrate_residual import residual_by_size, residual_note, residual_prior
 from backends.shipped import file_sha256
 
 __all__ = ["refit_calibration", "rebase_anchors", "check_anchors"]
@@ -84,14 +85,17 @@ def rebase_anchors(kept: list[dict], grid: list[dict]) -> tuple[list[dict], list
 
 
 def refit_calibration(model: Any, source: str, base: str, out: str, *,
-                      prefill: str = "auto", prior: str = "fitted") -> dict[str, Any]:
+                      prefill: str = "auto", prior: str = "fitted",
+                      residual: str = "group") -> dict[str, Any]:
     """Write ``base`` calibrated by the anchors measured for ``source`` (a calibrated profile)
     to ``out``; returns a summary.  ``prefill``: whether the prefill factor is applied
     (``backends.calibrate.settle_prefill``; the source's choice is not carried over);
     ``prior``: whether the fit is against the roofline's ratio between the anchors' GPU and the
     base's when their sheets differ, and how (``backends.calibrate_prior.PRIOR_MODES``).  Raises
     ``SpecschedError`` when ``source`` holds no calibration, is of another model, or none of
-    its anchors is a grid row of ``base``."""
+    its anchors is a grid row of ``base``.  ``residual``: ``group`` (one factor per group) or
+    ``tokens`` (times each group's anchor residual by token count,
+    ``backends.calibrate_residual``; recorded as the calibration's ``residual``)."""
     from backends.profile import (_check_model, grid_rows, heldout_rows, line_rows, read_profile,
                                   write_profile)
     from traces.errors import SpecschedError
@@ -114,11 +118,17 @@ def refit_calibration(model: Any, source: str, base: str, out: str, *,
     shape_prior, prior_note, factors = fit_with_prior(
         model, anchors, sorted({group_name(r["kind"], r["graph"]) for r in grid}),
         meta.get("gpu"), machine, prior=prior, prefill=prefill)
+    residual_table = None
+    if residual == "tokens":
+        residual_table = residual_by_size(anchors, factors, shape_prior)
+        shape_prior = residual_prior(residual_table, shape_prior)
     at = datetime.now(timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
     calibration = {k: v for k, v in cal.items()
-                   if k not in ("anchors", "factors", "refit", "prior", "rule")}
+                   if k not in ("anchors", "factors", "refit", "prior", "rule", "residual")}
     if prior_note:
         calibration["prior"] = prior_note
+    if residual_table is not None:
+        calibration["residual"] = residual_note(residual_table)
     calibration.update(
         rule=FIT_RULE, base=Path(base).name, base_sha256=file_sha256(base),
         base_gpu=meta.get("gpu"), anchors=anchors, factors=factors,
@@ -129,11 +139,13 @@ def refit_calibration(model: Any, source: str, base: str, out: str, *,
                "anchors_used": len(anchors), "anchors_missing": missing,
                "rule": "the anchors' measured_s from the source's calibration, each divided by "
                        "this base's row of the same shape; fit as `specsched calibrate` fits, "
-                       f"prefill {prefill}, prior {prior}"})
+                       f"prefill {prefill}, prior {prior}, residual {residual}"})
     note = (f"calibrated by `specsched calibrate --anchors-from {Path(source).name}` at {at}: "
             f"{len(anchors)} anchors measured on {machine.get('name')} "
             f"{str(machine.get('uuid', ''))[:8]} at {cal.get('at')}, factors "
-            + factors_text(factors) + prior_text(prior_note))
+            + factors_text(factors) + prior_text(prior_note)
+            + ("; each group x its anchors' residual by token count" if residual_table is not None
+               else ""))
     rows = calibrated_copy(grid, line_rows(base_rows).to_pylist(), factors, prior=shape_prior)
     out_meta = calibrated_metadata(meta, machine or meta.get("gpu"), calibration, [note])
     write_profile(rows, out, out_meta, inputs=(base, source))
@@ -141,4 +153,5 @@ def refit_calibration(model: Any, source: str, base: str, out: str, *,
             "anchors_missing": len(missing),
             "factors": {g: round(f["factor"], 6) for g, f in factors.items()},
             "prefill": prefill_summary(factors),
-            "prior": prior_summary(prior_note), "decode_kv_reach": decode_kv_reach(anchors)}
+            "prior": prior_summary(prior_note), "residual": residual,
+            "decode_kv_reach": decode_kv_reach(anchors)}

@@ -72,6 +72,14 @@ __all__ = ["calibrate"]
               help="Measure nothing: re-fit the anchors an earlier calibrate measured (kept in "
                    "that file's metadata) to --base, e.g. after the shipped profile was "
                    "re-recorded under the same timing protocol. Needs no GPU.")
+@click.option("--residual", "residual", type=click.Choice(["group", "tokens"]), default="group",
+              show_default=True,
+              help="With --anchors-from: group fits one factor per pass group; tokens also "
+                   "scales each row by its group's anchor residual at its token count, "
+                   "interpolated between the anchors' counts (backends.calibrate_residual). "
+                   "Opt-in: on H100s under the H200 profiles it met more whole-run checks, in "
+                   "and out of sample; on H200s it met fewer (docs/aiter.md, \"Each group's "
+                   "residual by pass size\").")
 @click.option("--from-run", "from_run", type=click.Path(file_okay=False), default=None,
               metavar="RUN_DIR",
               help="Measure nothing: re-centre --base on a live run recorded on a GPU of its "
@@ -84,7 +92,8 @@ __all__ = ["calibrate"]
                    "calibration of that GPU model. Needs no GPU.")
 def calibrate(model, tp, base, out, budget_s, anchors, heldout, seed, reps, warmup, eager_reps,
               settle_s, page_size, max_context, kv_pool_gib, gpu_sheet, extend_logits, progress,
-              trace_path, limit, config_path, sets, prefill, prior, anchors_from, from_run):
+              trace_path, limit, config_path, sets, prefill, prior, anchors_from, residual,
+              from_run):
     """Fit a recorded profile to this machine's GPU from a few re-measured shapes.
 
     \b
@@ -93,6 +102,8 @@ def calibrate(model, tp, base, out, budget_s, anchors, heldout, seed, reps, warm
       specsched calibrate --model llama-3.1-8b --base my8b.parquet --anchors 32 --heldout 16 \\
           --budget-s 180 -o my8b_here.parquet
       specsched calibrate --model llama-3.1-8b --anchors-from 8b_here.parquet -o 8b_here_new.parquet
+      specsched calibrate --model llama-3.1-8b --anchors-from 8b_here.parquet --residual tokens \\
+          -o 8b_here_by_tokens.parquet
       specsched calibrate --model llama-3.1-8b --trace prod.parquet --limit 200 \\
           --set engine.policy=bucket -o 8b_for_prod.parquet
       specsched calibrate --model llama-3.1-8b --base 8b_here.parquet --from-run live_run/ \\
@@ -123,6 +134,9 @@ def calibrate(model, tp, base, out, budget_s, anchors, heldout, seed, reps, warm
     from backends.models import load_model
 
     n = DEFAULT_ANCHORS if anchors is None else anchors
+    if residual != "group" and anchors_from is None:
+        raise SpecschedError("--residual tokens re-fits measured anchors: calibrate first, then "
+                             "give that file to --anchors-from with --residual tokens (no GPU)")
     if from_run is not None:
         from pathlib import Path
 
@@ -148,7 +162,8 @@ def calibrate(model, tp, base, out, budget_s, anchors, heldout, seed, reps, warm
             raise SpecschedError("--anchors-from measures nothing: drop --anchors, --heldout "
                                  "and --trace")
         click.echo(json.dumps(refit_calibration(load_model(model, tp=tp), anchors_from, base, out,
-                                                prefill=prefill, prior=prior)))
+                                                prefill=prefill, prior=prior,
+                                                residual=residual)))
         return
     spec = ProfileSpec(reps=reps, warmup=warmup, eager_reps=eager_reps, settle_s=settle_s)
     spec.check()

@@ -23,8 +23,12 @@ table and with the surface (``regenerate_reports.rerun``) and counts the checks 
 
 Written on 2026-12-07 after seeing every run kept here, so every figure is in sample as a
 choice of form; the form reads only the anchors. CPU only: 1 min 18 s for the per-step table,
-about 11 min with ``--checks`` (83 kept reports re-run with both tables). Not adopted. What it
-gave (``--checks``; today's fit re-run beside it, so both sides share every argument):
+about 11 min with ``--checks`` (83 kept reports re-run with both tables). Not the default;
+since a thirteenth H100 judged it out of sample (``h100-2026-12-07c``: V2-Lite's long context
+6 -> 14 and 6 -> 15 of 16, the 70B 13 -> 13) it is an opt-in re-fit, ``specsched calibrate
+--anchors-from ... --residual tokens`` (``backends.calibrate_residual``, which ``surface`` calls).
+What it gave in sample (``--checks``; today's fit re-run beside it, so both sides share every
+argument):
 
 - H100s, default anchors (40 pairings): per step worse on 30, checks 424 -> 468. V2-Lite's
   long-context runs go from 6 to 11-14 of 16 (its prefill residual is x1.11 at 8,192 tokens,
@@ -52,19 +56,17 @@ slow by about a fifth.
 from __future__ import annotations
 
 import json
-import math
 import sys
 import tempfile
 from pathlib import Path
 
-import numpy as np
 import pyarrow.parquet as pq
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from analysis.fidelity.stats import step_errors  # noqa: E402
-from backends.calibrate import group_name  # noqa: E402
+from backends.calibrate_residual import residual_by_size, residual_prior  # noqa: E402
 from benchmarks.calibrate_prior_whatif import fitted_table, refits, runs_on  # noqa: E402
 from benchmarks.regenerate_reports import backend_overrides, met, rerun  # noqa: E402
 
@@ -72,37 +74,13 @@ AXES = {"tokens": lambda r: max(int(r["tokens"]), 1), "bs": lambda r: max(int(r[
 
 
 def surface(anchors: list[dict], factors: dict[str, dict], prior, axis: str):
-    """The scale each row takes from its group's anchors, and those anchors' residuals by size.
-
-    The scale (a function ``row -> scale``) is the row's group residual at its size on ``axis``
-    (:data:`AXES`), interpolated in ``log2(size)`` between the sizes its group's anchors
-    measured (flat beyond them); 1 for a group with anchors at one size, or whose factor is not
-    applied. The residuals: ``{group: {size: median residual}}``, for printing."""
+    """The scale each row takes from its group's anchors (``row -> scale``, without the prior),
+    and those anchors' residuals by size on ``axis`` (:data:`AXES`), rounded for printing:
+    ``backends.calibrate_residual`` (``specsched calibrate --residual tokens`` on ``tokens``)."""
     size = AXES[axis]
-    by: dict[str, dict[int, list[float]]] = {}
-    for a in anchors:
-        g = group_name(a["kind"], a["graph"])
-        f = factors[g]
-        if f.get("applied") is False:
-            continue
-        rho = float(a["measured_s"]) / float(a["base_s"]) / f["factor"] / (prior(a) if prior
-                                                                             else 1.0)
-        by.setdefault(g, {}).setdefault(size(a), []).append(math.log(rho))
-    lines = {}
-    for g, at in by.items():
-        if len(at) < 2:
-            continue
-        xs = sorted(at)
-        lines[g] = (np.log2(xs), np.array([float(np.median(at[x])) for x in xs]))
-
-    def scale(r: dict) -> float:
-        line = lines.get(group_name(r["kind"], r["graph"]))
-        if line is None:
-            return 1.0
-        return math.exp(float(np.interp(math.log2(size(r)), *line)))
-
-    return scale, {g: {int(2 ** x): round(math.exp(y), 3) for x, y in zip(*ln)}
-                   for g, ln in lines.items()}
+    table = residual_by_size(anchors, factors, prior, size)
+    return (residual_prior(table, None, size),
+            {g: {s: round(v, 3) for s, v in at.items()} for g, at in table.items()})
 
 
 def reports_of(path: Path) -> dict[str, dict]:

@@ -1,0 +1,81 @@
+"""A calibration's residual by pass size: what its anchors say beyond one factor per group.
+
+``specsched calibrate`` scales each pass group (verify graph, prefill, ...) by one factor, the
+median of its anchors' measured / base over the prior (``backends.calibrate.fit_factors``).
+Within a group the anchors can disagree with that factor in a pattern: on H100s under the H200
+profiles, DeepSeek-V2-Lite's verify graph anchors sit at x0.92-0.93 of the scaled rows at one
+token and x1.02-1.07 at 32-192 tokens, its prefill anchors at x0.85 at 256 tokens and x1.11-1.13
+at 8,192. The form ``tokens`` (``specsched calibrate --anchors-from ... --residual tokens``,
+opt-in) scales every row by its group's median anchor residual at its token count, straight
+between the anchors' counts in ``log2(tokens)`` and flat beyond them; a group whose anchors
+measured one count, or whose factor is not applied, keeps its one factor.
+
+Evidence (docs/aiter.md, *Each group's residual by pass size* and *On a thirteenth H100*): on
+H100s it gained whole-run checks in sample (424 -> 468 over 40 reports) and out of sample
+(V2-Lite's long context 6 -> 14 and 6 -> 15 of 16, the 70B 13 -> 13); on the H200s, the
+profiles' own GPU model, it lost (224 -> 216), through one odd shipped row. So it stays opt-in.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any, Callable
+
+import numpy as np
+
+from backends.calibrate import group_name
+
+__all__ = ["RESIDUAL_FORMS", "residual_by_size", "residual_note", "residual_prior", "tokens_of"]
+
+#: ``specsched calibrate --residual``: ``group`` (one factor per pass group, the default) or
+#: ``tokens`` (that factor times the group's anchor residual at the row's token count)
+RESIDUAL_FORMS = ("group", "tokens")
+
+
+def tokens_of(r: dict) -> int:
+    """A row's or anchor's token count (at least 1): the size ``tokens`` interpolates over."""
+    return max(int(r["tokens"]), 1)
+
+
+def residual_by_size(anchors: list[dict], factors: dict[str, dict],
+                     prior: Callable[[dict], float] | None,
+                     size: Callable[[dict], int] = tokens_of) -> dict[str, dict[int, float]]:
+    """``{group: {size: median residual}}``: each anchor's measured / base over its group's
+    factor and the prior, the median at each size, for the groups whose factor is applied and
+    whose anchors measured two sizes or more."""
+    by: dict[str, dict[int, list[float]]] = {}
+    for a in anchors:
+        g = group_name(a["kind"], a["graph"])
+        f = factors.get(g)
+        if f is None or f.get("applied") is False:
+            continue
+        rho = (float(a["measured_s"]) / float(a["base_s"]) / float(f["factor"])
+               / (prior(a) if prior else 1.0))
+        by.setdefault(g, {}).setdefault(size(a), []).append(math.log(rho))
+    return {g: {s: math.exp(float(np.median(at[s]))) for s in sorted(at)}
+            for g, at in sorted(by.items()) if len(at) >= 2}
+
+
+def residual_prior(table: dict[str, dict[int, float]], prior: Callable[[dict], float] | None,
+                   size: Callable[[dict], int] = tokens_of) -> Callable[[dict], float]:
+    """``row -> ratio``: ``prior`` (1 without one) times the row's group residual at its size in
+    ``table`` (:func:`residual_by_size`), interpolated in ``log2(size)`` and flat beyond the
+    group's sizes; 1 for a group not in it."""
+    lines = {g: (np.log2(list(at)), np.log(list(at.values()))) for g, at in table.items()}
+
+    def ratio(r: dict) -> float:
+        base = prior(r) if prior else 1.0
+        line = lines.get(group_name(r["kind"], r["graph"]))
+        if line is None:
+            return base
+        return base * math.exp(float(np.interp(math.log2(size(r)), *line)))
+
+    return ratio
+
+
+def residual_note(table: dict[str, dict[int, float]]) -> dict[str, Any]:
+    """What a calibration's metadata keeps of the form: ``{"form": "tokens", "by_group":
+    {group: [[tokens, residual], ...]}}``."""
+    return {"form": "tokens",
+            "by_group": {g: [[int(s), round(v, 6)] for s, v in at.items()]
+                         for g, at in table.items()}}

@@ -1,0 +1,95 @@
+"""A calibration's residual by token count (backends/calibrate_residual.py, --residual tokens)."""
+
+from __future__ import annotations
+
+import math
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from backends.calibrate_residual import residual_by_size, residual_prior
+
+ROOT = Path(__file__).resolve().parents[2]
+V2_H100 = ROOT / "benchmarks/results/h100-2026-12-07c/deepseek-v2-lite__H200.calibrated.parquet"
+
+
+def _anchor(tokens, base_s, measured_s, kind="verify", graph=True):
+    return {"kind": kind, "graph": graph, "bs": tokens, "width": 1, "kv_len": 512,
+            "tokens": tokens, "base_s": base_s, "measured_s": measured_s}
+
+
+def test_residual_worked_by_hand():
+    """Verify graph anchors at 1 and 4 tokens measure 0.9 and 1.1 x the base; its factor (their
+    median) is 1.0, so the residuals are 0.9 and 1.1. A row at 2 tokens, halfway in log2, takes
+    sqrt(0.9 x 1.1); one at 1 takes 0.9, one at 8 stays at 1.1 (flat beyond). The draft graph's
+    two anchors at one count give no line: its rows keep the prior alone."""
+    anchors = [_anchor(1, 1e-3, 0.9e-3), _anchor(4, 2e-3, 2.2e-3),
+               _anchor(4, 1e-3, 1.2e-3, kind="draft"), _anchor(4, 1e-3, 1.0e-3, kind="draft")]
+    factors = {"verify_graph": {"factor": 1.0}, "draft_graph": {"factor": 1.1}}
+    table = residual_by_size(anchors, factors, None)
+    assert set(table) == {"verify_graph"}
+    assert table["verify_graph"] == {1: pytest.approx(0.9), 4: pytest.approx(1.1)}
+    ratio = residual_prior(table, lambda r: 2.0)  # a prior of 2 multiplies every row
+    assert ratio(_anchor(2, 0, 0)) == pytest.approx(2.0 * math.sqrt(0.9 * 1.1))
+    assert ratio(_anchor(1, 0, 0)) == pytest.approx(2.0 * 0.9)
+    assert ratio(_anchor(8, 0, 0)) == pytest.approx(2.0 * 1.1)
+    assert ratio(_anchor(2, 0, 0, kind="draft")) == 2.0
+
+
+def test_the_residual_is_over_the_factor_and_the_prior_and_skips_unapplied_groups():
+    """An anchor 1.32 x the base under a factor of 1.1 and a prior of 1.2 has no residual (1.0);
+    one 1.452 x has 1.1. A group whose factor is not applied has no line."""
+    anchors = [_anchor(1, 1.0, 1.32), _anchor(64, 1.0, 1.452),
+               _anchor(1, 1.0, 0.5, kind="prefill", graph=False),
+               _anchor(256, 1.0, 2.0, kind="prefill", graph=False)]
+    factors = {"verify_graph": {"factor": 1.1},
+               "prefill": {"factor": 1.0, "applied": False}}
+    table = residual_by_size(anchors, factors, lambda a: 1.2)
+    assert table == {"verify_graph": {1: pytest.approx(1.0), 64: pytest.approx(1.1)}}
+
+
+def test_refit_with_residual_by_tokens(tmp_path):
+    """A V2-Lite calibration of an H100 re-fitted with --residual tokens: the same factors and
+    prior as the default re-fit, the table recorded in the metadata, and each grid row at a
+    token count the table lists that default's row times the group's residual there (a group
+    without a line: the default's row itself)."""
+    from backends.calibrate import group_name
+    from backends.calibrate_refit import refit_calibration
+    from backends.models import load_model
+    from backends.profile import grid_rows, read_profile
+
+    m = load_model("deepseek-v2-lite")
+    base = ROOT / "backends/profiles/deepseek-v2-lite__H200.parquet"
+    plain = refit_calibration(m, str(V2_H100), str(base), str(tmp_path / "g.parquet"))
+    got = refit_calibration(m, str(V2_H100), str(base), str(tmp_path / "t.parquet"),
+                            residual="tokens")
+    assert got["factors"] == plain["factors"] and got["prior"] == plain["prior"]
+    assert (plain["residual"], got["residual"]) == ("group", "tokens")
+    key = ("kind", "graph", "bs", "width", "kv_len", "tokens")
+    a = {tuple(r[k] for k in key): r["latency_s"]
+         for r in grid_rows(read_profile(tmp_path / "g.parquet")[0]).to_pylist()}
+    rows, meta = read_profile(tmp_path / "t.parquet")
+    note = meta["calibration"]["residual"]
+    assert note["form"] == "tokens" and "verify_graph" in note["by_group"]
+    line = {g: dict((int(s), v) for s, v in pts) for g, pts in note["by_group"].items()}
+    for r in grid_rows(rows).to_pylist():
+        g = group_name(r["kind"], r["graph"])
+        want = a[tuple(r[k] for k in key)]
+        if g in line:
+            if int(r["tokens"]) not in line[g]:
+                continue  # between two counts: the interpolation the first test works by hand
+            want *= line[g][int(r["tokens"])]
+        assert r["latency_s"] == pytest.approx(want, rel=1e-5)
+
+
+def test_residual_without_anchors_from_is_refused(tmp_path):
+    """--residual tokens measures nothing new: without --anchors-from, one error line, exit 2."""
+    res = subprocess.run([sys.executable, "-m", "specsched", "calibrate", "--model",
+                          "llama-3.1-8b", "--residual", "tokens", "-o", str(tmp_path / "x.parquet")],
+                         cwd=ROOT, capture_output=True, text=True, timeout=300)
+    assert res.returncode == 2
+    lines = res.stderr.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("error: --residual tokens")
+    assert not (tmp_path / "x.parquet").exists()
