@@ -165,7 +165,8 @@ def _calibration_meta(file: str) -> dict | None:
 
 def calibration_current(profile: dict, moe: bool) -> bool | None:
     """Whether a calibrated profile is what ``specsched calibrate`` makes today of today's
-    shipped file: its base's sha256 is that file's; under the fitted prior, its attention power
+    shipped file: its base's sha256 is that file's; no ``--residual tokens`` table (an opt-in
+    form, ``backends.calibrate_residual``); under the fitted prior, its attention power
     is the one today's rule takes from its own anchors (:func:`_prior_current`); and, on a MoE
     model, its prefill factor was settled by today's rule (``backends.calibrate.settle_prefill``:
     its ``applied`` recorded, and under ``--prefill auto`` applied exactly when calibrated on
@@ -180,8 +181,8 @@ def calibration_current(profile: dict, moe: bool) -> bool | None:
     if today is None:
         return None
     pre = (cal.get("factors") or {}).get("prefill") or {}
-    if cal["base_sha256"] != today or not _prior_current(cal):
-        return False
+    if cal["base_sha256"] != today or not _prior_current(cal) or cal.get("residual"):
+        return False  # a --residual tokens re-fit is an opt-in form, not the default's
     if not moe:
         return True
     if "applied" not in pre:

@@ -237,8 +237,8 @@ def test_a_calibration_is_current_only_of_todays_file_and_rule(tmp_path, monkeyp
     """A calibrated profile counts as today's when its base's sha256 is the shipped file's
     and, on a MoE model, its prefill factor carries the settled rule (``applied``; under
     ``--prefill auto`` kept on the base's GPU model and applied on another); a base of another
-    sha256, a MoE fit without the rule or settled the other way, and a file not kept in the
-    repository do not (the last: None, cannot tell)."""
+    sha256, a MoE fit without the rule or settled the other way, a ``--residual tokens``
+    re-fit, and a file not kept in the repository do not (the last: None, cannot tell)."""
     import fidelity_table as ft
 
     from backends.profile import profile_metadata, write_profile
@@ -248,11 +248,11 @@ def test_a_calibration_is_current_only_of_todays_file_and_rule(tmp_path, monkeyp
     m, rows = roofline_profile_rows()
     today = file_sha256(ROOT / SHIPPED)
 
-    def cal(name, sha, prefill, machine=None):
+    def cal(name, sha, prefill, machine=None, **extra):
         meta = dict(profile_metadata(m, {"name": "H200"}),
                     calibration={"base": "llama-3.1-8b__H200.parquet", "base_sha256": sha,
                                  "factors": {"prefill": prefill}, "base_gpu": {"name": "H200"},
-                                 "machine": {"name": machine or "NVIDIA H200"}})
+                                 "machine": {"name": machine or "NVIDIA H200"}, **extra})
         write_profile(rows, tmp_path / name, meta)
         return {"file": name}
 
@@ -272,6 +272,10 @@ def test_a_calibration_is_current_only_of_todays_file_and_rule(tmp_path, monkeyp
     assert ft.calibration_current(cal("h.parquet", today, kept, h100), moe=True) is False
     assert ft.calibration_current(cal("i.parquet", today, dict(kept, mode="keep"), h100),
                                   moe=True) is True
+    # a --residual tokens re-fit is an opt-in form: never counted as today's default
+    by_tokens = {"form": "tokens", "by_group": {"verify_graph": [[1, 0.93], [192, 1.06]]}}
+    assert ft.calibration_current(cal("j.parquet", today, {"factor": 1.03}, residual=by_tokens),
+                                  moe=False) is False
     assert ft.calibration_current({"file": "gone.parquet"}, moe=False) is None
     assert ft.calibration_current({"file": str(tmp_path / "a.parquet")}, moe=False) is None
     ft._calibration_meta.cache_clear()
