@@ -86,17 +86,16 @@ def _update_running(r, clock, R, E, EF, W, WT, RUN, prompt, mnt, CI, CF, rx):
     if _decode_mem_ok(r, n, R, E, RUN, CI, rx):
         EF[r, EF_RATIO] = max(EF[r, EF_RATIO] - CF[CF_RATIO_DECAY], CF[CF_RATIO_MIN])
         return
-    first = True
-    while first or not _decode_mem_ok(r, E[r, E_NRUN], R, E, RUN, CI, rx):
+    fits = False  # the check above failed: retract at least one
+    while not fits:
         n = E[r, E_NRUN]
         if n <= 1:
+            if n == 1:
+                # SGLang aborts this last request (FINISH_ABORT, HTTP 500); specsched keeps it
+                E[r, E_XKEEP] += 1
             break
-        first = False
         _retract(r, _retract_victim(r, n, R, RUN, prompt), clock, R, E, W, WT, RUN, rx)
-    if E[r, E_NRUN] == 1 and not _decode_mem_ok(r, 1, R, E, RUN, CI, rx):
-        # SGLang aborts this last request (FINISH_ABORT, HTTP 500); specsched keeps it and
-        # counts it (the check evicts nothing more: the failed one before it took all it could)
-        E[r, E_XKEEP] += 1
+        fits = _decode_mem_ok(r, E[r, E_NRUN], R, E, RUN, CI, rx)
     decoded = 0
     maxnew = 0
     for j in range(E[r, E_NRUN]):
