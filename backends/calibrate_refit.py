@@ -27,7 +27,7 @@ from backends.calibrate import (FIT_RULE, GROUPS, SHAPE, anchor_record, calibrat
                                 calibrated_copy, decode_kv_reach, factors_text, group_name,
                                 prefill_summary)
 from backends.calibrate_prior import fit_with_prior, prior_summary, prior_text
-from backends.calibrate_residual import residual_by_size, residual_note, residual_prior
+from backends.calibrate_residual import apply_residual, residual_text
 from backends.shipped import file_sha256
 
 __all__ = ["refit_calibration", "rebase_anchors", "check_anchors"]
@@ -118,17 +118,14 @@ def refit_calibration(model: Any, source: str, base: str, out: str, *,
     shape_prior, prior_note, factors = fit_with_prior(
         model, anchors, sorted({group_name(r["kind"], r["graph"]) for r in grid}),
         meta.get("gpu"), machine, prior=prior, prefill=prefill)
-    residual_table = None
-    if residual == "tokens":
-        residual_table = residual_by_size(anchors, factors, shape_prior)
-        shape_prior = residual_prior(residual_table, shape_prior)
+    shape_prior, residual_note = apply_residual(residual, anchors, factors, shape_prior)
     at = datetime.now(timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
     calibration = {k: v for k, v in cal.items()
                    if k not in ("anchors", "factors", "refit", "prior", "rule", "residual")}
     if prior_note:
         calibration["prior"] = prior_note
-    if residual_table is not None:
-        calibration["residual"] = residual_note(residual_table)
+    if residual_note is not None:
+        calibration["residual"] = residual_note
     calibration.update(
         rule=FIT_RULE, base=Path(base).name, base_sha256=file_sha256(base),
         base_gpu=meta.get("gpu"), anchors=anchors, factors=factors,
@@ -143,9 +140,7 @@ def refit_calibration(model: Any, source: str, base: str, out: str, *,
     note = (f"calibrated by `specsched calibrate --anchors-from {Path(source).name}` at {at}: "
             f"{len(anchors)} anchors measured on {machine.get('name')} "
             f"{str(machine.get('uuid', ''))[:8]} at {cal.get('at')}, factors "
-            + factors_text(factors) + prior_text(prior_note)
-            + ("; each group x its anchors' residual by token count" if residual_table is not None
-               else ""))
+            + factors_text(factors) + prior_text(prior_note) + residual_text(residual_note))
     rows = calibrated_copy(grid, line_rows(base_rows).to_pylist(), factors, prior=shape_prior)
     out_meta = calibrated_metadata(meta, machine or meta.get("gpu"), calibration, [note])
     write_profile(rows, out, out_meta, inputs=(base, source))

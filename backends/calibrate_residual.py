@@ -5,15 +5,17 @@ median of its anchors' measured / base over the prior (``backends.calibrate.fit_
 Within a group the anchors can disagree with that factor in a pattern: on H100s under the H200
 profiles, DeepSeek-V2-Lite's verify graph anchors sit at x0.92-0.93 of the scaled rows at one
 token and x1.02-1.07 at 32-192 tokens, its prefill anchors at x0.85 at 256 tokens and x1.11-1.13
-at 8,192. The form ``tokens`` (``specsched calibrate --anchors-from ... --residual tokens``,
-opt-in) scales every row by its group's median anchor residual at its token count, straight
+at 8,192. The form ``tokens`` (``specsched calibrate --residual tokens``, when measuring or with
+``--anchors-from``; opt-in) scales every row by its group's median anchor residual at its token count, straight
 between the anchors' counts in ``log2(tokens)`` and flat beyond them; a group whose anchors
 measured one count, or whose factor is not applied, keeps its one factor.
 
-Evidence (docs/aiter.md, *Each group's residual by pass size* and *On a thirteenth H100*): on
-H100s it gained whole-run checks in sample (424 -> 468 over 40 reports) and out of sample
-(V2-Lite's long context 6 -> 14 and 6 -> 15 of 16, the 70B 13 -> 13); on the H200s, the
-profiles' own GPU model, it lost (224 -> 216), through one odd shipped row. So it stays opt-in.
+Evidence (docs/aiter.md, *Each group's residual by pass size*, *On a thirteenth H100* and *On
+a fourteenth H100*): on H100s it gained whole-run checks in sample (424 -> 468 over 40 reports)
+and on two GPUs' runs recorded after it was written (V2-Lite's long context 6 -> 14-15 of 16 on
+all six runs, the 70B +0 / +1 / +1). On the H200s, the profiles' own GPU model, it lost (224 ->
+216), and on H100s the 8B lost too (110 -> 104), both through one odd shipped row. So it stays
+opt-in.
 """
 
 from __future__ import annotations
@@ -25,7 +27,8 @@ import numpy as np
 
 from backends.calibrate import group_name
 
-__all__ = ["RESIDUAL_FORMS", "residual_by_size", "residual_note", "residual_prior", "tokens_of"]
+__all__ = ["RESIDUAL_FORMS", "apply_residual", "residual_by_size", "residual_note",
+           "residual_prior", "residual_text", "tokens_of"]
 
 #: ``specsched calibrate --residual``: ``group`` (one factor per pass group, the default) or
 #: ``tokens`` (that factor times the group's anchor residual at the row's token count)
@@ -79,3 +82,23 @@ def residual_note(table: dict[str, dict[int, float]]) -> dict[str, Any]:
     return {"form": "tokens",
             "by_group": {g: [[int(s), round(v, 6)] for s, v in at.items()]
                          for g, at in table.items()}}
+
+
+def apply_residual(form: str, anchors: list[dict], factors: dict[str, dict],
+                   prior: Callable[[dict], float] | None
+                   ) -> tuple[Callable[[dict], float] | None, dict[str, Any] | None]:
+    """``(prior, note)`` of a fit under the form ``form``: ``group`` leaves ``prior`` as it is
+    (note None); ``tokens`` multiplies it by each group's anchor residual by token count
+    (:func:`residual_prior`), with the table the calibration records (:func:`residual_note`).
+    Both calibrate paths, measuring and ``--anchors-from``, call this after the fit."""
+    if form not in RESIDUAL_FORMS:
+        raise ValueError(f"residual form must be one of {RESIDUAL_FORMS}, got {form!r}")
+    if form == "group":
+        return prior, None
+    table = residual_by_size(anchors, factors, prior)
+    return residual_prior(table, prior), residual_note(table)
+
+
+def residual_text(note: dict[str, Any] | None) -> str:
+    """What a calibration's note line says of the form: empty for ``group``."""
+    return "" if note is None else "; each group x its anchors' residual by token count"

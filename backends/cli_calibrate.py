@@ -74,12 +74,13 @@ __all__ = ["calibrate"]
                    "re-recorded under the same timing protocol. Needs no GPU.")
 @click.option("--residual", "residual", type=click.Choice(["group", "tokens"]), default="group",
               show_default=True,
-              help="With --anchors-from: group fits one factor per pass group; tokens also "
-                   "scales each row by its group's anchor residual at its token count, "
-                   "interpolated between the anchors' counts (backends.calibrate_residual). "
-                   "Opt-in: on H100s under the H200 profiles it met more whole-run checks, in "
-                   "and out of sample; on H200s it met fewer (docs/aiter.md, \"Each group's "
-                   "residual by pass size\").")
+              help="group fits one factor per pass group; tokens also scales each row by "
+                   "its group's anchor residual at its token count, interpolated between the "
+                   "anchors' counts (backends.calibrate_residual), when measuring or with "
+                   "--anchors-from. Opt-in: on H100s under the H200 profiles it met more "
+                   "whole-run checks, in sample and on two GPUs' runs recorded after it was "
+                   "written; on H200s it met fewer (docs/aiter.md, \"Each group's residual by "
+                   "pass size\").")
 @click.option("--from-run", "from_run", type=click.Path(file_okay=False), default=None,
               metavar="RUN_DIR",
               help="Measure nothing: re-centre --base on a live run recorded on a GPU of its "
@@ -102,6 +103,7 @@ def calibrate(model, tp, base, out, budget_s, anchors, heldout, seed, reps, warm
       specsched calibrate --model llama-3.1-8b --base my8b.parquet --anchors 32 --heldout 16 \\
           --budget-s 180 -o my8b_here.parquet
       specsched calibrate --model llama-3.1-8b --anchors-from 8b_here.parquet -o 8b_here_new.parquet
+      specsched calibrate --model deepseek-v2-lite --residual tokens -o v2_here_by_tokens.parquet
       specsched calibrate --model llama-3.1-8b --anchors-from 8b_here.parquet --residual tokens \\
           -o 8b_here_by_tokens.parquet
       specsched calibrate --model llama-3.1-8b --trace prod.parquet --limit 200 \\
@@ -118,7 +120,8 @@ def calibrate(model, tp, base, out, budget_s, anchors, heldout, seed, reps, warm
     base's held-out rows are not carried over.  Only a scale per group is fitted: a
     shape-dependent difference between the machines stays (docs/aiter.md, "specsched
     calibrate"), except the one between two GPU models' sheets, which --prior fitted (the
-    default) takes from the roofline.  Needs a CUDA or ROCm GPU (exit 2 without one), except
+    default) takes from the roofline, and, with --residual tokens, what the anchors of a
+    group say at each token count beyond its factor.  Needs a CUDA or ROCm GPU (exit 2 without one), except
     with --from-run (re-centres --base on a recorded live run) and with
     --anchors-from, which re-fits an earlier calibration's measured anchors to --base
     (those not among the base's grid rows are left out and listed in the metadata).  With --trace
@@ -134,9 +137,9 @@ def calibrate(model, tp, base, out, budget_s, anchors, heldout, seed, reps, warm
     from backends.models import load_model
 
     n = DEFAULT_ANCHORS if anchors is None else anchors
-    if residual != "group" and anchors_from is None:
-        raise SpecschedError("--residual tokens re-fits measured anchors: calibrate first, then "
-                             "give that file to --anchors-from with --residual tokens (no GPU)")
+    if residual != "group" and from_run is not None:
+        raise SpecschedError("--residual tokens shapes a fit of anchors; --from-run fits no "
+                             "anchors: drop one of them")
     if from_run is not None:
         from pathlib import Path
 
@@ -176,7 +179,7 @@ def calibrate(model, tp, base, out, budget_s, anchors, heldout, seed, reps, warm
     summary = _with_progress(progress, lambda prog, log: run_calibrate(
         shape, out, base, spec, anchors=n, heldout=heldout, seed=seed, budget_s=budget_s,
         t_start=t_start, executor_opts=opts, command=cmd, progress=prog, log=log,
-        workload=workload, prefill=prefill, prior=prior))
+        workload=workload, prefill=prefill, prior=prior, residual=residual))
     click.echo(json.dumps(summary))
 
 

@@ -105,6 +105,10 @@
 #                                 -> MODEL__H200.calibrated_conv_POLICYN.parquet
 #   calibrate-v2lite[:TAG]  the same for DeepSeek-V2-Lite (33 s on 2026-12-02)
 #                                              -> deepseek-v2-lite__H200.calibrated[_TAG].parquet
+#   calibrate-tokens:MODEL  `specsched calibrate --residual tokens` of the shipped profile of
+#                MODEL (llama-3.1-70b at tp 8): each group also x its anchors' residual by
+#                token count, measured and fitted in one command
+#                                              -> MODEL__H200.calibrated_tokens.parquet
 #   capture-state  benchmarks/bench_capture_state.py: DeepSeek-V2-Lite graph replays after SGLang's
 #                start-up captures and after each of a list of later captures -> capture_state.json
 #   capture-state70b, capture-state8b  the same on the Llama-3.1-70B tp-8 shard and on Llama-3.1-8B,
@@ -511,6 +515,9 @@ PY
     calibrate-v2lite|calibrate-v2lite:*) tag=${j#calibrate-v2lite}; tag=${tag#:}
         job "calibrate-v2lite${tag:+-$tag}" 150 python3 -m specsched calibrate --model deepseek-v2-lite \
         --progress -o "$out/deepseek-v2-lite__H200.calibrated${tag:+_$tag}.parquet" --budget-s 120 ;;
+    calibrate-tokens:*) m=${j#calibrate-tokens:}; tpopt=""; [ "$m" = llama-3.1-70b ] && tpopt="--tp 8"
+        job "calibrate-tokens-$m" 150 python3 -m specsched calibrate --model "$m" $tpopt \
+        --progress --residual tokens -o "$out/${m}__H200.calibrated_tokens.parquet" --budget-s 120 ;;
     capture-state) job capture-state 240 python3 benchmarks/bench_capture_state.py \
         --json "$out/capture_state.json" ;;
     capture-state70b) job capture-state70b 240 python3 benchmarks/bench_capture_state.py \

@@ -30,7 +30,8 @@ prefill-protocols-short rates coarse8b profile8b heldout8b prefill-dense:llama-3
 prefill-dense:llama-3.1-70b prefill-line:llama-3.1-8b prefill-line:llama-3.1-70b calibrate8b
 calibrate8b:a calibrate70b calibrate-conv:llama-3.1-8b:bucket:150
 calibrate-conv:deepseek-v2-lite:pad:150 calibrate-conv:llama-3.1-70b:split:150 calibrate-v2lite
-calibrate-v2lite:b capture-state capture-state70b capture-state8b capture-state-prefill
+calibrate-v2lite:b calibrate-tokens:deepseek-v2-lite calibrate-tokens:llama-3.1-70b
+capture-state capture-state70b capture-state8b capture-state-prefill
 after-burst profile70b profile70b-prefill profile70b-eagerkv profile70b-eagerbs live-conv:150
 live-split:150 live-convp:bucket:150 live-70bp:split:150 live-v2litep:pad:150 live-code
 live-long:fixed live-long:split:180 live-long70b:fixed live-70b:400 live-adaptive:250

@@ -27,6 +27,7 @@ from backends.calibrate import (FIT_RULE, SHAPE, anchor_record, calibrated_metad
                                 calibrated_copy, choose_anchors, factors_text, group_name,
                                 decode_kv_reach, kv_reach_note, prefill_summary)
 from backends.calibrate_prior import fit_with_prior, prior_summary, prior_text
+from backends.calibrate_residual import apply_residual, residual_text
 from backends.heldout import SECTIONS, HeldoutPoint, choose_heldout, grid_span
 from backends.aiter.heldout_sweep import _graph_key, _kernel_widths, measure_points
 from backends.aiter.profiling import ProfileSpec, open_runner
@@ -103,7 +104,8 @@ def run_calibrate(model: Any, out: str, base: str, spec: ProfileSpec, *, anchors
                   command: str = "", progress: Callable[[str, int, int], None] | None = None,
                   log: Callable[[str], None] | None = None,
                   workload: Callable[[list], tuple[dict, dict]] | None = None,
-                  prefill: str = "auto", prior: str = "fitted") -> dict[str, Any]:
+                  prefill: str = "auto", prior: str = "fitted",
+                  residual: str = "group") -> dict[str, Any]:
     """Calibrate the profile ``base`` to this machine and write it to ``out`` (never ``base``);
     returns a summary.  ``t_start``: when the command started (``time.perf_counter()``), so
     the budget covers its start-up too.  ``workload(grid) -> (weights, info)``: anchors where a
@@ -112,7 +114,9 @@ def run_calibrate(model: Any, out: str, base: str, spec: ProfileSpec, *, anchors
     (``backends.calibrate.settle_prefill``). ``prior``: ``fitted`` (the default) fits against
     the roofline's ratio between this GPU's sheet and the base's when they differ, attention's
     part to the power the anchors choose; ``roofline`` that power at 1; ``none`` one scale per
-    group (``backends.calibrate_prior``)."""
+    group (``backends.calibrate_prior``).  ``residual``: ``group`` (one factor per group) or
+    ``tokens`` (times each group's anchor residual by token count,
+    ``backends.calibrate_residual``; recorded as the calibration's ``residual``)."""
     from backends.aiter import bridge
     from backends.aiter.executor import gpu_info
     from backends.profile import (_check_model, grid_rows, heldout_rows, line_rows, read_profile,
@@ -154,6 +158,11 @@ def run_calibrate(model: Any, out: str, base: str, spec: ProfileSpec, *, anchors
     if prior_note:
         say(f"another GPU model than the base's: factors{prior_text(prior_note)}")
     say("factors: " + factors_text(factors))
+    shape_prior, residual_note = apply_residual(residual, measured, factors, shape_prior)
+    if residual_note is not None:
+        say("residual by token count: " + ", ".join(
+            f"{g} " + " ".join(f"{t}:{v:.3f}" for t, v in pts)
+            for g, pts in residual_note["by_group"].items()))
     reach = decode_kv_reach(measured)
     say(kv_reach_note(reach))
 
@@ -187,11 +196,13 @@ def run_calibrate(model: Any, out: str, base: str, spec: ProfileSpec, *, anchors
         calibration["workload"] = wl_info
     if prior_note:
         calibration["prior"] = prior_note
+    if residual_note is not None:
+        calibration["residual"] = residual_note
     scaled = calibrated_copy(grid, line_rows(base_rows).to_pylist(), factors, held, shape_prior)
     notes: list = [f"calibrated by `specsched calibrate` on {machine.get('name')} at {at}: "
                    f"{len(measured)} anchors from {Path(base).name}, factors "
                    + factors_text(factors)
-                   + prior_text(prior_note)
+                   + prior_text(prior_note) + residual_text(residual_note)
                    + (f"; {dropped_heldout} held-out rows of the base dropped" if dropped_heldout
                       else "") + (f"; {len(held)} held-out rows measured here" if held else "")]
     if held_note:
@@ -203,7 +214,8 @@ def run_calibrate(model: Any, out: str, base: str, spec: ProfileSpec, *, anchors
                "skipped": len(skipped), "heldout": len(held),
                "factors": {g: round(f["factor"], 6) for g, f in factors.items()},
                "prefill": prefill_summary(factors),
-               "prior": prior_summary(prior_note), "decode_kv_reach": reach,
+               "prior": prior_summary(prior_note), "residual": residual,
+               "decode_kv_reach": reach,
                "wall_s": round(time.perf_counter() - t_start, 3)}
     say(f"wrote {summary['rows']} rows to {out} in {summary['wall_s']:.1f} s")
     return summary

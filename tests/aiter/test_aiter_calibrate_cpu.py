@@ -176,3 +176,63 @@ print(json.dumps({{'s': s, 'prior': cal['prior'], 'note': note, 'factors': cal['
         f = d["factors"][group[(r["kind"], r["graph"])]]
         want = f["factor"] * (r["prior"] if f.get("applied", True) else 1.0)
         assert r["ratio"] == pytest.approx(want, rel=1e-9)
+
+
+def test_calibrate_with_residual_by_tokens_is_the_refit_of_its_own_anchors(tmp_path):
+    """``run_calibrate(residual="tokens")`` on an H100 of an H200 base records its residual table
+    and writes the rows that re-fitting its own anchors with ``--anchors-from --residual
+    tokens`` writes (both paths share one fit); against the default re-fit of those anchors,
+    each grid row at a token count the table lists is that row times its group's residual
+    there, and the factors and prior are the default's."""
+    base, out = tmp_path / "tiny.parquet", tmp_path / "tiny_h100_tokens.parquet"
+    res = run_interpreted(f"""
+import json
+from backends.aiter import bridge, executor
+from backends.aiter.runner import Runner
+from backends.aiter.profiling import ProfileSpec, run_profile
+from backends.aiter.calibrate_sweep import run_calibrate
+from backends.calibrate_refit import refit_calibration
+from backends.models import ModelShape
+from backends.profile import grid_rows, read_profile
+
+{cpu_profiler_prelude('[1, 2, 3]')}
+{TINY_PROFILE}
+executor.gpu_info = lambda: {{'name': 'NVIDIA H200'}}
+run_profile(m, {str(base)!r}, spec, command='pytest')
+executor.gpu_info = lambda: {{'name': 'NVIDIA H100 80GB HBM3'}}
+s = run_calibrate(m, {str(out)!r}, {str(base)!r}, spec, anchors=10, seed=5, budget_s=600,
+                  command='pytest-cal', residual='tokens')
+g = refit_calibration(m, {str(out)!r}, {str(base)!r}, {str(tmp_path / 'g.parquet')!r})
+t = refit_calibration(m, {str(out)!r}, {str(base)!r}, {str(tmp_path / 't.parquet')!r},
+                      residual='tokens')
+rows = lambda p: grid_rows(read_profile(p)[0]).to_pylist()
+print(json.dumps({{'s': s, 'g': g, 't': t, 'cal': read_profile({str(out)!r})[1]['calibration'],
+                  'out': rows({str(out)!r}), 'rg': rows({str(tmp_path / 'g.parquet')!r}),
+                  'rt': rows({str(tmp_path / 't.parquet')!r})}}))
+""")
+    d = json.loads(res.strip().splitlines()[-1])
+    assert d["s"]["residual"] == "tokens" and d["g"]["residual"] == "group"
+    assert d["s"]["factors"] == d["g"]["factors"] == d["t"]["factors"]
+    assert d["s"]["prior"] == d["g"]["prior"]
+    note = d["cal"]["residual"]
+    assert note["form"] == "tokens" and note["by_group"]
+    key = ("kind", "graph", "bs", "width", "kv_len", "tokens")
+    assert [[r[k] for k in key] + [r["latency_s"]] for r in d["out"]] == \
+        [[r[k] for k in key] + [r["latency_s"]] for r in d["rt"]]
+    group = {("verify", True): "verify_graph", ("verify", False): "verify_eager",
+             ("draft", True): "draft_graph", ("draft", False): "draft_eager",
+             ("draft_extend", True): "extend_graph", ("draft_extend", False): "extend_eager",
+             ("prefill", False): "prefill"}
+    line = {g: {int(t): v for t, v in pts} for g, pts in note["by_group"].items()}
+    plain = {tuple(r[k] for k in key): r["latency_s"] for r in d["rg"]}
+    at_listed = 0
+    for r in d["out"]:
+        g = group[(r["kind"], r["graph"])]
+        want = plain[tuple(r[k] for k in key)]
+        if g in line:
+            if int(r["tokens"]) not in line[g]:
+                continue  # between two listed counts: tests/backends/test_calibrate_residual.py
+            want *= line[g][int(r["tokens"])]
+            at_listed += 1
+        assert r["latency_s"] == pytest.approx(want, rel=1e-5)
+    assert at_listed > 0

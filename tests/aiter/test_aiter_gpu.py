@@ -465,3 +465,34 @@ def test_calibrate_the_shipped_8b_profile_within_120_s(tmp_path):
         assert prior is None
     else:
         assert (prior["base_sheet"], prior["here_sheet"]) == ("H200", here)
+
+
+def test_calibrate_with_residual_by_tokens_on_the_gpu(tmp_path):
+    """``specsched calibrate --residual tokens`` measuring on the GPU (14 anchors, 60 s budget):
+    it records the residual table, and its rows are those that re-fitting its own anchors with
+    ``--anchors-from --residual tokens`` writes (one fit for both paths; the CPU test under the
+    Triton interpreter checks the same on a tiny profile)."""
+    import json
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    from backends.profile import grid_rows, read_profile
+
+    root = Path(__file__).resolve().parents[2]
+    out, again = tmp_path / "tokens.parquet", tmp_path / "again.parquet"
+    r = subprocess.run([sys.executable, "-m", "specsched", "calibrate", "--model", "llama-3.1-8b",
+                        "--residual", "tokens", "--anchors", "14", "--budget-s", "60",
+                        "-o", str(out)], cwd=root, capture_output=True, text=True, timeout=300)
+    assert r.returncode == 0, r.stderr[-4000:]
+    print(r.stdout.strip())
+    assert json.loads(r.stdout.strip().splitlines()[-1])["residual"] == "tokens"
+    rows, meta = read_profile(out)
+    assert meta["calibration"]["residual"]["form"] == "tokens"
+    r2 = subprocess.run([sys.executable, "-m", "specsched", "calibrate", "--model", "llama-3.1-8b",
+                         "--anchors-from", str(out), "--residual", "tokens", "-o", str(again)],
+                        cwd=root, capture_output=True, text=True, timeout=300)
+    assert r2.returncode == 0, r2.stderr[-4000:]
+    key = ("kind", "graph", "bs", "width", "kv_len", "tokens", "latency_s")
+    assert [[x[k] for k in key] for x in grid_rows(rows).to_pylist()] == \
+        [[x[k] for k in key] for x in grid_rows(read_profile(again)[0]).to_pylist()]

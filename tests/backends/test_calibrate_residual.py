@@ -84,10 +84,14 @@ def test_refit_with_residual_by_tokens(tmp_path):
         assert r["latency_s"] == pytest.approx(want, rel=1e-5)
 
 
-def test_residual_without_anchors_from_is_refused(tmp_path):
-    """--residual tokens measures nothing new: without --anchors-from, one error line, exit 2."""
+def test_residual_with_from_run_is_refused(tmp_path):
+    """--residual tokens shapes an anchor fit; --from-run fits none: one error line, exit 2,
+    nothing written."""
+    run = tmp_path / "run"
+    run.mkdir()
     res = subprocess.run([sys.executable, "-m", "specsched", "calibrate", "--model",
-                          "llama-3.1-8b", "--residual", "tokens", "-o", str(tmp_path / "x.parquet")],
+                          "llama-3.1-8b", "--residual", "tokens", "--from-run", str(run),
+                          "-o", str(tmp_path / "x.parquet")],
                          cwd=ROOT, capture_output=True, text=True, timeout=300)
     assert res.returncode == 2
     lines = res.stderr.strip().splitlines()
