@@ -25,8 +25,11 @@ Written on 2026-12-07 after seeing every run kept here, so every figure is in sa
 choice of form; the form reads only the anchors. CPU only: 1 min 18 s for the per-step table,
 about 11 min with ``--checks`` (83 kept reports re-run with both tables). Not the default;
 since a thirteenth H100 judged it out of sample (``h100-2026-12-07c``: V2-Lite's long context
-6 -> 14 and 6 -> 15 of 16, the 70B 13 -> 13) it is an opt-in re-fit, ``specsched calibrate
---anchors-from ... --residual tokens`` (``backends.calibrate_residual``, which ``surface`` calls).
+6 -> 14 and 6 -> 15 of 16, the 70B 13 -> 13) it is an opt-in form of ``specsched calibrate
+--residual tokens`` (``backends.calibrate_residual``, which ``surface`` calls); a fourteenth
+(``h100-2026-12-07d``) judged it again: V2-Lite's long context 6 -> 14-15 under all four
+policies, the 70B 11 -> 12 and 12 -> 13. With both folders, H100s on default anchors (49
+pairings) go 496 -> 593 checks, per step better on 17; the 8B's 8 go 110 -> 104.
 What it gave in sample (``--checks``; today's fit re-run beside it, so both sides share every
 argument):
 

@@ -63,6 +63,8 @@ the targets in those folders.
     python benchmarks/calibrate_from_run_whatif.py --targets-in h100-2026-12-06j h100-2026-12-06k
     python benchmarks/calibrate_from_run_whatif.py --targets-in h100-2026-12-06l h100-2026-12-06m
     python benchmarks/calibrate_from_run_whatif.py --targets-in h100-2026-12-07 h100-2026-12-07b
+    python benchmarks/calibrate_from_run_whatif.py --targets-in h100-2026-12-07c
+    python benchmarks/calibrate_from_run_whatif.py --targets-in h100-2026-12-07d
 """
 
 from __future__ import annotations
@@ -162,6 +164,16 @@ SAME_GPU = [
     ("deepseek-v2-lite", f"{RES}/h100-2026-12-07c/deepseek-v2-lite__H200.calibrated.parquet",
      f"{RES}/h100-2026-12-07c/live_longv2lite_split80",
      [("h100-2026-12-07c", "fidelity_longv2lite80_calibrated")]),
+    # recorded after the pairings above were judged (2026-12-07, GPU 16effd54, h100-2026-12-07d):
+    # out of sample
+    ("deepseek-v2-lite", f"{RES}/h100-2026-12-07d/deepseek-v2-lite__H200.calibrated.parquet",
+     f"{RES}/h100-2026-12-07d/live_longv2lite_split80",
+     [("h100-2026-12-07d", "fidelity_longv2lite80_calibrated"),
+      ("h100-2026-12-07d", "fidelity_longv2lite_bucket80_calibrated"),
+      ("h100-2026-12-07d", "fidelity_longv2lite_pad80_calibrated")]),
+    ("llama-3.1-70b", f"{RES}/h100-2026-12-07d/llama-3.1-70b__H200.calibrated.parquet",
+     f"{RES}/h100-2026-12-07d/live_70b_split150",
+     [("h100-2026-12-07d", "fidelity_long70b_fixed_calibrated")]),
 ]
 #: (model, source's start profile, source run, target's start profile, [targets]): the ratios of
 #: a run on one H100 applied to the calibration made on another H100, in another session, and
@@ -283,6 +295,27 @@ OTHER_GPU = [
      f"{RES}/h100-2026-12-06c/live_70b_split150",
      f"{RES}/h100-2026-12-07c/llama-3.1-70b__H200.calibrated.parquet",
      [("h100-2026-12-07c", "fidelity_70b_split150_calibrated")]),
+    # recorded after the pairings above were judged (2026-12-07, GPU 16effd54, h100-2026-12-07d):
+    # out of sample
+    ("deepseek-v2-lite", f"{RES}/h100-2026-12-07c/deepseek-v2-lite__H200.calibrated.parquet",
+     f"{RES}/h100-2026-12-07c/live_longv2lite_split80",
+     f"{RES}/h100-2026-12-07d/deepseek-v2-lite__H200.calibrated.parquet",
+     [("h100-2026-12-07d", "fidelity_longv2lite80_calibrated"),
+      ("h100-2026-12-07d", "fidelity_longv2lite_split80_calibrated"),
+      ("h100-2026-12-07d", "fidelity_longv2lite_bucket80_calibrated"),
+      ("h100-2026-12-07d", "fidelity_longv2lite_pad80_calibrated")]),
+    ("deepseek-v2-lite", f"{RES}/h100-2026-12-06l/deepseek-v2-lite__H200.calibrated.parquet",
+     f"{RES}/h100-2026-12-06l/live_longv2lite_split80",
+     f"{RES}/h100-2026-12-07d/deepseek-v2-lite__H200.calibrated.parquet",
+     [("h100-2026-12-07d", "fidelity_longv2lite80_calibrated"),
+      ("h100-2026-12-07d", "fidelity_longv2lite_split80_calibrated"),
+      ("h100-2026-12-07d", "fidelity_longv2lite_bucket80_calibrated"),
+      ("h100-2026-12-07d", "fidelity_longv2lite_pad80_calibrated")]),
+    ("llama-3.1-70b", f"{RES}/h100-2026-12-07c/llama-3.1-70b__H200.calibrated.parquet",
+     f"{RES}/h100-2026-12-07c/live_70b_split150",
+     f"{RES}/h100-2026-12-07d/llama-3.1-70b__H200.calibrated.parquet",
+     [("h100-2026-12-07d", "fidelity_70b_split150_calibrated"),
+      ("h100-2026-12-07d", "fidelity_long70b_fixed_calibrated")]),
 ]
 PAIRINGS = ([(m, start, src, start, targets) for m, start, src, targets in SAME_GPU]
             + OTHER_GPU)
