@@ -118,21 +118,15 @@ print(json.dumps(read_profile({str(out)!r})[1]['calibration']))
         "verify_eager", "draft_graph", "draft_eager", "extend_graph", "extend_eager"}
 
 
-def test_calibrate_on_another_gpu_model_fits_against_the_fitted_prior(tmp_path):
-    """``run_calibrate`` on an H100 (``gpu_info`` says so here) of a base recorded on an H200:
-    the default prior is recorded as ``prior_for`` chooses it from the recorded anchors (the
-    roofline at the attention power they choose: here both "GPUs" are this CPU, so which power
-    wins is timing noise), and every grid row comes
-    out as the base's times its group's factor times that prior; each factor is the median of
-    its anchors' measured / (base x prior)."""
-    base, out = tmp_path / "tiny.parquet", tmp_path / "tiny_h100.parquet"
-    res = run_interpreted(f"""
+def _profiled_on_h200_calibrated_on_h100(base, out, residual: str = "group") -> str:
+    """The start of an interpreted script: the tiny profile recorded as on an H200 to ``base``,
+    then ``run_calibrate`` of it as on an H100 to ``out`` (summary ``s``), under ``residual``."""
+    return f"""
 import json
 from backends.aiter import bridge, executor
 from backends.aiter.runner import Runner
 from backends.aiter.profiling import ProfileSpec, run_profile
 from backends.aiter.calibrate_sweep import run_calibrate
-from backends.calibrate_prior import prior_for
 from backends.models import ModelShape
 from backends.profile import grid_rows, read_profile
 
@@ -142,7 +136,20 @@ executor.gpu_info = lambda: {{'name': 'NVIDIA H200'}}
 run_profile(m, {str(base)!r}, spec, command='pytest')
 executor.gpu_info = lambda: {{'name': 'NVIDIA H100 80GB HBM3'}}
 s = run_calibrate(m, {str(out)!r}, {str(base)!r}, spec, anchors=10, seed=5, budget_s=600,
-                  command='pytest-cal')
+                  command='pytest-cal', residual={residual!r})
+"""
+
+
+def test_calibrate_on_another_gpu_model_fits_against_the_fitted_prior(tmp_path):
+    """``run_calibrate`` on an H100 (``gpu_info`` says so here) of a base recorded on an H200:
+    the default prior is recorded as ``prior_for`` chooses it from the recorded anchors (the
+    roofline at the attention power they choose: here both "GPUs" are this CPU, so which power
+    wins is timing noise), and every grid row comes
+    out as the base's times its group's factor times that prior; each factor is the median of
+    its anchors' measured / (base x prior)."""
+    base, out = tmp_path / "tiny.parquet", tmp_path / "tiny_h100.parquet"
+    res = run_interpreted(_profiled_on_h200_calibrated_on_h100(base, out) + f"""
+from backends.calibrate_prior import prior_for
 key = ('kind', 'graph', 'bs', 'width', 'kv_len', 'tokens')
 b = {{tuple(r[k] for k in key): r['latency_s']
      for r in grid_rows(read_profile({str(base)!r})[0]).to_pylist()}}
@@ -185,23 +192,8 @@ def test_calibrate_with_residual_by_tokens_is_the_refit_of_its_own_anchors(tmp_p
     each grid row at a token count the table lists is that row times its group's residual
     there, and the factors and prior are the default's."""
     base, out = tmp_path / "tiny.parquet", tmp_path / "tiny_h100_tokens.parquet"
-    res = run_interpreted(f"""
-import json
-from backends.aiter import bridge, executor
-from backends.aiter.runner import Runner
-from backends.aiter.profiling import ProfileSpec, run_profile
-from backends.aiter.calibrate_sweep import run_calibrate
+    res = run_interpreted(_profiled_on_h200_calibrated_on_h100(base, out, "tokens") + f"""
 from backends.calibrate_refit import refit_calibration
-from backends.models import ModelShape
-from backends.profile import grid_rows, read_profile
-
-{cpu_profiler_prelude('[1, 2, 3]')}
-{TINY_PROFILE}
-executor.gpu_info = lambda: {{'name': 'NVIDIA H200'}}
-run_profile(m, {str(base)!r}, spec, command='pytest')
-executor.gpu_info = lambda: {{'name': 'NVIDIA H100 80GB HBM3'}}
-s = run_calibrate(m, {str(out)!r}, {str(base)!r}, spec, anchors=10, seed=5, budget_s=600,
-                  command='pytest-cal', residual='tokens')
 g = refit_calibration(m, {str(out)!r}, {str(base)!r}, {str(tmp_path / 'g.parquet')!r})
 t = refit_calibration(m, {str(out)!r}, {str(base)!r}, {str(tmp_path / 't.parquet')!r},
                       residual='tokens')
