@@ -6,9 +6,9 @@ Within a group the anchors can disagree with that factor in a pattern: on H100s 
 profiles, DeepSeek-V2-Lite's verify graph anchors sit at x0.92-0.93 of the scaled rows at one
 token and x1.02-1.07 at 32-192 tokens, its prefill anchors at x0.85 at 256 tokens and x1.11-1.13
 at 8,192. The form ``tokens`` (``specsched calibrate --residual tokens``, when measuring or with
-``--anchors-from``; opt-in) scales every row by its group's median anchor residual at its token count, straight
-between the anchors' counts in ``log2(tokens)`` and flat beyond them; a group whose anchors
-measured one count, or whose factor is not applied, keeps its one factor.
+``--anchors-from``; opt-in) scales every row by its group's median anchor residual at its token
+count, straight between the anchors' counts in ``log2(tokens)`` and flat beyond them; a group
+whose anchors measured one count, or whose factor is not applied, keeps its one factor.
 
 Evidence (docs/aiter.md, *Each group's residual by pass size*, *On a thirteenth H100* and *On
 a fourteenth H100*): on H100s it gained whole-run checks in sample (424 -> 468 over 40 reports)
@@ -28,7 +28,7 @@ import numpy as np
 from backends.calibrate import group_name
 
 __all__ = ["RESIDUAL_FORMS", "apply_residual", "residual_by_size", "residual_note",
-           "residual_prior", "residual_text", "tokens_of"]
+           "residual_line", "residual_prior", "residual_text", "tokens_of"]
 
 #: ``specsched calibrate --residual``: ``group`` (one factor per pass group, the default) or
 #: ``tokens`` (that factor times the group's anchor residual at the row's token count)
@@ -102,3 +102,13 @@ def apply_residual(form: str, anchors: list[dict], factors: dict[str, dict],
 def residual_text(note: dict[str, Any] | None) -> str:
     """What a calibration's note line says of the form: empty for ``group``."""
     return "" if note is None else "; each group x its anchors' residual by token count"
+
+
+def residual_line(note: dict[str, Any]) -> str:
+    """One paragraph of a fidelity report on a calibration's residual table (its metadata's
+    ``residual``, :func:`residual_note`)."""
+    groups = "; ".join(f"{g} " + ", ".join(f"{int(t):,}: x{float(v):.3f}" for t, v in pts)
+                       for g, pts in (note.get("by_group") or {}).items())
+    return ("Each group's rows also take its anchors' residual by token count (`calibrate "
+            "--residual tokens`), straight between these counts in log2 and flat beyond: "
+            + (groups or "no group had anchors at two counts") + ".")

@@ -13,6 +13,7 @@ from analysis.fidelity.fragile import fragile_line
 from analysis.fidelity.lookup import AXES
 from analysis.fidelity.reach import reach_text
 from backends.calibrate import factor_text
+from backends.calibrate_residual import residual_line
 
 __all__ = ["render_markdown"]
 
@@ -169,6 +170,8 @@ def render_markdown(report: dict, *, reference: str) -> str:
                   f"({cal['anchors']} anchors): factors "
                   + ", ".join(factor_text(g, f, kept.get(g), applied=g not in kept)
                               for g, f in cal["factors"].items()) + ".", ""]
+        if cal.get("residual"):
+            lines += [residual_line(cal["residual"]), ""]
         if cal.get("kv_reach"):
             lines += [reach_text(cal["kv_reach"]), ""]
     rec = (cal or {}).get("recentred")

@@ -187,6 +187,12 @@ def build_report(reference_steps: pa.Table, reference_summary: dict, profile_sum
         reach = kv_reach(cal, reference_steps, arrays)
         if reach is not None:  # how much of the run lies past the anchors' KV
             report["profile"]["calibration"]["kv_reach"] = reach
+        res = cal.get("residual")
+        if isinstance(res, dict):  # calibrate --residual tokens (backends.calibrate_residual)
+            report["profile"]["calibration"]["residual"] = res
+        ref = cal.get("refit")
+        if isinstance(ref, dict):  # calibrate --anchors-from (backends.calibrate_refit)
+            report["profile"]["calibration"]["refit_from"] = ref.get("from")
         rec = cal.get("recentred")
         if isinstance(rec, dict):  # calibrate --from-run (backends.calibrate_from_run)
             report["profile"]["calibration"]["recentred"] = {

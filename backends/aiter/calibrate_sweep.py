@@ -27,7 +27,7 @@ from backends.calibrate import (FIT_RULE, SHAPE, anchor_record, calibrated_metad
                                 calibrated_copy, choose_anchors, factors_text, group_name,
                                 decode_kv_reach, kv_reach_note, prefill_summary)
 from backends.calibrate_prior import fit_with_prior, prior_summary, prior_text
-from backends.calibrate_residual import apply_residual, residual_text
+from backends.calibrate_residual import apply_residual, residual_line, residual_text
 from backends.heldout import SECTIONS, HeldoutPoint, choose_heldout, grid_span
 from backends.aiter.heldout_sweep import _graph_key, _kernel_widths, measure_points
 from backends.aiter.profiling import ProfileSpec, open_runner
@@ -160,9 +160,7 @@ def run_calibrate(model: Any, out: str, base: str, spec: ProfileSpec, *, anchors
     say("factors: " + factors_text(factors))
     shape_prior, residual_note = apply_residual(residual, measured, factors, shape_prior)
     if residual_note is not None:
-        say("residual by token count: " + ", ".join(
-            f"{g} " + " ".join(f"{t}:{v:.3f}" for t, v in pts)
-            for g, pts in residual_note["by_group"].items()))
+        say(residual_line(residual_note))
     reach = decode_kv_reach(measured)
     say(kv_reach_note(reach))
 

@@ -97,3 +97,35 @@ def test_residual_with_from_run_is_refused(tmp_path):
     lines = res.stderr.strip().splitlines()
     assert len(lines) == 1 and lines[0].startswith("error: --residual tokens")
     assert not (tmp_path / "x.parquet").exists()
+
+
+@pytest.mark.slow
+def test_a_fidelity_report_says_the_profile_takes_the_residual(tmp_path):
+    """A `--residual tokens` re-fit of an H200 calibration, scored against a live run on an H200:
+    the report's JSON names the file whose anchors were re-fitted, and the report lists each
+    group's residual at the token counts the calibration recorded."""
+    import json
+
+    src = ROOT / ("benchmarks/results/h200-2026-12-05/"
+                  "deepseek-v2-lite__H200.calibrated_conv_bucket150.parquet")
+    run = ROOT / "benchmarks/results/h200-2026-12-05/live_v2lite_split150"
+    out, folder = tmp_path / "tokens.parquet", tmp_path / "fid"
+    cli = [sys.executable, "-m", "specsched"]
+    r = subprocess.run(cli + ["calibrate", "--model", "deepseek-v2-lite", "--anchors-from",
+                              str(src), "--residual", "tokens", "-o", str(out)],
+                       cwd=ROOT, capture_output=True, text=True, timeout=300)
+    assert r.returncode == 0, r.stderr
+    r = subprocess.run(cli + ["fidelity", "--reference-run", str(run), "--profile", str(out),
+                              "--out", str(folder)],
+                       cwd=ROOT, capture_output=True, text=True, timeout=600)
+    assert r.returncode == 0, r.stderr
+    from backends.profile import read_profile
+
+    note = read_profile(out)[1]["calibration"]["residual"]
+    rep = json.loads((folder / "fidelity.json").read_text())["profile"]["calibration"]
+    assert rep["residual"] == note and rep["refit_from"] == src.name
+    md = (folder / "fidelity.md").read_text()
+    assert note["by_group"]
+    line = next(x for x in md.splitlines() if x.startswith("Each group's rows also take"))
+    for g, pts in note["by_group"].items():
+        assert f"{g} " + ", ".join(f"{t:,}: x{v:.3f}" for t, v in pts) in line
