@@ -24,6 +24,11 @@ With ``--score-folder`` the live runs earlier calls left in ``DEST`` are scored 
 for the reports they already have: a calibration that a later call brought (a ``calibrate
 --trace`` after the runs it is judged on) then meets the runs recorded before it.
 
+With ``--residual-refit`` each calibrated profile this call brought is first re-fitted from its
+own anchors with ``--residual tokens`` (``backends.calibrate_refit``, no GPU) to
+``..._residual.parquet`` beside it, so every new calibration also judges the opt-in form on the
+same anchors; the re-fits are scored like any calibration.
+
 It prints a table of those reports (checks met, per-step MAPE, the missed checks) for the
 folder's README. Nothing is written over: a file or folder that would be is named and the script
 exits 2 before it copies anything. Reports are written with paths relative to the repository,
@@ -33,6 +38,8 @@ as ``regenerate_reports.py`` re-runs them.
     python benchmarks/ingest_call.py FILES_AT benchmarks/results/h200-2026-12-06 --no-score
     python benchmarks/ingest_call.py FILES_AT benchmarks/results/h200-2026-12-06 --call 3 \
         --score-folder
+    python benchmarks/ingest_call.py FILES_AT benchmarks/results/h100-2026-12-08 --call 1 \
+        --residual-refit
 """
 
 from __future__ import annotations
@@ -153,6 +160,41 @@ def report_tag(name: str) -> str:
     return m.group(1) if m else "calibrated"
 
 
+def residual_refits(files: list[Path]) -> list[tuple[Path, str]]:
+    """Re-fit each calibrated profile among ``files`` (a call's copies) from its own anchors
+    with ``--residual tokens`` (``backends.calibrate_refit.refit_calibration``) to
+    ``STEM_residual.parquet`` beside it. Skipped, with the reason: a file that is already of
+    that form or re-centred, one whose twin exists, and one whose base is not the shipped file of
+    today (its sha256 differs). Returns (path, what was done) per calibrated profile."""
+    from backends.calibrate_refit import refit_calibration
+    from backends.models import load_model
+    from backends.profile import read_profile
+    from backends.shipped import PROFILES_DIR, file_sha256
+
+    out = []
+    for f in sorted(files):
+        if not re.search(r"__[^.]+\.calibrated[^.]*\.parquet$", f.name):
+            continue
+        _, meta = read_profile(f)
+        cal = meta.get("calibration")
+        if not isinstance(cal, dict) or not cal.get("anchors"):
+            continue
+        twin = f.with_name(f.stem + "_residual.parquet")
+        base = PROFILES_DIR / str(cal.get("base"))
+        if cal.get("residual") or cal.get("recentred"):
+            out.append((f, "kept: already a --residual or --from-run profile"))
+        elif twin.exists():
+            out.append((f, f"kept: {twin.name} exists"))
+        elif not base.is_file() or file_sha256(base) != cal.get("base_sha256"):
+            out.append((f, f"kept: its base {cal.get('base')} is not today's shipped file"))
+        else:
+            model = meta["model"]
+            refit_calibration(load_model(model["name"], tp=model.get("tp")), str(f), str(base),
+                              str(twin), residual="tokens")
+            out.append((f, f"re-fitted with --residual tokens to {twin.name}"))
+    return out
+
+
 @lru_cache(maxsize=None)
 def _run_key(folder: Path) -> tuple | None:
     """What two recordings of one run share (:func:`find_repeats`): trace file name, requests,
@@ -258,6 +300,10 @@ def main(argv=None) -> int:
                     help="also score the live runs already in DEST (reports that exist are "
                     "kept): a calibration a later call brought is scored against the runs of "
                     "the calls before it")
+    ap.add_argument("--residual-refit", action="store_true",
+                    help="first re-fit each calibrated profile this call brought from its own "
+                    "anchors with --residual tokens (STEM_residual.parquet beside it in DEST, "
+                    "no GPU), so the runs are scored against both forms")
     a = ap.parse_args(argv)
     os.chdir(ROOT)  # reports record paths relative to the repository
     try:
@@ -267,6 +313,7 @@ def main(argv=None) -> int:
         cal_dir = dest if a.calibrations_from is None else a.calibrations_from.resolve()
         if a.calibrations_from is not None and not cal_dir.is_dir():
             raise SpecschedError("is not a folder", path=str(a.calibrations_from))
+
         copies = plan_copies(a.files_at, dest, a.call)
         lives = [(f, _LIVE.match(f.name).group(1)) for f in sorted(a.files_at.iterdir())
                  if f.is_file() and _LIVE.match(f.name)]
@@ -292,6 +339,9 @@ def main(argv=None) -> int:
         if done:
             print("removed the journals an earlier call left of the runs this call finished: "
                   + ", ".join(j.name for j in done))
+        if a.residual_refit:
+            for f, what in residual_refits([d for _, d in copies]):
+                print(f"{f.name}: {what}")
         if a.score_folder:
             mine = {run.name for run, _ in runs}
             runs += [(d, d.name[len("live_"):]) for d in sorted(dest.glob("live_*"))

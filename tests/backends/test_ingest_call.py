@@ -198,3 +198,43 @@ def test_a_calibrations_report_suffix_follows_the_gpu_not_the_first_dot():
     assert report_tag("llama-3.1-8b__H200.calibrated_conv_bucket150.parquet") == \
         "calibrated_conv_bucket150"
     assert report_tag("deepseek-v2-lite__H200.calibrated_fitted.parquet") == "calibrated_fitted"
+
+
+def test_residual_refit_rescores_each_calibration_in_the_form_tokens(tmp_path, capsys):
+    """``--residual-refit``: the call's calibration gets a ``_residual`` twin, the re-fit of its
+    own anchors with ``--residual tokens`` (the rows ``refit_calibration`` writes), and the run
+    is scored against both. A twin that exists is kept: a later call bringing a calibration of
+    the same name re-fits nothing over it."""
+    import ingest_call
+
+    from backends.calibrate_refit import refit_calibration
+    from backends.models import load_model
+    from backends.profile import read_profile
+
+    fa, dest = _files_at(tmp_path), tmp_path / "day"
+    assert ingest_call.main([str(fa), str(dest), "--call", "4", "--no-repeats",
+                             "--residual-refit"]) == 0
+    cal = dest / "deepseek-v2-lite__H200.calibrated_conv_bucket150.parquet"
+    twin = dest / "deepseek-v2-lite__H200.calibrated_conv_bucket150_residual.parquet"
+    out = capsys.readouterr().out
+    assert f"{cal.name}: re-fitted with --residual tokens to {twin.name}" in out
+    rows, meta = read_profile(twin)
+    assert meta["calibration"]["residual"]["form"] == "tokens"
+    want = tmp_path / "want.parquet"
+    refit_calibration(load_model("deepseek-v2-lite"), str(cal),
+                      str(ROOT / "backends/profiles/deepseek-v2-lite__H200.parquet"), str(want),
+                      residual="tokens")
+    assert rows.column("latency_s").to_pylist() == \
+        read_profile(want)[0].column("latency_s").to_pylist()
+    for stem in ("calibrated_conv_bucket150", "calibrated_conv_bucket150_residual"):
+        rep = json.loads((dest / f"fidelity_v2lite_split150_{stem}.json").read_text())
+        assert rep["profile"]["calibration"].get("residual") == \
+            (meta["calibration"]["residual"] if stem.endswith("_residual") else None)
+    before = twin.read_bytes()
+    later = tmp_path / "call5"
+    later.mkdir()
+    shutil.copy(DAY / "deepseek-v2-lite__H200.calibrated_conv_bucket150.parquet", later)
+    cal.unlink()
+    assert ingest_call.main([str(later), str(dest), "--residual-refit", "--no-score"]) == 0
+    assert f"{cal.name}: kept: {twin.name} exists" in capsys.readouterr().out
+    assert twin.read_bytes() == before
