@@ -8,6 +8,8 @@ import sys
 from pathlib import Path
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from backends.calibrate_residual import residual_by_size, residual_prior
 
@@ -48,6 +50,31 @@ def test_the_residual_is_over_the_factor_and_the_prior_and_skips_unapplied_group
                "prefill": {"factor": 1.0, "applied": False}}
     table = residual_by_size(anchors, factors, lambda a: 1.2)
     assert table == {"verify_graph": {1: pytest.approx(1.0), 64: pytest.approx(1.1)}}
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.dictionaries(st.integers(1, 16384), st.floats(0.5, 2.0), min_size=2, max_size=6),
+       st.integers(1, 65536))
+def test_the_residual_line_passes_through_its_anchors_and_stays_between_them(points, tokens):
+    """For any residual table of one group: a row at a listed count takes that count's residual;
+    a row between two listed counts takes a value between theirs; one beyond the smallest or
+    the largest count takes that end's residual. Another group's rows keep the prior alone."""
+    table = {"verify_graph": dict(sorted(points.items()))}
+    ratio = residual_prior(table, None)
+    sizes = sorted(points)
+    for t in sizes:
+        assert ratio(_anchor(t, 0, 0)) == pytest.approx(points[t], rel=1e-9)
+    got = ratio(_anchor(tokens, 0, 0))
+    if tokens <= sizes[0]:
+        assert got == pytest.approx(points[sizes[0]], rel=1e-9)
+    elif tokens >= sizes[-1]:
+        assert got == pytest.approx(points[sizes[-1]], rel=1e-9)
+    else:
+        lo = max(t for t in sizes if t <= tokens)
+        hi = min(t for t in sizes if t >= tokens)
+        a, b = sorted((points[lo], points[hi]))
+        assert a * (1 - 1e-9) <= got <= b * (1 + 1e-9)
+    assert ratio(_anchor(tokens, 0, 0, kind="draft")) == 1.0
 
 
 def test_refit_with_residual_by_tokens(tmp_path):
@@ -129,3 +156,25 @@ def test_a_fidelity_report_says_the_profile_takes_the_residual(tmp_path):
     line = next(x for x in md.splitlines() if x.startswith("Each group's rows also take"))
     for g, pts in note["by_group"].items():
         assert f"{g} " + ", ".join(f"{t:,}: x{v:.3f}" for t, v in pts) in line
+
+
+def test_apply_residual_under_group_leaves_the_fit_as_it_was():
+    """``group`` (the default) hands the prior back untouched with no note. Under ``tokens``,
+    anchors at 0.9 and 1.1 x the base under a factor of 1 and a prior of 1.5 leave residuals
+    0.6 and 0.7333, which the note records, so each anchor's row comes back to its measured
+    ratio (1.5 x 0.6 = 0.9). An unknown form is refused."""
+    from backends.calibrate_residual import apply_residual
+
+    anchors = [_anchor(1, 1e-3, 0.9e-3), _anchor(4, 2e-3, 2.2e-3)]
+    factors = {"verify_graph": {"factor": 1.0}}
+
+    def prior(r):
+        return 1.5
+
+    assert apply_residual("group", anchors, factors, prior) == (prior, None)
+    fn, note = apply_residual("tokens", anchors, factors, prior)
+    assert note == {"form": "tokens", "by_group": {"verify_graph": [[1, 0.6], [4, 0.733333]]}}
+    assert fn(_anchor(1, 0, 0)) == pytest.approx(0.9)
+    assert fn(_anchor(4, 0, 0)) == pytest.approx(1.1)
+    with pytest.raises(ValueError):
+        apply_residual("bs", anchors, factors, prior)
