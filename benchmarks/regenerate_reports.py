@@ -95,11 +95,11 @@ def kept_profile(report: dict) -> Path | None:
 
 
 def rerun(report: dict, model: str, dest: Path, *, write: bool = True,
-          profile: Path | None = None) -> tuple[dict, str]:
+          profile: Path | None = None, extra: tuple[str, ...] = ()) -> tuple[dict, str]:
     """Run ``specsched fidelity`` with a report's recorded arguments (and its kept profile,
-    :func:`kept_profile`, or ``profile`` instead when given: a what-if copy of it); write its
-    .md and .json at ``dest`` (the report's .md path) unless ``write`` is false; return the new
-    report and its markdown."""
+    :func:`kept_profile`, or ``profile`` instead when given: a what-if copy of it) and any
+    ``extra`` arguments (a what-if's ``--set``); write its .md and .json at ``dest`` (the
+    report's .md path) unless ``write`` is false; return the new report and its markdown."""
     args = ["--trace", report["trace"], "--model", model, "--limit", str(report["requests"]),
             "--reference-run", report["reference"]["recorded_run"]]
     for rep in report.get("reference_repeats") or []:
@@ -111,7 +111,7 @@ def rerun(report: dict, model: str, dest: Path, *, write: bool = True,
     elif kept is not None:
         args += ["--profile", str(kept.relative_to(ROOT))]
     try:
-        js, md = fidelity_report(args)
+        js, md = fidelity_report(args + list(extra))
     except SpecschedError as exc:
         raise SystemExit(f"error: {dest}: {exc}") from None
     if write:
