@@ -67,15 +67,15 @@ def main(argv: list[str] | None = None) -> int:
             folder = path.parent.name
             unseen = folder.split("-", 1)[1][:10] > WRITTEN
             ml, mw = line["steps"]["mape_all_pct"], waves["steps"]["mape_all_pct"]
-            (cl, _), (cw, _) = met(line["checks"]), met(waves["checks"])
+            (cl, missed_l), (cw, missed_w) = met(line["checks"]), met(waves["checks"])
             print(f"| {folder}/{path.name} | {run} | {'yes' if unseen else 'no'} | "
                   f"{ml:.2f} -> {mw:.2f}% | {cl} -> {cw} |", flush=True)
             t = totals[(folder[:4], model, unseen)]
             t[0] += 1
             t[1] += mw < ml - 1e-9
             t[2] += mw > ml + 1e-9
-            t[3] += int(cl.split()[0])
-            t[4] += int(cw.split()[0])
+            t[3] += len(line["checks"]) - len(missed_l)
+            t[4] += len(waves["checks"]) - len(missed_w)
     print("\n| GPU | model | unseen | reports | per step better / worse | checks line -> waves |")
     print("|---|---|---|---|---|---|")
     for (gpu, model, unseen), t in sorted(totals.items()):

@@ -175,6 +175,10 @@ SAME_GPU = [
      f"{RES}/h100-2026-12-07d/live_70b_split150",
      [("h100-2026-12-07d", "fidelity_long70b_fixed_calibrated")]),
 ]
+#: V2-Lite's long-context runs of the fourteenth H100 under its own calibration, the targets of
+#: two sources on other H100s
+V2_LONG_07D = [("h100-2026-12-07d", f"fidelity_longv2lite{p}80_calibrated")
+               for p in ("", "_split", "_bucket", "_pad")]
 #: (model, source's start profile, source run, target's start profile, [targets]): the ratios of
 #: a run on one H100 applied to the calibration made on another H100, in another session, and
 #: scored on that GPU's runs
@@ -300,17 +304,11 @@ OTHER_GPU = [
     ("deepseek-v2-lite", f"{RES}/h100-2026-12-07c/deepseek-v2-lite__H200.calibrated.parquet",
      f"{RES}/h100-2026-12-07c/live_longv2lite_split80",
      f"{RES}/h100-2026-12-07d/deepseek-v2-lite__H200.calibrated.parquet",
-     [("h100-2026-12-07d", "fidelity_longv2lite80_calibrated"),
-      ("h100-2026-12-07d", "fidelity_longv2lite_split80_calibrated"),
-      ("h100-2026-12-07d", "fidelity_longv2lite_bucket80_calibrated"),
-      ("h100-2026-12-07d", "fidelity_longv2lite_pad80_calibrated")]),
+     V2_LONG_07D),
     ("deepseek-v2-lite", f"{RES}/h100-2026-12-06l/deepseek-v2-lite__H200.calibrated.parquet",
      f"{RES}/h100-2026-12-06l/live_longv2lite_split80",
      f"{RES}/h100-2026-12-07d/deepseek-v2-lite__H200.calibrated.parquet",
-     [("h100-2026-12-07d", "fidelity_longv2lite80_calibrated"),
-      ("h100-2026-12-07d", "fidelity_longv2lite_split80_calibrated"),
-      ("h100-2026-12-07d", "fidelity_longv2lite_bucket80_calibrated"),
-      ("h100-2026-12-07d", "fidelity_longv2lite_pad80_calibrated")]),
+     V2_LONG_07D),
     ("llama-3.1-70b", f"{RES}/h100-2026-12-07c/llama-3.1-70b__H200.calibrated.parquet",
      f"{RES}/h100-2026-12-07c/live_70b_split150",
      f"{RES}/h100-2026-12-07d/llama-3.1-70b__H200.calibrated.parquet",

@@ -64,6 +64,8 @@ from traces.errors import SpecschedError  # noqa: E402
 _LOG = re.compile(r"^(gpu\d+\.log|smi_gpu\d+\.csv)$")
 _LIVE = re.compile(r"^live_([A-Za-z0-9_.-]+)\.tar\.gz$")
 _JOURNAL = re.compile(r"^journal_([A-Za-z0-9_.-]+)\.jsonl$")
+#: a calibrated profile's file name, ``MODEL__GPU.calibrated[_TAG].parquet``: its report suffix
+_CALIBRATED = re.compile(r"__[^.]+\.(calibrated[^.]*)\.parquet$")
 
 
 def finished_journals(src: Path) -> list[Path]:
@@ -156,7 +158,7 @@ def report_tag(name: str) -> str:
     itself, as ``llama-3.1-8b`` does: until 2026-12-06 this took what followed its first dot,
     so the reports of the Llama calibrations under ``benchmarks/results/h100-2026-12-05`` to
     ``-06b`` are named ``..._1-8b__H200.calibrated``."""
-    m = re.search(r"__[^.]+\.(calibrated[^.]*)\.parquet$", name)
+    m = _CALIBRATED.search(name)
     return m.group(1) if m else "calibrated"
 
 
@@ -173,7 +175,7 @@ def residual_refits(files: list[Path]) -> list[tuple[Path, str]]:
 
     out = []
     for f in sorted(files):
-        if not re.search(r"__[^.]+\.calibrated[^.]*\.parquet$", f.name):
+        if not _CALIBRATED.search(f.name):
             continue
         _, meta = read_profile(f)
         cal = meta.get("calibration")
@@ -313,7 +315,6 @@ def main(argv=None) -> int:
         cal_dir = dest if a.calibrations_from is None else a.calibrations_from.resolve()
         if a.calibrations_from is not None and not cal_dir.is_dir():
             raise SpecschedError("is not a folder", path=str(a.calibrations_from))
-
         copies = plan_copies(a.files_at, dest, a.call)
         lives = [(f, _LIVE.match(f.name).group(1)) for f in sorted(a.files_at.iterdir())
                  if f.is_file() and _LIVE.match(f.name)]

@@ -10,6 +10,11 @@ import pytest
 from tests.aiter.conftest import INTERPRETED_MARKS, TINY_PROFILE, cpu_profiler_prelude, run_interpreted
 
 pytestmark = INTERPRETED_MARKS
+#: the pass group of each (kind, graph), as the calibration names its factors
+GROUP = {("verify", True): "verify_graph", ("verify", False): "verify_eager",
+         ("draft", True): "draft_graph", ("draft", False): "draft_eager",
+         ("draft_extend", True): "extend_graph", ("draft_extend", False): "extend_eager",
+         ("prefill", False): "prefill"}
 
 
 def test_calibrate_scales_the_grid_by_the_fitted_factors(tmp_path):
@@ -45,10 +50,6 @@ print(json.dumps({{'s': s, 'base': b_rows.to_pylist(), 'out': o_rows.to_pylist()
     d = json.loads(res.strip().splitlines()[-1])
     assert d["sha_after"] == d["sha"] and d["src_cal"]
     cal = d["cal"]
-    group = {("verify", True): "verify_graph", ("verify", False): "verify_eager",
-             ("draft", True): "draft_graph", ("draft", False): "draft_eager",
-             ("draft_extend", True): "extend_graph", ("draft_extend", False): "extend_eager",
-             ("prefill", False): "prefill"}
     # anchors: base grid rows, at least 2 in every group present, each ratio measured / base
     key = lambda r: (r["kind"], r["graph"], r["bs"], r["width"], r["kv_len"], r["tokens"])  # noqa: E731
     base_grid = {key(r): r for r in d["base"] if r["split"] == "grid"}
@@ -57,8 +58,8 @@ print(json.dumps({{'s': s, 'base': b_rows.to_pylist(), 'out': o_rows.to_pylist()
     for a in cal["anchors"]:
         assert a["base_s"] == base_grid[key(a)]["latency_s"]
         assert a["ratio"] == pytest.approx(a["measured_s"] / a["base_s"])
-        per.setdefault(group[(a["kind"], a["graph"])], []).append(a["ratio"])
-    assert set(per) == set(group.values()) and all(len(v) >= 2 for v in per.values())
+        per.setdefault(GROUP[(a["kind"], a["graph"])], []).append(a["ratio"])
+    assert set(per) == set(GROUP.values()) and all(len(v) >= 2 for v in per.values())
     for g, rs in per.items():
         rs = sorted(rs)
         med = (rs[(len(rs) - 1) // 2] + rs[len(rs) // 2]) / 2
@@ -68,7 +69,7 @@ print(json.dumps({{'s': s, 'base': b_rows.to_pylist(), 'out': o_rows.to_pylist()
     out_held = [r for r in d["out"] if r["split"] == "heldout"]
     assert sorted(map(key, out_grid)) == sorted(base_grid)
     for r in out_grid:
-        f = cal["factors"][group[(r["kind"], r["graph"])]]["factor"]
+        f = cal["factors"][GROUP[(r["kind"], r["graph"])]]["factor"]
         b = base_grid[key(r)]
         assert (r["latency_s"], r["p10_s"], r["p90_s"]) == pytest.approx(
             (b["latency_s"] * f, b["p10_s"] * f, b["p90_s"] * f))
@@ -168,19 +169,15 @@ print(json.dumps({{'s': s, 'prior': cal['prior'], 'note': note, 'factors': cal['
     assert (d["prior"]["base_sheet"], d["prior"]["here_sheet"]) == ("H200", "H100")
     assert d["s"]["prior"]["attention_power"] == d["note"]["attention_power"]
     assert d["note"]["attention_power"] in [i / 10 for i in range(11)]
-    group = {("verify", True): "verify_graph", ("verify", False): "verify_eager",
-             ("draft", True): "draft_graph", ("draft", False): "draft_eager",
-             ("draft_extend", True): "extend_graph", ("draft_extend", False): "extend_eager",
-             ("prefill", False): "prefill"}
     per = {}
     for a, r in zip(d["anchors"], d["resid"]):
-        per.setdefault(group[(a["kind"], a["graph"])], []).append(r)
+        per.setdefault(GROUP[(a["kind"], a["graph"])], []).append(r)
     for g, rs in per.items():
         rs = sorted(rs)
         assert d["factors"][g]["factor"] == pytest.approx((rs[(len(rs) - 1) // 2]
                                                           + rs[len(rs) // 2]) / 2)
     for r in d["rows"]:
-        f = d["factors"][group[(r["kind"], r["graph"])]]
+        f = d["factors"][GROUP[(r["kind"], r["graph"])]]
         want = f["factor"] * (r["prior"] if f.get("applied", True) else 1.0)
         assert r["ratio"] == pytest.approx(want, rel=1e-9)
 
@@ -211,15 +208,11 @@ print(json.dumps({{'s': s, 'g': g, 't': t, 'cal': read_profile({str(out)!r})[1][
     key = ("kind", "graph", "bs", "width", "kv_len", "tokens")
     assert [[r[k] for k in key] + [r["latency_s"]] for r in d["out"]] == \
         [[r[k] for k in key] + [r["latency_s"]] for r in d["rt"]]
-    group = {("verify", True): "verify_graph", ("verify", False): "verify_eager",
-             ("draft", True): "draft_graph", ("draft", False): "draft_eager",
-             ("draft_extend", True): "extend_graph", ("draft_extend", False): "extend_eager",
-             ("prefill", False): "prefill"}
     line = {g: {int(t): v for t, v in pts} for g, pts in note["by_group"].items()}
     plain = {tuple(r[k] for k in key): r["latency_s"] for r in d["rg"]}
     at_listed = 0
     for r in d["out"]:
-        g = group[(r["kind"], r["graph"])]
+        g = GROUP[(r["kind"], r["graph"])]
         want = plain[tuple(r[k] for k in key)]
         if g in line:
             if int(r["tokens"]) not in line[g]:
