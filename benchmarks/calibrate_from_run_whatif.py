@@ -52,7 +52,12 @@ marked "GPU 0723ddef"), all from other H100s: per step better on all 6 targets, 
 (the 70B long context 1.83-1.85 -> 1.25-1.37%, 11 -> 15 of 16 from ``-06l``'s or ``-06c``'s
 ``split`` run; V2-Lite's first long-context ``fixed`` run 2.23 -> 2.15%, 6 -> 14 of 16 from
 ``-06l``'s long-context ``split`` run, 2.14%, 6 -> 6 from ``-06j``'s conversation run, whose
-prefills are too short to move the prefill factor, x0.999 against x1.122).
+prefills are too short to move the prefill factor, x0.999 against x1.122). On a fifteenth
+(``ecd0eef3``, ``h100-2026-12-07e``; pairings marked "GPU ecd0eef3"): per step better on 6 of
+10 targets (every conversation run: V2-Lite 2.13 / 2.17 -> 1.45-1.71%, the 70B ``split`` 1.95
+-> 1.11-1.32%; the 70B long context 1.39 -> 1.24% from its own ``split`` run, 1.49-1.58% from
+other H100s'), checks 103 -> 116 (V2-Lite's long context 6 -> 14 from ``-07d``'s long-context
+run, 6 -> 6 from its own conversation run).
 
 CPU only, about 9 minutes (one simulation per target); ``--targets-in FOLDER...`` scores only
 the targets in those folders.
@@ -65,6 +70,7 @@ the targets in those folders.
     python benchmarks/calibrate_from_run_whatif.py --targets-in h100-2026-12-07 h100-2026-12-07b
     python benchmarks/calibrate_from_run_whatif.py --targets-in h100-2026-12-07c
     python benchmarks/calibrate_from_run_whatif.py --targets-in h100-2026-12-07d
+    python benchmarks/calibrate_from_run_whatif.py --targets-in h100-2026-12-07e
 """
 
 from __future__ import annotations
@@ -174,6 +180,15 @@ SAME_GPU = [
     ("llama-3.1-70b", f"{RES}/h100-2026-12-07d/llama-3.1-70b__H200.calibrated.parquet",
      f"{RES}/h100-2026-12-07d/live_70b_split150",
      [("h100-2026-12-07d", "fidelity_long70b_fixed_calibrated")]),
+    # recorded after the pairings above were judged (2026-12-07, GPU ecd0eef3, h100-2026-12-07e):
+    # out of sample
+    ("deepseek-v2-lite", f"{RES}/h100-2026-12-07e/deepseek-v2-lite__H200.calibrated.parquet",
+     f"{RES}/h100-2026-12-07e/live_v2lite_bucket150",
+     [("h100-2026-12-07e", "fidelity_v2lite_pad150_calibrated"),
+      ("h100-2026-12-07e", "fidelity_longv2lite80_calibrated")]),
+    ("llama-3.1-70b", f"{RES}/h100-2026-12-07e/llama-3.1-70b__H200.calibrated.parquet",
+     f"{RES}/h100-2026-12-07e/live_70b_split150",
+     [("h100-2026-12-07e", "fidelity_long70b_fixed_calibrated")]),
 ]
 #: V2-Lite's long-context runs of the fourteenth H100 under its own calibration, the targets of
 #: two sources on other H100s
@@ -314,6 +329,27 @@ OTHER_GPU = [
      f"{RES}/h100-2026-12-07d/llama-3.1-70b__H200.calibrated.parquet",
      [("h100-2026-12-07d", "fidelity_70b_split150_calibrated"),
       ("h100-2026-12-07d", "fidelity_long70b_fixed_calibrated")]),
+    # recorded after the pairings above were judged (2026-12-07, GPU ecd0eef3, h100-2026-12-07e):
+    # out of sample
+    ("deepseek-v2-lite", f"{RES}/h100-2026-12-07d/deepseek-v2-lite__H200.calibrated.parquet",
+     f"{RES}/h100-2026-12-07d/live_longv2lite_split80",
+     f"{RES}/h100-2026-12-07e/deepseek-v2-lite__H200.calibrated.parquet",
+     [("h100-2026-12-07e", "fidelity_longv2lite80_calibrated")]),
+    ("deepseek-v2-lite", f"{RES}/h100-2026-12-06e/deepseek-v2-lite__H200.calibrated.parquet",
+     f"{RES}/h100-2026-12-06e/live_v2lite_bucket150",
+     f"{RES}/h100-2026-12-07e/deepseek-v2-lite__H200.calibrated.parquet",
+     [("h100-2026-12-07e", "fidelity_v2lite_pad150_calibrated"),
+      ("h100-2026-12-07e", "fidelity_v2lite_bucket150_calibrated")]),
+    ("llama-3.1-70b", f"{RES}/h100-2026-12-07d/llama-3.1-70b__H200.calibrated.parquet",
+     f"{RES}/h100-2026-12-07d/live_70b_split150",
+     f"{RES}/h100-2026-12-07e/llama-3.1-70b__H200.calibrated.parquet",
+     [("h100-2026-12-07e", "fidelity_70b_split150_calibrated"),
+      ("h100-2026-12-07e", "fidelity_long70b_fixed_calibrated")]),
+    ("llama-3.1-70b", f"{RES}/h100-2026-12-06c/llama-3.1-70b__H200.calibrated.parquet",
+     f"{RES}/h100-2026-12-06c/live_70b_split150",
+     f"{RES}/h100-2026-12-07e/llama-3.1-70b__H200.calibrated.parquet",
+     [("h100-2026-12-07e", "fidelity_70b_split150_calibrated"),
+      ("h100-2026-12-07e", "fidelity_long70b_fixed_calibrated")]),
 ]
 PAIRINGS = ([(m, start, src, start, targets) for m, start, src, targets in SAME_GPU]
             + OTHER_GPU)
