@@ -8,14 +8,20 @@ token and x1.02-1.07 at 32-192 tokens, its prefill anchors at x0.85 at 256 token
 at 8,192. The form ``tokens`` (``specsched calibrate --residual tokens``, when measuring or with
 ``--anchors-from``; opt-in) scales every row by its group's median anchor residual at its token
 count, straight between the anchors' counts in ``log2(tokens)`` and flat beyond them; a group
-whose anchors measured one count, or whose factor is not applied, keeps its one factor.
+whose anchors measured one count, or whose factor is not applied, keeps its one factor. The
+form ``prefill`` does the same for the prefill group alone; every other group keeps its factor.
 
 Evidence (docs/aiter.md, *Each group's residual by pass size*, *On a thirteenth H100* and *On
 a fourteenth H100*): on H100s it gained whole-run checks in sample (424 -> 468 over 40 reports)
 and on two GPUs' runs recorded after it was written (V2-Lite's long context 6 -> 14-15 of 16 on
 all six runs, the 70B +0 / +1 / +1). On the H200s, the profiles' own GPU model, it lost (224 ->
 216), and on H100s the 8B lost too (110 -> 104), both through one odd shipped row. So it stays
-opt-in.
+opt-in. A fifteenth H100 judged it on the 8B and on V2-Lite's conversation runs and it lost there
+too, through the draft group (*On a fifteenth H100*). ``prefill`` was written after that, in
+sample: over every kept calibration it met 661 checks where ``tokens`` met 665 and the default 560
+(H100s, default anchors, 55 pairings), better per step on 39 of them where ``tokens`` was on 19,
+and 224 on the H200s where ``tokens`` met 216 (``benchmarks/calibrate_anchor_surface_whatif.py
+--checks --only prefill``). It waits for runs recorded after it.
 """
 
 from __future__ import annotations
@@ -27,12 +33,15 @@ import numpy as np
 
 from backends.calibrate import group_name
 
-__all__ = ["RESIDUAL_FORMS", "apply_residual", "residual_by_size", "residual_note",
+__all__ = ["FORM_GROUPS", "RESIDUAL_FORMS", "apply_residual", "residual_by_size", "residual_note",
            "residual_line", "residual_prior", "residual_text", "tokens_of"]
 
-#: ``specsched calibrate --residual``: ``group`` (one factor per pass group, the default) or
-#: ``tokens`` (that factor times the group's anchor residual at the row's token count)
-RESIDUAL_FORMS = ("group", "tokens")
+#: ``specsched calibrate --residual``: ``group`` (one factor per pass group, the default),
+#: ``tokens`` (that factor times the group's anchor residual at the row's token count) or
+#: ``prefill`` (the same for the prefill group alone)
+RESIDUAL_FORMS = ("group", "tokens", "prefill")
+#: the groups each form gives a residual line (None: every group whose anchors allow one)
+FORM_GROUPS: dict[str, tuple[str, ...] | None] = {"tokens": None, "prefill": ("prefill",)}
 
 
 def tokens_of(r: dict) -> int:
@@ -76,10 +85,10 @@ def residual_prior(table: dict[str, dict[int, float]], prior: Callable[[dict], f
     return ratio
 
 
-def residual_note(table: dict[str, dict[int, float]]) -> dict[str, Any]:
-    """What a calibration's metadata keeps of the form: ``{"form": "tokens", "by_group":
+def residual_note(table: dict[str, dict[int, float]], form: str = "tokens") -> dict[str, Any]:
+    """What a calibration's metadata keeps of the form: ``{"form": FORM, "by_group":
     {group: [[tokens, residual], ...]}}``."""
-    return {"form": "tokens",
+    return {"form": form,
             "by_group": {g: [[int(s), round(v, 6)] for s, v in at.items()]
                          for g, at in table.items()}}
 
@@ -89,19 +98,26 @@ def apply_residual(form: str, anchors: list[dict], factors: dict[str, dict],
                    ) -> tuple[Callable[[dict], float] | None, dict[str, Any] | None]:
     """``(prior, note)`` of a fit under the form ``form``: ``group`` leaves ``prior`` as it is
     (note None); ``tokens`` multiplies it by each group's anchor residual by token count
-    (:func:`residual_prior`), with the table the calibration records (:func:`residual_note`).
-    Both calibrate paths, measuring and ``--anchors-from``, call this after the fit."""
+    (:func:`residual_prior`), ``prefill`` by the prefill group's alone, with the table the
+    calibration records (:func:`residual_note`). Both calibrate paths, measuring and
+    ``--anchors-from``, call this after the fit."""
     if form not in RESIDUAL_FORMS:
         raise ValueError(f"residual form must be one of {RESIDUAL_FORMS}, got {form!r}")
     if form == "group":
         return prior, None
-    table = residual_by_size(anchors, factors, prior)
-    return residual_prior(table, prior), residual_note(table)
+    only = FORM_GROUPS[form]
+    table = {g: at for g, at in residual_by_size(anchors, factors, prior).items()
+             if only is None or g in only}
+    return residual_prior(table, prior), residual_note(table, form)
+
+
+def _whose(note: dict[str, Any]) -> str:
+    return "the prefill group" if note.get("form") == "prefill" else "each group"
 
 
 def residual_text(note: dict[str, Any] | None) -> str:
     """What a calibration's note line says of the form: empty for ``group``."""
-    return "" if note is None else "; each group x its anchors' residual by token count"
+    return "" if note is None else f"; {_whose(note)} x its anchors' residual by token count"
 
 
 def residual_line(note: dict[str, Any]) -> str:
@@ -109,6 +125,8 @@ def residual_line(note: dict[str, Any]) -> str:
     ``residual``, :func:`residual_note`)."""
     groups = "; ".join(f"{g} " + ", ".join(f"{int(t):,}: x{float(v):.3f}" for t, v in pts)
                        for g, pts in (note.get("by_group") or {}).items())
-    return ("Each group's rows also take its anchors' residual by token count (`calibrate "
-            "--residual tokens`), straight between these counts in log2 and flat beyond: "
+    form = note.get("form", "tokens")
+    whose = "The prefill group's rows" if form == "prefill" else "Each group's rows"
+    return (f"{whose} also take its anchors' residual by token count (`calibrate "
+            f"--residual {form}`), straight between these counts in log2 and flat beyond: "
             + (groups or "no group had anchors at two counts") + ".")

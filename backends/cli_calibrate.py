@@ -8,6 +8,7 @@ import sys
 
 import click
 
+from backends.calibrate_residual import RESIDUAL_FORMS
 from backends.cli import _executor_opts, _with_progress, executor_setup_options, same_file
 from traces.errors import SpecschedError
 
@@ -72,15 +73,18 @@ __all__ = ["calibrate"]
               help="Measure nothing: re-fit the anchors an earlier calibrate measured (kept in "
                    "that file's metadata) to --base, e.g. after the shipped profile was "
                    "re-recorded under the same timing protocol. Needs no GPU.")
-@click.option("--residual", "residual", type=click.Choice(["group", "tokens"]), default="group",
-              show_default=True,
+@click.option("--residual", "residual", type=click.Choice(list(RESIDUAL_FORMS)),
+              default="group", show_default=True,
               help="group fits one factor per pass group; tokens also scales each row by "
                    "its group's anchor residual at its token count, interpolated between the "
                    "anchors' counts (backends.calibrate_residual), when measuring or with "
-                   "--anchors-from. Opt-in: on H100s under the H200 profiles it met more "
-                   "whole-run checks, in sample and on two GPUs' runs recorded after it was "
-                   "written; on H200s it met fewer (docs/aiter.md, \"Each group's residual by "
-                   "pass size\").")
+                   "--anchors-from; prefill does that for the prefill group alone. Opt-in, "
+                   "for long prompts: on H100s under the H200 profiles tokens met 14-15 of 16 "
+                   "checks on V2-Lite's long context where group met 6, on three GPUs' runs "
+                   "recorded after it was written, but fewer on its conversation runs and on "
+                   "H200s; prefill, written after those, kept most of the gain in sample "
+                   "without the draft group's losses (docs/aiter.md, \"Residual by token "
+                   "count\").")
 @click.option("--from-run", "from_run", type=click.Path(file_okay=False), default=None,
               metavar="RUN_DIR",
               help="Measure nothing: re-centre --base on a live run recorded on a GPU of its "
@@ -120,8 +124,8 @@ def calibrate(model, tp, base, out, budget_s, anchors, heldout, seed, reps, warm
     base's held-out rows are not carried over.  Only a scale per group is fitted: a
     shape-dependent difference between the machines stays (docs/aiter.md, "specsched
     calibrate"), except the one between two GPU models' sheets, which --prior fitted (the
-    default) takes from the roofline, and, with --residual tokens, what the anchors of a
-    group say at each token count beyond its factor.  Needs a CUDA or ROCm GPU (exit 2 without one), except
+    default) takes from the roofline, and, with --residual tokens (or prefill, for that
+    group alone), what the anchors of a group say at each token count beyond its factor.  Needs a CUDA or ROCm GPU (exit 2 without one), except
     with --from-run (re-centres --base on a recorded live run) and with
     --anchors-from, which re-fits an earlier calibration's measured anchors to --base
     (those not among the base's grid rows are left out and listed in the metadata).  With --trace
@@ -138,8 +142,8 @@ def calibrate(model, tp, base, out, budget_s, anchors, heldout, seed, reps, warm
 
     n = DEFAULT_ANCHORS if anchors is None else anchors
     if residual != "group" and from_run is not None:
-        raise SpecschedError("--residual tokens shapes a fit of anchors; --from-run fits no "
-                             "anchors: drop one of them")
+        raise SpecschedError(f"--residual {residual} shapes a fit of anchors; --from-run fits "
+                             "no anchors: drop one of them")
     if from_run is not None:
         from pathlib import Path
 

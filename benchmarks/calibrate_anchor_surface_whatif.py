@@ -53,7 +53,19 @@ where the surface gave 1.33, 1.89 and 1.48%. No live run has drafted 256 request
 KV, so that row stands unjudged; the shipped 8B profile's draft graph at 256 requests looks
 slow by about a fifth.
 
+``--only prefill`` gives the prefill group alone its line (``specsched calibrate --residual
+prefill``), written on 2026-12-07 after a fifteenth H100 (``h100-2026-12-07e``) showed the
+``tokens`` form losing on the 8B and V2-Lite's conversation runs through the draft group. In
+sample, over every calibration kept then (9 min 40 s): H100s with default anchors (55
+pairings) 560 checks today -> 661 (``tokens``: 665), per step better on 39 (``tokens``: 19);
+V2-Lite 192 -> 274 (275), per step better on all 26; the 70B 243 -> 265 (271); the 8B 125 ->
+122 (119). H100s with ``--trace`` anchors 218 -> 252 (250). H200s 224 -> 224 (216), ``--trace``
+93 -> 93 (97). Per step it moves little (V2-Lite's long context about 0.2 points better, the
+rest within 0.06), so its checks are won at thresholds; the 70B's ``split`` run of
+``h100-2026-12-07d`` goes 11 -> 8 under it.
+
     python benchmarks/calibrate_anchor_surface_whatif.py [--checks] [--in FOLDER ...]
+    python benchmarks/calibrate_anchor_surface_whatif.py --checks --only prefill
 """
 
 from __future__ import annotations
@@ -76,12 +88,15 @@ from benchmarks.regenerate_reports import backend_overrides, met, rerun  # noqa:
 AXES = {"tokens": lambda r: max(int(r["tokens"]), 1), "bs": lambda r: max(int(r["bs"]), 1)}
 
 
-def surface(anchors: list[dict], factors: dict[str, dict], prior, axis: str):
+def surface(anchors: list[dict], factors: dict[str, dict], prior, axis: str,
+            only: list[str] | None = None):
     """The scale each row takes from its group's anchors (``row -> scale``, without the prior),
     and those anchors' residuals by size on ``axis`` (:data:`AXES`), rounded for printing:
-    ``backends.calibrate_residual`` (``specsched calibrate --residual tokens`` on ``tokens``)."""
+    ``backends.calibrate_residual`` (``specsched calibrate --residual tokens`` on ``tokens``).
+    With ``only``, the groups not named keep their one factor."""
     size = AXES[axis]
-    table = residual_by_size(anchors, factors, prior, size)
+    table = {g: at for g, at in residual_by_size(anchors, factors, prior, size).items()
+             if only is None or g in only}
     return (residual_prior(table, None, size),
             {g: {s: round(v, 3) for s, v in at.items()} for g, at in table.items()})
 
@@ -110,6 +125,9 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--in", dest="folders", nargs="+", metavar="FOLDER", default=None,
                     help="only the calibrations in these folders under benchmarks/results "
                          "(e.g. a new GPU call's, to judge the form out of sample)")
+    ap.add_argument("--only", nargs="+", metavar="GROUP", default=None,
+                    help="only these groups take their residual (e.g. prefill); the others "
+                         "keep their one factor")
     args = ap.parse_args(argv)
     results = ROOT / "benchmarks" / "results"
     print("| calibration | live run | fitted (today) | surface by tokens (what-if) | "
@@ -129,7 +147,7 @@ def main(argv: list[str] | None = None) -> int:
             files = {"today": Path(tmp) / "today.parquet"}
             tables = {"today": fitted_table(grid, line, bmeta, today, fitted, files["today"])}
             for axis in AXES:
-                s, shape = surface(anchors, today, fitted, axis)
+                s, shape = surface(anchors, today, fitted, axis, args.only)
                 if model.name not in shown and axis == "tokens":
                     print(f"<!-- {model.name} residuals by tokens, {path.parent.name}: "
                           f"{shape} -->")

@@ -25,9 +25,10 @@ for the reports they already have: a calibration that a later call brought (a ``
 --trace`` after the runs it is judged on) then meets the runs recorded before it.
 
 With ``--residual-refit`` each calibrated profile this call brought is first re-fitted from its
-own anchors with ``--residual tokens`` (``backends.calibrate_refit``, no GPU) to
-``..._residual.parquet`` beside it, so every new calibration also judges the opt-in form on the
-same anchors; the re-fits are scored like any calibration.
+own anchors with ``--residual tokens`` and ``--residual prefill`` (``backends.calibrate_refit``,
+no GPU) to ``..._residual.parquet`` and ``..._residual_prefill.parquet`` beside it, so every new
+calibration also judges the opt-in forms on the same anchors; the re-fits are scored like any
+calibration.
 
 It prints a table of those reports (checks met, per-step MAPE, the missed checks) for the
 folder's README. Nothing is written over: a file or folder that would be is named and the script
@@ -162,12 +163,17 @@ def report_tag(name: str) -> str:
     return m.group(1) if m else "calibrated"
 
 
+#: ``--residual-refit``: each opt-in form and the suffix of the re-fit it writes
+REFIT_FORMS = (("tokens", "_residual"), ("prefill", "_residual_prefill"))
+
+
 def residual_refits(files: list[Path]) -> list[tuple[Path, str]]:
     """Re-fit each calibrated profile among ``files`` (a call's copies) from its own anchors
-    with ``--residual tokens`` (``backends.calibrate_refit.refit_calibration``) to
-    ``STEM_residual.parquet`` beside it. Skipped, with the reason: a file that is already of
-    that form or re-centred, one whose twin exists, and one whose base is not the shipped file of
-    today (its sha256 differs). Returns (path, what was done) per calibrated profile."""
+    with each opt-in ``--residual`` form (``backends.calibrate_refit.refit_calibration``) to
+    ``STEM_residual.parquet`` (``tokens``) and ``STEM_residual_prefill.parquet`` (``prefill``)
+    beside it. Skipped, with the reason: a file that is already of such a form or re-centred, a
+    twin that exists, and a file whose base is not the shipped file of today (its sha256
+    differs). Returns (path, what was done) per calibrated profile and form."""
     from backends.calibrate_refit import refit_calibration
     from backends.models import load_model
     from backends.profile import read_profile
@@ -181,19 +187,22 @@ def residual_refits(files: list[Path]) -> list[tuple[Path, str]]:
         cal = meta.get("calibration")
         if not isinstance(cal, dict) or not cal.get("anchors"):
             continue
-        twin = f.with_name(f.stem + "_residual.parquet")
         base = PROFILES_DIR / str(cal.get("base"))
         if cal.get("residual") or cal.get("recentred"):
             out.append((f, "kept: already a --residual or --from-run profile"))
-        elif twin.exists():
-            out.append((f, f"kept: {twin.name} exists"))
-        elif not base.is_file() or file_sha256(base) != cal.get("base_sha256"):
+            continue
+        if not base.is_file() or file_sha256(base) != cal.get("base_sha256"):
             out.append((f, f"kept: its base {cal.get('base')} is not today's shipped file"))
-        else:
-            model = meta["model"]
+            continue
+        model = meta["model"]
+        for form, suffix in REFIT_FORMS:
+            twin = f.with_name(f.stem + suffix + ".parquet")
+            if twin.exists():
+                out.append((f, f"kept: {twin.name} exists"))
+                continue
             refit_calibration(load_model(model["name"], tp=model.get("tp")), str(f), str(base),
-                              str(twin), residual="tokens")
-            out.append((f, f"re-fitted with --residual tokens to {twin.name}"))
+                              str(twin), residual=form)
+            out.append((f, f"re-fitted with --residual {form} to {twin.name}"))
     return out
 
 
@@ -304,8 +313,9 @@ def main(argv=None) -> int:
                     "the calls before it")
     ap.add_argument("--residual-refit", action="store_true",
                     help="first re-fit each calibrated profile this call brought from its own "
-                    "anchors with --residual tokens (STEM_residual.parquet beside it in DEST, "
-                    "no GPU), so the runs are scored against both forms")
+                    "anchors with --residual tokens and --residual prefill "
+                    "(STEM_residual.parquet, STEM_residual_prefill.parquet beside it in DEST, no "
+                    "GPU), so the runs are scored against every form")
     a = ap.parse_args(argv)
     os.chdir(ROOT)  # reports record paths relative to the repository
     try:

@@ -178,3 +178,62 @@ def test_apply_residual_under_group_leaves_the_fit_as_it_was():
     assert fn(_anchor(4, 0, 0)) == pytest.approx(1.1)
     with pytest.raises(ValueError):
         apply_residual("bs", anchors, factors, prior)
+
+
+def test_the_prefill_form_draws_the_prefill_line_alone():
+    """--residual prefill: prefill anchors at 256 and 4,096 tokens measure 0.9 and 1.2 x the
+    base under a factor of 1.0, so a prefill row at 1,024 tokens (halfway in log2) takes
+    sqrt(0.9 x 1.2) and one at 64 takes 0.9; the verify graph's anchors (0.9 and 1.1 at 1 and 4
+    tokens) would draw a line under ``tokens`` but keep their factor alone (x1) here. The note
+    names the form and lists the prefill group only."""
+    from backends.calibrate_residual import apply_residual, residual_line
+
+    anchors = [_anchor(1, 1e-3, 0.9e-3), _anchor(4, 2e-3, 2.2e-3),
+               _anchor(256, 1e-2, 0.9e-2, kind="prefill", graph=False),
+               _anchor(4096, 1e-1, 1.2e-1, kind="prefill", graph=False)]
+    factors = {"verify_graph": {"factor": 1.0}, "prefill": {"factor": 1.0}}
+    ratio, note = apply_residual("prefill", anchors, factors, None)
+    assert note == {"form": "prefill",
+                    "by_group": {"prefill": [[256, pytest.approx(0.9)], [4096, 1.2]]}}
+    assert ratio(_anchor(1024, 0, 0, kind="prefill", graph=False)) == \
+        pytest.approx(math.sqrt(0.9 * 1.2))
+    assert ratio(_anchor(64, 0, 0, kind="prefill", graph=False)) == pytest.approx(0.9)
+    assert ratio(_anchor(1, 0, 0)) == 1.0 and ratio(_anchor(4, 0, 0)) == 1.0
+    every, _ = apply_residual("tokens", anchors, factors, None)
+    assert every(_anchor(1, 0, 0)) == pytest.approx(0.9)
+    assert residual_line(note).startswith("The prefill group's rows also take its anchors' "
+                                          "residual by token count (`calibrate --residual "
+                                          "prefill`)")
+
+
+def test_refit_with_residual_prefill_moves_the_prefill_rows_only(tmp_path):
+    """The thirteenth H100's V2-Lite calibration re-fitted with --residual prefill: every row
+    outside the prefill group is the default re-fit's, and the prefill rows at the anchors'
+    token counts are the default's times the residual the tokens form records there."""
+    from backends.calibrate_refit import refit_calibration
+    from backends.models import load_model
+    from backends.profile import grid_rows, read_profile
+
+    m = load_model("deepseek-v2-lite")
+    base = ROOT / "backends/profiles/deepseek-v2-lite__H200.parquet"
+    outs = {}
+    for form in ("group", "tokens", "prefill"):
+        refit_calibration(m, str(V2_H100), str(base), str(tmp_path / f"{form}.parquet"),
+                          residual=form)
+        outs[form] = read_profile(tmp_path / f"{form}.parquet")
+    key = ("kind", "graph", "bs", "width", "kv_len", "tokens")
+    plain = {tuple(r[k] for k in key): r["latency_s"]
+             for r in grid_rows(outs["group"][0]).to_pylist()}
+    line = dict((int(t), v) for t, v in
+                outs["tokens"][1]["calibration"]["residual"]["by_group"]["prefill"])
+    assert outs["prefill"][1]["calibration"]["residual"]["by_group"]["prefill"] == \
+        [[t, v] for t, v in line.items()]
+    moved = 0
+    for r in grid_rows(outs["prefill"][0]).to_pylist():
+        want = plain[tuple(r[k] for k in key)]
+        if r["kind"] != "prefill":
+            assert r["latency_s"] == want
+        elif int(r["tokens"]) in line:
+            assert r["latency_s"] == pytest.approx(want * line[int(r["tokens"])], rel=1e-6)
+            moved += line[int(r["tokens"])] != pytest.approx(1.0)
+    assert moved >= 2

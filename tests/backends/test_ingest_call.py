@@ -200,11 +200,12 @@ def test_a_calibrations_report_suffix_follows_the_gpu_not_the_first_dot():
     assert report_tag("deepseek-v2-lite__H200.calibrated_fitted.parquet") == "calibrated_fitted"
 
 
-def test_residual_refit_rescores_each_calibration_in_the_form_tokens(tmp_path, capsys):
-    """``--residual-refit``: the call's calibration gets a ``_residual`` twin, the re-fit of its
-    own anchors with ``--residual tokens`` (the rows ``refit_calibration`` writes), and the run
-    is scored against both. A twin that exists is kept: a later call bringing a calibration of
-    the same name re-fits nothing over it."""
+def test_residual_refit_rescores_each_calibration_in_each_opt_in_form(tmp_path, capsys):
+    """``--residual-refit``: the call's calibration gets a ``_residual`` twin and a
+    ``_residual_prefill`` twin, the re-fits of its own anchors with ``--residual tokens`` and
+    ``--residual prefill`` (the rows ``refit_calibration`` writes), and the run is scored
+    against all three. A twin that exists is kept: a later call bringing a calibration of the
+    same name re-fits nothing over it."""
     import ingest_call
 
     from backends.calibrate_refit import refit_calibration
@@ -214,27 +215,36 @@ def test_residual_refit_rescores_each_calibration_in_the_form_tokens(tmp_path, c
     fa, dest = _files_at(tmp_path), tmp_path / "day"
     assert ingest_call.main([str(fa), str(dest), "--call", "4", "--no-repeats",
                              "--residual-refit"]) == 0
-    cal = dest / "deepseek-v2-lite__H200.calibrated_conv_bucket150.parquet"
-    twin = dest / "deepseek-v2-lite__H200.calibrated_conv_bucket150_residual.parquet"
+    stem = "calibrated_conv_bucket150"
+    cal = dest / f"deepseek-v2-lite__H200.{stem}.parquet"
     out = capsys.readouterr().out
-    assert f"{cal.name}: re-fitted with --residual tokens to {twin.name}" in out
-    rows, meta = read_profile(twin)
-    assert meta["calibration"]["residual"]["form"] == "tokens"
-    want = tmp_path / "want.parquet"
-    refit_calibration(load_model("deepseek-v2-lite"), str(cal),
-                      str(ROOT / "backends/profiles/deepseek-v2-lite__H200.parquet"), str(want),
-                      residual="tokens")
-    assert rows.column("latency_s").to_pylist() == \
-        read_profile(want)[0].column("latency_s").to_pylist()
-    for stem in ("calibrated_conv_bucket150", "calibrated_conv_bucket150_residual"):
-        rep = json.loads((dest / f"fidelity_v2lite_split150_{stem}.json").read_text())
-        assert rep["profile"]["calibration"].get("residual") == \
-            (meta["calibration"]["residual"] if stem.endswith("_residual") else None)
-    before = twin.read_bytes()
+    notes = {}
+    for form, suffix in (("tokens", "_residual"), ("prefill", "_residual_prefill")):
+        twin = dest / f"deepseek-v2-lite__H200.{stem}{suffix}.parquet"
+        assert f"{cal.name}: re-fitted with --residual {form} to {twin.name}" in out
+        rows, meta = read_profile(twin)
+        notes[suffix] = meta["calibration"]["residual"]
+        assert notes[suffix]["form"] == form
+        want = tmp_path / f"want{suffix}.parquet"
+        refit_calibration(load_model("deepseek-v2-lite"), str(cal),
+                          str(ROOT / "backends/profiles/deepseek-v2-lite__H200.parquet"),
+                          str(want), residual=form)
+        assert rows.column("latency_s").to_pylist() == \
+            read_profile(want)[0].column("latency_s").to_pylist()
+    # an H200 calibration of a MoE model keeps the base's prefill (its factor is not applied),
+    # so the prefill form has no line to draw here; the tokens form has its other groups'
+    assert notes["_residual_prefill"]["by_group"] == {}
+    assert notes["_residual"]["by_group"] and "prefill" not in notes["_residual"]["by_group"]
+    for suffix in ("", "_residual", "_residual_prefill"):
+        rep = json.loads((dest / f"fidelity_v2lite_split150_{stem}{suffix}.json").read_text())
+        assert rep["profile"]["calibration"].get("residual") == notes.get(suffix)
+    twins = sorted(dest.glob(f"*{stem}_residual*.parquet"))
+    before = [t.read_bytes() for t in twins]
     later = tmp_path / "call5"
     later.mkdir()
-    shutil.copy(DAY / "deepseek-v2-lite__H200.calibrated_conv_bucket150.parquet", later)
+    shutil.copy(DAY / f"deepseek-v2-lite__H200.{stem}.parquet", later)
     cal.unlink()
     assert ingest_call.main([str(later), str(dest), "--residual-refit", "--no-score"]) == 0
-    assert f"{cal.name}: kept: {twin.name} exists" in capsys.readouterr().out
-    assert twin.read_bytes() == before
+    out = capsys.readouterr().out
+    assert len(twins) == 2 and all(f"{cal.name}: kept: {t.name} exists" in out for t in twins)
+    assert [t.read_bytes() for t in twins] == before
