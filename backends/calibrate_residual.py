@@ -27,7 +27,7 @@ and 224 on the H200s where ``tokens`` met 216 (``benchmarks/calibrate_anchor_sur
 from __future__ import annotations
 
 import math
-from typing import Any, Callable
+from typing import Any, Callable, Collection
 
 import numpy as np
 
@@ -51,15 +51,16 @@ def tokens_of(r: dict) -> int:
 
 def residual_by_size(anchors: list[dict], factors: dict[str, dict],
                      prior: Callable[[dict], float] | None,
-                     size: Callable[[dict], int] = tokens_of) -> dict[str, dict[int, float]]:
+                     size: Callable[[dict], int] = tokens_of,
+                     groups: Collection[str] | None = None) -> dict[str, dict[int, float]]:
     """``{group: {size: median residual}}``: each anchor's measured / base over its group's
     factor and the prior, the median at each size, for the groups whose factor is applied and
-    whose anchors measured two sizes or more."""
+    whose anchors measured two sizes or more (with ``groups``, only those among them)."""
     by: dict[str, dict[int, list[float]]] = {}
     for a in anchors:
         g = group_name(a["kind"], a["graph"])
         f = factors.get(g)
-        if f is None or f.get("applied") is False:
+        if f is None or f.get("applied") is False or (groups is not None and g not in groups):
             continue
         rho = (float(a["measured_s"]) / float(a["base_s"]) / float(f["factor"])
                / (prior(a) if prior else 1.0))
@@ -105,9 +106,7 @@ def apply_residual(form: str, anchors: list[dict], factors: dict[str, dict],
         raise ValueError(f"residual form must be one of {RESIDUAL_FORMS}, got {form!r}")
     if form == "group":
         return prior, None
-    only = FORM_GROUPS[form]
-    table = {g: at for g, at in residual_by_size(anchors, factors, prior).items()
-             if only is None or g in only}
+    table = residual_by_size(anchors, factors, prior, groups=FORM_GROUPS[form])
     return residual_prior(table, prior), residual_note(table, form)
 
 
@@ -125,8 +124,6 @@ def residual_line(note: dict[str, Any]) -> str:
     ``residual``, :func:`residual_note`)."""
     groups = "; ".join(f"{g} " + ", ".join(f"{int(t):,}: x{float(v):.3f}" for t, v in pts)
                        for g, pts in (note.get("by_group") or {}).items())
-    form = note.get("form", "tokens")
-    whose = "The prefill group's rows" if form == "prefill" else "Each group's rows"
-    return (f"{whose} also take its anchors' residual by token count (`calibrate "
-            f"--residual {form}`), straight between these counts in log2 and flat beyond: "
+    return (f"{_whose(note).capitalize()}'s rows also take its anchors' residual by token "
+            f"count (`calibrate --residual {note.get('form', 'tokens')}`), straight between these counts in log2 and flat beyond: "
             + (groups or "no group had anchors at two counts") + ".")

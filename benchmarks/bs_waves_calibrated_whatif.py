@@ -28,14 +28,17 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from benchmarks.calibrate_anchor_surface_whatif import reports_of  # noqa: E402
+from benchmarks.ingest_call import REFIT_FORMS  # noqa: E402
 from benchmarks.regenerate_reports import backend_overrides, met, rerun  # noqa: E402
 
 DENSE = ("llama-3.1-8b", "llama-3.1-70b")
 #: the day ``waves`` was written: folders of later days hold runs it was not written from
 WRITTEN = "2026-12-04"
 WAVES = ("--set=backend.bs_interp=waves",)
-#: kept re-fits of a calibration under another rule or base (each beside its measured file)
-REFITS = ("_prior", "_fitted", "_roofline", "_residual", "_resolved", "_line")
+#: kept re-fits of a calibration under another rule or base (each beside its measured file),
+#: with those ``ingest_call.py --residual-refit`` writes
+REFITS = ("_prior", "_fitted", "_roofline", "_resolved", "_line") + tuple(
+    suffix for _, suffix in REFIT_FORMS)
 
 
 def calibrations(models, folders) -> list[tuple[str, Path]]:

@@ -95,8 +95,7 @@ def surface(anchors: list[dict], factors: dict[str, dict], prior, axis: str,
     ``backends.calibrate_residual`` (``specsched calibrate --residual tokens`` on ``tokens``).
     With ``only``, the groups not named keep their one factor."""
     size = AXES[axis]
-    table = {g: at for g, at in residual_by_size(anchors, factors, prior, size).items()
-             if only is None or g in only}
+    table = residual_by_size(anchors, factors, prior, size, groups=only)
     return (residual_prior(table, None, size),
             {g: {s: round(v, 3) for s, v in at.items()} for g, at in table.items()})
 

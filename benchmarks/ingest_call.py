@@ -194,14 +194,13 @@ def residual_refits(files: list[Path]) -> list[tuple[Path, str]]:
         if not base.is_file() or file_sha256(base) != cal.get("base_sha256"):
             out.append((f, f"kept: its base {cal.get('base')} is not today's shipped file"))
             continue
-        model = meta["model"]
+        model = load_model(meta["model"]["name"], tp=meta["model"].get("tp"))
         for form, suffix in REFIT_FORMS:
             twin = f.with_name(f.stem + suffix + ".parquet")
             if twin.exists():
                 out.append((f, f"kept: {twin.name} exists"))
                 continue
-            refit_calibration(load_model(model["name"], tp=model.get("tp")), str(f), str(base),
-                              str(twin), residual=form)
+            refit_calibration(model, str(f), str(base), str(twin), residual=form)
             out.append((f, f"re-fitted with --residual {form} to {twin.name}"))
     return out
 
