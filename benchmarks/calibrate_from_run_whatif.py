@@ -57,7 +57,9 @@ prefills are too short to move the prefill factor, x0.999 against x1.122). On a 
 10 targets (every conversation run: V2-Lite 2.13 / 2.17 -> 1.45-1.71%, the 70B ``split`` 1.95
 -> 1.11-1.32%; the 70B long context 1.39 -> 1.24% from its own ``split`` run, 1.49-1.58% from
 other H100s'), checks 103 -> 116 (V2-Lite's long context 6 -> 14 from ``-07d``'s long-context
-run, 6 -> 6 from its own conversation run).
+run, 6 -> 6 from its own conversation run). On a sixteenth (``3b517335``, ``h100-2026-12-07f``;
+pairings marked "GPU 3b517335"): V2-Lite's conversation ``split`` run 2.76 -> 1.63-1.76% per
+step, 6 -> 8-11 of 16, from each of three other H100s' conversation runs.
 
 CPU only, about 9 minutes (one simulation per target); ``--targets-in FOLDER...`` scores only
 the targets in those folders.
@@ -71,6 +73,7 @@ the targets in those folders.
     python benchmarks/calibrate_from_run_whatif.py --targets-in h100-2026-12-07c
     python benchmarks/calibrate_from_run_whatif.py --targets-in h100-2026-12-07d
     python benchmarks/calibrate_from_run_whatif.py --targets-in h100-2026-12-07e
+    python benchmarks/calibrate_from_run_whatif.py --targets-in h100-2026-12-07f
 """
 
 from __future__ import annotations
@@ -350,6 +353,20 @@ OTHER_GPU = [
      f"{RES}/h100-2026-12-07e/llama-3.1-70b__H200.calibrated.parquet",
      [("h100-2026-12-07e", "fidelity_70b_split150_calibrated"),
       ("h100-2026-12-07e", "fidelity_long70b_fixed_calibrated")]),
+    # recorded after the pairings above were judged (2026-12-07, GPU 3b517335, h100-2026-12-07f):
+    # out of sample
+    ("deepseek-v2-lite", f"{RES}/h100-2026-12-07e/deepseek-v2-lite__H200.calibrated.parquet",
+     f"{RES}/h100-2026-12-07e/live_v2lite_bucket150",
+     f"{RES}/h100-2026-12-07f/deepseek-v2-lite__H200.calibrated.parquet",
+     [("h100-2026-12-07f", "fidelity_v2lite_split150_calibrated")]),
+    ("deepseek-v2-lite", f"{RES}/h100-2026-12-06e/deepseek-v2-lite__H200.calibrated.parquet",
+     f"{RES}/h100-2026-12-06e/live_v2lite_bucket150",
+     f"{RES}/h100-2026-12-07f/deepseek-v2-lite__H200.calibrated.parquet",
+     [("h100-2026-12-07f", "fidelity_v2lite_split150_calibrated")]),
+    ("deepseek-v2-lite", f"{RES}/h100-2026-12-06j/deepseek-v2-lite__H200.calibrated.parquet",
+     f"{RES}/h100-2026-12-06j/live_v2lite_split150",
+     f"{RES}/h100-2026-12-07f/deepseek-v2-lite__H200.calibrated.parquet",
+     [("h100-2026-12-07f", "fidelity_v2lite_split150_calibrated")]),
 ]
 PAIRINGS = ([(m, start, src, start, targets) for m, start, src, targets in SAME_GPU]
             + OTHER_GPU)
