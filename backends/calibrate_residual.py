@@ -21,7 +21,14 @@ too, through the draft group (*On a fifteenth H100*). ``prefill`` was written af
 sample: over every kept calibration it met 661 checks where ``tokens`` met 665 and the default 560
 (H100s, default anchors, 55 pairings), better per step on 39 of them where ``tokens`` was on 19,
 and 224 on the H200s where ``tokens`` met 216 (``benchmarks/calibrate_anchor_surface_whatif.py
---checks --only prefill``). It waits for runs recorded after it.
+--checks --only prefill``). The first run recorded after it (a sixteenth H100, V2-Lite's
+conversation ``split`` run) left it at 6 of 16 where ``tokens`` met 10: that run's misses were
+the verify group's. ``verify-prefill`` was written after that run, in sample: it draws the
+verify groups' lines too, where ``tokens`` lost through the draft group's. Over every kept
+calibration it met 703 checks where the default met 566 (H100s, default anchors, 56 pairings;
+more on 35, fewer on 8; V2-Lite 259 -> 388 over all its 34 H100 pairings), and 320 over all 24
+H200 pairings where the default met 317 (``calibrate_anchor_surface_whatif.py --checks --only
+verify_graph verify_eager prefill``). It waits for runs recorded after it.
 """
 
 from __future__ import annotations
@@ -37,11 +44,16 @@ __all__ = ["FORM_GROUPS", "RESIDUAL_FORMS", "apply_residual", "residual_by_size"
            "residual_line", "residual_prior", "residual_text", "tokens_of"]
 
 #: ``specsched calibrate --residual``: ``group`` (one factor per pass group, the default),
-#: ``tokens`` (that factor times the group's anchor residual at the row's token count) or
-#: ``prefill`` (the same for the prefill group alone)
-RESIDUAL_FORMS = ("group", "tokens", "prefill")
+#: ``tokens`` (that factor times the group's anchor residual at the row's token count),
+#: ``prefill`` (the same for the prefill group alone) or ``verify-prefill`` (for the verify
+#: groups, graph and eager, and prefill; the draft and draft-extend groups keep their factor)
+RESIDUAL_FORMS = ("group", "tokens", "prefill", "verify-prefill")
 #: the groups each form gives a residual line (None: every group whose anchors allow one)
-FORM_GROUPS: dict[str, tuple[str, ...] | None] = {"tokens": None, "prefill": ("prefill",)}
+FORM_GROUPS: dict[str, tuple[str, ...] | None] = {
+    "tokens": None, "prefill": ("prefill",),
+    "verify-prefill": ("verify_graph", "verify_eager", "prefill")}
+#: whose rows a form moves, as its notes say it (a form not here: every group's)
+_WHOSE = {"prefill": "the prefill group", "verify-prefill": "the verify and prefill groups"}
 
 
 def tokens_of(r: dict) -> int:
@@ -99,7 +111,8 @@ def apply_residual(form: str, anchors: list[dict], factors: dict[str, dict],
                    ) -> tuple[Callable[[dict], float] | None, dict[str, Any] | None]:
     """``(prior, note)`` of a fit under the form ``form``: ``group`` leaves ``prior`` as it is
     (note None); ``tokens`` multiplies it by each group's anchor residual by token count
-    (:func:`residual_prior`), ``prefill`` by the prefill group's alone, with the table the
+    (:func:`residual_prior`), ``prefill`` by the prefill group's alone, ``verify-prefill`` by
+    the verify groups' and the prefill group's, with the table the
     calibration records (:func:`residual_note`). Both calibrate paths, measuring and
     ``--anchors-from``, call this after the fit."""
     if form not in RESIDUAL_FORMS:
@@ -111,12 +124,12 @@ def apply_residual(form: str, anchors: list[dict], factors: dict[str, dict],
 
 
 def _whose(note: dict[str, Any]) -> str:
-    return "the prefill group" if note.get("form") == "prefill" else "each group"
+    return _WHOSE.get(note.get("form", "tokens"), "each group")
 
 
 def residual_text(note: dict[str, Any] | None) -> str:
     """What a calibration's note line says of the form: empty for ``group``."""
-    return "" if note is None else f"; {_whose(note)} x its anchors' residual by token count"
+    return "" if note is None else f"; {_whose(note)} x the anchors' residual by token count"
 
 
 def residual_line(note: dict[str, Any]) -> str:
@@ -124,6 +137,8 @@ def residual_line(note: dict[str, Any]) -> str:
     ``residual``, :func:`residual_note`)."""
     groups = "; ".join(f"{g} " + ", ".join(f"{int(t):,}: x{float(v):.3f}" for t, v in pts)
                        for g, pts in (note.get("by_group") or {}).items())
-    return (f"{_whose(note).capitalize()}'s rows also take its anchors' residual by token "
+    who = _whose(note)
+    who = who + ("'" if who.endswith("s") else "'s")
+    return (f"{who[0].upper()}{who[1:]} rows also take the anchors' residual by token "
             f"count (`calibrate --residual {note.get('form', 'tokens')}`), straight between these counts in log2 and flat beyond: "
             + (groups or "no group had anchors at two counts") + ".")

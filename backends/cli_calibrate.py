@@ -78,13 +78,14 @@ __all__ = ["calibrate"]
               help="group fits one factor per pass group; tokens also scales each row by "
                    "its group's anchor residual at its token count, interpolated between the "
                    "anchors' counts (backends.calibrate_residual), when measuring or with "
-                   "--anchors-from; prefill does that for the prefill group alone. Opt-in, "
+                   "--anchors-from; prefill does that for the prefill group alone, "
+                   "verify-prefill for the verify groups and prefill. Opt-in, "
                    "for long prompts: on H100s under the H200 profiles tokens met 14-15 of 16 "
                    "checks on V2-Lite's long context where group met 6, on three GPUs' runs "
                    "recorded after it was written, but fewer on its conversation runs and on "
-                   "H200s; prefill, written after those, kept most of the gain in sample "
-                   "without the draft group's losses (docs/aiter.md, \"Residual by token "
-                   "count\").")
+                   "H200s; prefill and verify-prefill, written after those, kept the gain "
+                   "in sample without the draft group's losses, and wait for runs recorded "
+                   "after them (docs/aiter.md, \"Residual by token count\").")
 @click.option("--from-run", "from_run", type=click.Path(file_okay=False), default=None,
               metavar="RUN_DIR",
               help="Measure nothing: re-centre --base on a live run recorded on a GPU of its "

@@ -64,8 +64,16 @@ V2-Lite 192 -> 274 (275), per step better on all 26; the 70B 243 -> 265 (271); t
 rest within 0.06), so its checks are won at thresholds; the 70B's ``split`` run of
 ``h100-2026-12-07d`` goes 11 -> 8 under it.
 
+``--only verify_graph verify_eager prefill`` (``--residual verify-prefill``), written after a
+sixteenth H100's conversation run (``h100-2026-12-07f``) missed through its verify group under
+``prefill``: in sample, over every calibration kept then (9 min 57 s), H100s with default
+anchors (56 pairings) 566 -> 703, more on 35, fewer on 8, per step better on 38, worse on 17;
+all 75 H100 pairings 784 -> 958 (V2-Lite 259 -> 388, the 70B 321 -> 362, the 8B 204 -> 208);
+all 24 H200 pairings 317 -> 320.
+
     python benchmarks/calibrate_anchor_surface_whatif.py [--checks] [--in FOLDER ...]
     python benchmarks/calibrate_anchor_surface_whatif.py --checks --only prefill
+    python benchmarks/calibrate_anchor_surface_whatif.py --checks --only verify_graph verify_eager prefill
 """
 
 from __future__ import annotations

@@ -25,8 +25,9 @@ for the reports they already have: a calibration that a later call brought (a ``
 --trace`` after the runs it is judged on) then meets the runs recorded before it.
 
 With ``--residual-refit`` each calibrated profile this call brought is first re-fitted from its
-own anchors with ``--residual tokens`` and ``--residual prefill`` (``backends.calibrate_refit``,
-no GPU) to ``..._residual.parquet`` and ``..._residual_prefill.parquet`` beside it, so every new
+own anchors with ``--residual tokens``, ``prefill`` and ``verify-prefill``
+(``backends.calibrate_refit``, no GPU) to ``..._residual.parquet``,
+``..._residual_prefill.parquet`` and ``..._residual_verify_prefill.parquet`` beside it, so every new
 calibration also judges the opt-in forms on the same anchors; the re-fits are scored like any
 calibration.
 
@@ -164,14 +165,15 @@ def report_tag(name: str) -> str:
 
 
 #: ``--residual-refit``: each opt-in form and the suffix of the re-fit it writes
-REFIT_FORMS = (("tokens", "_residual"), ("prefill", "_residual_prefill"))
+REFIT_FORMS = (("tokens", "_residual"), ("prefill", "_residual_prefill"),
+               ("verify-prefill", "_residual_verify_prefill"))
 
 
 def residual_refits(files: list[Path]) -> list[tuple[Path, str]]:
     """Re-fit each calibrated profile among ``files`` (a call's copies) from its own anchors
     with each opt-in ``--residual`` form (``backends.calibrate_refit.refit_calibration``) to
-    ``STEM_residual.parquet`` (``tokens``) and ``STEM_residual_prefill.parquet`` (``prefill``)
-    beside it. Skipped, with the reason: a file that is already of such a form or re-centred, a
+    ``STEM_residual.parquet`` (``tokens``), ``STEM_residual_prefill.parquet`` (``prefill``) and
+    ``STEM_residual_verify_prefill.parquet`` (``verify-prefill``) beside it. Skipped, with the reason: a file that is already of such a form or re-centred, a
     twin that exists, and a file whose base is not the shipped file of today (its sha256
     differs). Returns (path, what was done) per calibrated profile and form."""
     from backends.calibrate_refit import refit_calibration
@@ -312,9 +314,10 @@ def main(argv=None) -> int:
                     "the calls before it")
     ap.add_argument("--residual-refit", action="store_true",
                     help="first re-fit each calibrated profile this call brought from its own "
-                    "anchors with --residual tokens and --residual prefill "
-                    "(STEM_residual.parquet, STEM_residual_prefill.parquet beside it in DEST, no "
-                    "GPU), so the runs are scored against every form")
+                    "anchors with --residual tokens, prefill and verify-prefill "
+                    "(STEM_residual.parquet, STEM_residual_prefill.parquet, "
+                    "STEM_residual_verify_prefill.parquet beside it in DEST, no GPU), so the "
+                    "runs are scored against every form")
     a = ap.parse_args(argv)
     os.chdir(ROOT)  # reports record paths relative to the repository
     try:

@@ -201,7 +201,7 @@ def test_the_prefill_form_draws_the_prefill_line_alone():
     assert ratio(_anchor(1, 0, 0)) == 1.0 and ratio(_anchor(4, 0, 0)) == 1.0
     every, _ = apply_residual("tokens", anchors, factors, None)
     assert every(_anchor(1, 0, 0)) == pytest.approx(0.9)
-    assert residual_line(note).startswith("The prefill group's rows also take its anchors' "
+    assert residual_line(note).startswith("The prefill group's rows also take the anchors' "
                                           "residual by token count (`calibrate --residual "
                                           "prefill`)")
 
@@ -237,3 +237,35 @@ def test_refit_with_residual_prefill_moves_the_prefill_rows_only(tmp_path):
             assert r["latency_s"] == pytest.approx(want * line[int(r["tokens"])], rel=1e-6)
             moved += line[int(r["tokens"])] != pytest.approx(1.0)
     assert moved >= 2
+
+
+def test_the_verify_prefill_form_leaves_draft_and_extend_at_their_factor():
+    """--residual verify-prefill: verify graph anchors at 4 and 64 tokens measure 0.92 and 1.06 x
+    the base, the draft graph's at 1 and 48 0.97 and 1.04, the prefill's at 256 and 8,192 0.86 and
+    1.13, all under a factor of 1.0. A verify row at 16 tokens (halfway in log2 between 4 and 64)
+    takes sqrt(0.92 x 1.06), a prefill row at 256 x 32 ** 0.5 = 1,448 tokens sqrt(0.86 x 1.13),
+    and every draft row x1, where ``tokens`` would give the draft at 1 token 0.97. The note
+    lists the verify and prefill groups and its line says whose rows moved."""
+    from backends.calibrate_residual import apply_residual, residual_line, residual_text
+
+    anchors = [_anchor(4, 1e-3, 0.92e-3), _anchor(64, 2e-3, 2.12e-3),
+               _anchor(1, 1e-3, 0.97e-3, kind="draft"), _anchor(48, 2e-3, 2.08e-3, kind="draft"),
+               _anchor(256, 1e-2, 0.86e-2, kind="prefill", graph=False),
+               _anchor(8192, 1e-1, 1.13e-1, kind="prefill", graph=False)]
+    factors = {"verify_graph": {"factor": 1.0}, "draft_graph": {"factor": 1.0},
+               "prefill": {"factor": 1.0}}
+    ratio, note = apply_residual("verify-prefill", anchors, factors, None)
+    assert note["form"] == "verify-prefill"
+    assert sorted(note["by_group"]) == ["prefill", "verify_graph"]
+    assert ratio(_anchor(16, 0, 0)) == pytest.approx(math.sqrt(0.92 * 1.06))
+    assert ratio(_anchor(1448, 0, 0, kind="prefill", graph=False)) == \
+        pytest.approx(math.sqrt(0.86 * 1.13), rel=1e-3)
+    assert ratio(_anchor(1, 0, 0, kind="draft")) == 1.0
+    assert ratio(_anchor(24, 0, 0, kind="draft")) == 1.0
+    every, _ = apply_residual("tokens", anchors, factors, None)
+    assert every(_anchor(1, 0, 0, kind="draft")) == pytest.approx(0.97)
+    assert residual_line(note).startswith("The verify and prefill groups' rows also take the "
+                                          "anchors' residual by token count (`calibrate "
+                                          "--residual verify-prefill`)")
+    assert residual_text(note) == ("; the verify and prefill groups x the anchors' residual by "
+                                   "token count")

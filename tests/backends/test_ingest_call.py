@@ -201,10 +201,10 @@ def test_a_calibrations_report_suffix_follows_the_gpu_not_the_first_dot():
 
 
 def test_residual_refit_rescores_each_calibration_in_each_opt_in_form(tmp_path, capsys):
-    """``--residual-refit``: the call's calibration gets a ``_residual`` twin and a
-    ``_residual_prefill`` twin, the re-fits of its own anchors with ``--residual tokens`` and
-    ``--residual prefill`` (the rows ``refit_calibration`` writes), and the run is scored
-    against all three. A twin that exists is kept: a later call bringing a calibration of the
+    """``--residual-refit``: the call's calibration gets a ``_residual``, a ``_residual_prefill``
+    and a ``_residual_verify_prefill`` twin, the re-fits of its own anchors with ``--residual
+    tokens``, ``prefill`` and ``verify-prefill`` (the rows ``refit_calibration`` writes), and
+    the run is scored against all four. A twin that exists is kept: a later call bringing a calibration of the
     same name re-fits nothing over it."""
     import ingest_call
 
@@ -219,7 +219,8 @@ def test_residual_refit_rescores_each_calibration_in_each_opt_in_form(tmp_path, 
     cal = dest / f"deepseek-v2-lite__H200.{stem}.parquet"
     out = capsys.readouterr().out
     notes = {}
-    for form, suffix in (("tokens", "_residual"), ("prefill", "_residual_prefill")):
+    for form, suffix in (("tokens", "_residual"), ("prefill", "_residual_prefill"),
+                         ("verify-prefill", "_residual_verify_prefill")):
         twin = dest / f"deepseek-v2-lite__H200.{stem}{suffix}.parquet"
         assert f"{cal.name}: re-fitted with --residual {form} to {twin.name}" in out
         rows, meta = read_profile(twin)
@@ -235,7 +236,10 @@ def test_residual_refit_rescores_each_calibration_in_each_opt_in_form(tmp_path, 
     # so the prefill form has no line to draw here; the tokens form has its other groups'
     assert notes["_residual_prefill"]["by_group"] == {}
     assert notes["_residual"]["by_group"] and "prefill" not in notes["_residual"]["by_group"]
-    for suffix in ("", "_residual", "_residual_prefill"):
+    # the verify-prefill form keeps the tokens form's verify lines and draws no other
+    assert notes["_residual_verify_prefill"]["by_group"] == {
+        g: v for g, v in notes["_residual"]["by_group"].items() if g.startswith("verify")}
+    for suffix in ("", "_residual", "_residual_prefill", "_residual_verify_prefill"):
         rep = json.loads((dest / f"fidelity_v2lite_split150_{stem}{suffix}.json").read_text())
         assert rep["profile"]["calibration"].get("residual") == notes.get(suffix)
     twins = sorted(dest.glob(f"*{stem}_residual*.parquet"))
@@ -246,5 +250,5 @@ def test_residual_refit_rescores_each_calibration_in_each_opt_in_form(tmp_path, 
     cal.unlink()
     assert ingest_call.main([str(later), str(dest), "--residual-refit", "--no-score"]) == 0
     out = capsys.readouterr().out
-    assert len(twins) == 2 and all(f"{cal.name}: kept: {t.name} exists" in out for t in twins)
+    assert len(twins) == 3 and all(f"{cal.name}: kept: {t.name} exists" in out for t in twins)
     assert [t.read_bytes() for t in twins] == before
