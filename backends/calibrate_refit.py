@@ -93,9 +93,9 @@ def refit_calibration(model: Any, source: str, base: str, out: str, *,
     ``prior``: whether the fit is against the roofline's ratio between the anchors' GPU and the
     base's when their sheets differ, and how (``backends.calibrate_prior.PRIOR_MODES``).  Raises
     ``SpecschedError`` when ``source`` holds no calibration, is of another model, or none of
-    its anchors is a grid row of ``base``.  ``residual``: ``group`` (one factor per group),
-    ``tokens`` (times each group's anchor residual by token count) or ``prefill`` (the prefill
-    group's alone), ``backends.calibrate_residual``; recorded as the calibration's ``residual``."""
+    its anchors is a grid row of ``base``.  ``residual``: ``group`` (one factor per group) or
+    another of ``backends.calibrate_residual.RESIDUAL_FORMS`` (``tokens``: times each group's
+    anchor residual by token count); recorded as the calibration's ``residual``."""
     from backends.profile import (_check_model, grid_rows, heldout_rows, line_rows, read_profile,
                                   write_profile)
     from traces.errors import SpecschedError

@@ -139,6 +139,8 @@ def residual_line(note: dict[str, Any]) -> str:
                        for g, pts in (note.get("by_group") or {}).items())
     who = _whose(note)
     who = who + ("'" if who.endswith("s") else "'s")
+    form = note.get("form", "tokens")
     return (f"{who[0].upper()}{who[1:]} rows also take the anchors' residual by token "
-            f"count (`calibrate --residual {note.get('form', 'tokens')}`), straight between these counts in log2 and flat beyond: "
+            f"count (`calibrate --residual {form}`), straight between these counts in log2 "
+            "and flat beyond: "
             + (groups or "no group had anchors at two counts") + ".")

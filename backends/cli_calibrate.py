@@ -125,8 +125,9 @@ def calibrate(model, tp, base, out, budget_s, anchors, heldout, seed, reps, warm
     base's held-out rows are not carried over.  Only a scale per group is fitted: a
     shape-dependent difference between the machines stays (docs/aiter.md, "specsched
     calibrate"), except the one between two GPU models' sheets, which --prior fitted (the
-    default) takes from the roofline, and, with --residual tokens (or prefill, for that
-    group alone), what the anchors of a group say at each token count beyond its factor.  Needs a CUDA or ROCm GPU (exit 2 without one), except
+    default) takes from the roofline, and, with --residual tokens (or prefill, or
+    verify-prefill, for those groups alone), what the anchors of a group say at each token
+    count beyond its factor.  Needs a CUDA or ROCm GPU (exit 2 without one), except
     with --from-run (re-centres --base on a recorded live run) and with
     --anchors-from, which re-fits an earlier calibration's measured anchors to --base
     (those not among the base's grid rows are left out and listed in the metadata).  With --trace

@@ -172,9 +172,9 @@ REFIT_FORMS = (("tokens", "_residual"), ("prefill", "_residual_prefill"),
 def residual_refits(files: list[Path]) -> list[tuple[Path, str]]:
     """Re-fit each calibrated profile among ``files`` (a call's copies) from its own anchors
     with each opt-in ``--residual`` form (``backends.calibrate_refit.refit_calibration``) to
-    ``STEM_residual.parquet`` (``tokens``), ``STEM_residual_prefill.parquet`` (``prefill``) and
-    ``STEM_residual_verify_prefill.parquet`` (``verify-prefill``) beside it. Skipped, with the reason: a file that is already of such a form or re-centred, a
-    twin that exists, and a file whose base is not the shipped file of today (its sha256
+    ``STEM`` + its suffix in :data:`REFIT_FORMS` (``STEM_residual.parquet`` for ``tokens``)
+    beside it. Skipped, with the reason: a file that is already of such a form or re-centred,
+    a twin that exists, and a file whose base is not the shipped file of today (its sha256
     differs). Returns (path, what was done) per calibrated profile and form."""
     from backends.calibrate_refit import refit_calibration
     from backends.models import load_model
@@ -314,10 +314,9 @@ def main(argv=None) -> int:
                     "the calls before it")
     ap.add_argument("--residual-refit", action="store_true",
                     help="first re-fit each calibrated profile this call brought from its own "
-                    "anchors with --residual tokens, prefill and verify-prefill "
-                    "(STEM_residual.parquet, STEM_residual_prefill.parquet, "
-                    "STEM_residual_verify_prefill.parquet beside it in DEST, no GPU), so the "
-                    "runs are scored against every form")
+                    "anchors with each opt-in --residual form ("
+                    + ", ".join(f"{form}: STEM{suffix}.parquet" for form, suffix in REFIT_FORMS)
+                    + ", beside it in DEST, no GPU), so the runs are scored against every form")
     a = ap.parse_args(argv)
     os.chdir(ROOT)  # reports record paths relative to the repository
     try:

@@ -114,9 +114,9 @@ def run_calibrate(model: Any, out: str, base: str, spec: ProfileSpec, *, anchors
     (``backends.calibrate.settle_prefill``). ``prior``: ``fitted`` (the default) fits against
     the roofline's ratio between this GPU's sheet and the base's when they differ, attention's
     part to the power the anchors choose; ``roofline`` that power at 1; ``none`` one scale per
-    group (``backends.calibrate_prior``).  ``residual``: ``group`` (one factor per group),
-    ``tokens`` (times each group's anchor residual by token count) or ``prefill`` (the prefill
-    group's alone), ``backends.calibrate_residual``; recorded as the calibration's ``residual``."""
+    group (``backends.calibrate_prior``).  ``residual``: ``group`` (one factor per group) or
+    another of ``backends.calibrate_residual.RESIDUAL_FORMS`` (``tokens``: times each group's
+    anchor residual by token count); recorded as the calibration's ``residual``."""
     from backends.aiter import bridge
     from backends.aiter.executor import gpu_info
     from backends.profile import (_check_model, grid_rows, heldout_rows, line_rows, read_profile,
