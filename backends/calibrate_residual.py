@@ -28,7 +28,10 @@ verify groups' lines too, where ``tokens`` lost through the draft group's. Over 
 calibration it met 703 checks where the default met 566 (H100s, default anchors, 56 pairings;
 more on 35, fewer on 8; V2-Lite 259 -> 388 over all its 34 H100 pairings), and 320 over all 24
 H200 pairings where the default met 317 (``calibrate_anchor_surface_whatif.py --checks --only
-verify_graph verify_eager prefill``). It waits for runs recorded after it.
+verify_graph verify_eager prefill``). Its first judges, a seventeenth H100's four runs, gave 54
+checks where the default met 39, but cost the 70B 0.56 points per step through its verify line;
+there ``prefill`` was better per step on all four (``benchmarks/residual_forms_scoreboard.py``
+tallies every form's judges). All three forms stay opt-in.
 """
 
 from __future__ import annotations

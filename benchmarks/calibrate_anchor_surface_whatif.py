@@ -69,7 +69,10 @@ sixteenth H100's conversation run (``h100-2026-12-07f``) missed through its veri
 ``prefill``: in sample, over every calibration kept then (9 min 57 s), H100s with default
 anchors (56 pairings) 566 -> 703, more on 35, fewer on 8, per step better on 38, worse on 17;
 all 75 H100 pairings 784 -> 958 (V2-Lite 259 -> 388, the 70B 321 -> 362, the 8B 204 -> 208);
-all 24 H200 pairings 317 -> 320.
+all 24 H200 pairings 317 -> 320. Out of sample, on the seventeenth H100's four runs
+(``h100-2026-12-07g``): 39 -> 54 checks, per step better on 2 and worse on 2 (the 70B's
+``split`` run 1.53 -> 2.09%); ``benchmarks/residual_forms_scoreboard.py`` tallies every form's
+judges.
 
     python benchmarks/calibrate_anchor_surface_whatif.py [--checks] [--in FOLDER ...]
     python benchmarks/calibrate_anchor_surface_whatif.py --checks --only prefill

@@ -59,7 +59,10 @@ prefills are too short to move the prefill factor, x0.999 against x1.122). On a 
 other H100s'), checks 103 -> 116 (V2-Lite's long context 6 -> 14 from ``-07d``'s long-context
 run, 6 -> 6 from its own conversation run). On a sixteenth (``3b517335``, ``h100-2026-12-07f``;
 pairings marked "GPU 3b517335"): V2-Lite's conversation ``split`` run 2.76 -> 1.63-1.76% per
-step, 6 -> 8-11 of 16, from each of three other H100s' conversation runs.
+step, 6 -> 8-11 of 16, from each of three other H100s' conversation runs. On a seventeenth
+(``2442f29e``, ``h100-2026-12-07g``): per step better on 5 of 7 targets, checks +30 (V2-Lite's
+long context 6 -> 8-14 of 16; the 70B ``split`` 13 -> 15 from ``-07e``'s run but 1.53 -> 1.94%
+per step).
 
 CPU only, about 9 minutes (one simulation per target); ``--targets-in FOLDER...`` scores only
 the targets in those folders.
@@ -74,6 +77,7 @@ the targets in those folders.
     python benchmarks/calibrate_from_run_whatif.py --targets-in h100-2026-12-07d
     python benchmarks/calibrate_from_run_whatif.py --targets-in h100-2026-12-07e
     python benchmarks/calibrate_from_run_whatif.py --targets-in h100-2026-12-07f
+    python benchmarks/calibrate_from_run_whatif.py --targets-in h100-2026-12-07g
 """
 
 from __future__ import annotations
@@ -192,6 +196,11 @@ SAME_GPU = [
     ("llama-3.1-70b", f"{RES}/h100-2026-12-07e/llama-3.1-70b__H200.calibrated.parquet",
      f"{RES}/h100-2026-12-07e/live_70b_split150",
      [("h100-2026-12-07e", "fidelity_long70b_fixed_calibrated")]),
+    # recorded after the pairings above were judged (2026-12-07, GPU 2442f29e, h100-2026-12-07g):
+    # out of sample
+    ("deepseek-v2-lite", f"{RES}/h100-2026-12-07g/deepseek-v2-lite__H200.calibrated.parquet",
+     f"{RES}/h100-2026-12-07g/live_longv2lite_split80",
+     [("h100-2026-12-07g", "fidelity_longv2lite80_calibrated")]),
 ]
 #: V2-Lite's long-context runs of the fourteenth H100 under its own calibration, the targets of
 #: two sources on other H100s
@@ -367,6 +376,26 @@ OTHER_GPU = [
      f"{RES}/h100-2026-12-06j/live_v2lite_split150",
      f"{RES}/h100-2026-12-07f/deepseek-v2-lite__H200.calibrated.parquet",
      [("h100-2026-12-07f", "fidelity_v2lite_split150_calibrated")]),
+    # recorded after the pairings above were judged (2026-12-07, GPU 2442f29e, h100-2026-12-07g):
+    # out of sample
+    ("deepseek-v2-lite", f"{RES}/h100-2026-12-07d/deepseek-v2-lite__H200.calibrated.parquet",
+     f"{RES}/h100-2026-12-07d/live_longv2lite_split80",
+     f"{RES}/h100-2026-12-07g/deepseek-v2-lite__H200.calibrated.parquet",
+     [("h100-2026-12-07g", "fidelity_longv2lite80_calibrated"),
+      ("h100-2026-12-07g", "fidelity_longv2lite_split80_calibrated")]),
+    ("deepseek-v2-lite", f"{RES}/h100-2026-12-06l/deepseek-v2-lite__H200.calibrated.parquet",
+     f"{RES}/h100-2026-12-06l/live_longv2lite_split80",
+     f"{RES}/h100-2026-12-07g/deepseek-v2-lite__H200.calibrated.parquet",
+     [("h100-2026-12-07g", "fidelity_longv2lite80_calibrated"),
+      ("h100-2026-12-07g", "fidelity_longv2lite_split80_calibrated")]),
+    ("llama-3.1-70b", f"{RES}/h100-2026-12-07e/llama-3.1-70b__H200.calibrated.parquet",
+     f"{RES}/h100-2026-12-07e/live_70b_split150",
+     f"{RES}/h100-2026-12-07g/llama-3.1-70b__H200.calibrated.parquet",
+     [("h100-2026-12-07g", "fidelity_70b_split150_calibrated")]),
+    ("llama-3.1-70b", f"{RES}/h100-2026-12-06c/llama-3.1-70b__H200.calibrated.parquet",
+     f"{RES}/h100-2026-12-06c/live_70b_split150",
+     f"{RES}/h100-2026-12-07g/llama-3.1-70b__H200.calibrated.parquet",
+     [("h100-2026-12-07g", "fidelity_70b_split150_calibrated")]),
 ]
 PAIRINGS = ([(m, start, src, start, targets) for m, start, src, targets in SAME_GPU]
             + OTHER_GPU)
