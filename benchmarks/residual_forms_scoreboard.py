@@ -6,8 +6,9 @@ call's runs against the calibration and against each re-fit, so every such twin 
 judge recorded after its form was written. This script reads those reports
 (``fidelity_NAME_calibrated.json`` and ``fidelity_NAME_calibrated{SUFFIX}.json`` in each folder
 of ``benchmarks/results``) and prints, per form, each run's per-step MAPE and checks met under
-the default fit and under the form, then a line per form: runs, checks default -> form, runs
-better / worse per step, mean per-step MAPE. Reads only; a few seconds.
+the default fit and under the form, then a line per form and one per form and model: runs,
+checks default -> form, runs better / worse per step, mean per-step MAPE. Reads only; under a
+second.
 
     python benchmarks/residual_forms_scoreboard.py
     python benchmarks/residual_forms_scoreboard.py --in h100-2026-12-07g
@@ -35,17 +36,30 @@ def score(path: Path) -> tuple[float, int, int]:
     return float(d["steps"]["mape_all_pct"]), sum(bool(c["pass"]) for c in checks), len(checks)
 
 
-def pairs(folders: list[Path], suffix: str) -> list[tuple[str, str, tuple, tuple]]:
-    """(folder, run, default's score, the form's score) for each calibrated report with a twin
-    of ``suffix`` beside it."""
+def pairs(folders: list[Path], suffix: str) -> list[tuple[str, str, str, tuple, tuple]]:
+    """(folder, run, model, default's score, the form's score) for each calibrated report with
+    a twin of ``suffix`` beside it."""
     out = []
     for folder in folders:
         for base in sorted(folder.glob("fidelity_*_calibrated.json")):
             twin = base.with_name(base.stem + suffix + ".json")
             if twin.exists():
                 run = base.stem.removeprefix("fidelity_").removesuffix("_calibrated")
-                out.append((folder.name, run, score(base), score(twin)))
+                model = str(json.loads(base.read_text()).get("model") or "?")
+                out.append((folder.name, run, model, score(base), score(twin)))
     return out
+
+
+def tally(label: str, rows: list) -> str:
+    """One table row: runs, checks default -> form, per step better / worse, mean per step."""
+    if not rows:
+        return f"| {label} | 0 | - | - | - |"
+    c0, c1 = sum(r[3][1] for r in rows), sum(r[4][1] for r in rows)
+    better = sum(r[4][0] < r[3][0] for r in rows)
+    worse = sum(r[4][0] > r[3][0] for r in rows)
+    m0 = sum(r[3][0] for r in rows) / len(rows)
+    m1 = sum(r[4][0] for r in rows) / len(rows)
+    return f"| {label} | {len(rows)} | {c0} -> {c1} | {better} / {worse} | {m0:.2f} -> {m1:.2f}% |"
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -65,7 +79,7 @@ def main(argv: list[str] | None = None) -> int:
     print("|---|---|---|---|---|")
     for form, suffix in REFIT_FORMS:
         rows = pairs(folders, suffix)
-        for folder, run, (m0, c0, n0), (m1, c1, n1) in rows:
+        for folder, run, _, (m0, c0, n0), (m1, c1, n1) in rows:
             print(f"| `{form}` | {folder} | {run} | {m0:.2f}%, {c0} of {n0} | "
                   f"{m1:.2f}%, {c1} of {n1} |")
         tallies.append((form, rows))
@@ -74,17 +88,10 @@ def main(argv: list[str] | None = None) -> int:
           "mean per step default -> form |")
     print("|---|---|---|---|---|")
     for form, rows in tallies:
-        if not rows:
-            print(f"| `{form}` | 0 | - | - | - |")
-            continue
-        c0 = sum(r[2][1] for r in rows)
-        c1 = sum(r[3][1] for r in rows)
-        better = sum(r[3][0] < r[2][0] for r in rows)
-        worse = sum(r[3][0] > r[2][0] for r in rows)
-        m0 = sum(r[2][0] for r in rows) / len(rows)
-        m1 = sum(r[3][0] for r in rows) / len(rows)
-        print(f"| `{form}` | {len(rows)} | {c0} -> {c1} | {better} / {worse} | "
-              f"{m0:.2f} -> {m1:.2f}% |")
+        print(tally(f"`{form}`", rows))
+    for form, rows in tallies:
+        for model in sorted({r[2] for r in rows}):
+            print(tally(f"`{form}`, {model}", [r for r in rows if r[2] == model]))
     return 0
 
 

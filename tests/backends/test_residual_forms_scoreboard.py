@@ -8,9 +8,9 @@ from pathlib import Path
 import pytest
 
 
-def _report(path: Path, mape: float, passes: list[bool]) -> None:
-    """Write the two fields of a fidelity report that the scoreboard reads."""
-    path.write_text(json.dumps({"steps": {"mape_all_pct": mape},
+def _report(path: Path, mape: float, passes: list[bool], model: str = "m") -> None:
+    """Write the three fields of a fidelity report that the scoreboard reads."""
+    path.write_text(json.dumps({"model": model, "steps": {"mape_all_pct": mape},
                                 "checks": {f"c{i}": {"pass": p} for i, p in enumerate(passes)}}))
 
 
@@ -25,8 +25,8 @@ def test_tally_counts_checks_and_per_step_direction(tmp_path, monkeypatch, capsy
     _report(a / "fidelity_x_calibrated_residual.json", 1.5, [True, True, True])
     _report(a / "fidelity_x_calibrated_residual_prefill.json", 2.5, [True, True, False])
     # run y: default 1.00%, 2 of 3; tokens 1.00% (neither better nor worse), 2 of 3; no prefill
-    _report(b / "fidelity_y_calibrated.json", 1.0, [True, True, False])
-    _report(b / "fidelity_y_calibrated_residual.json", 1.0, [False, True, True])
+    _report(b / "fidelity_y_calibrated.json", 1.0, [True, True, False], model="n")
+    _report(b / "fidelity_y_calibrated_residual.json", 1.0, [False, True, True], model="n")
     # a report with no twin is not counted
     _report(b / "fidelity_z_calibrated.json", 9.0, [False, False, False])
     monkeypatch.setattr(sb, "RESULTS", tmp_path)
@@ -40,6 +40,9 @@ def test_tally_counts_checks_and_per_step_direction(tmp_path, monkeypatch, capsy
     assert "| `verify-prefill` | 0 | - | - | - |" in out
     assert "| `tokens` | gpu-a | x | 2.00%, 1 of 3 | 1.50%, 3 of 3 |" in out
     assert "| z |" not in out
+    # per model: tokens on m is run x alone, on n run y alone
+    assert "| `tokens`, m | 1 | 1 -> 3 | 1 / 0 | 2.00 -> 1.50% |" in out
+    assert "| `tokens`, n | 1 | 2 -> 2 | 0 / 0 | 1.00 -> 1.00% |" in out
 
 
 def test_a_missing_folder_is_one_error_line(tmp_path, monkeypatch, capsys):
