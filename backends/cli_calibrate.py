@@ -84,8 +84,10 @@ __all__ = ["calibrate"]
                    "checks on V2-Lite's long context where group met 6, on three GPUs' runs "
                    "recorded after it was written, but fewer on its conversation runs and on "
                    "H200s; prefill and verify-prefill, written after those, kept the gain "
-                   "in sample without the draft group's losses, and wait for runs recorded "
-                   "after them (docs/aiter.md, \"Residual by token count\").")
+                   "in sample without the draft group's losses, and on the runs recorded "
+                   "after them gained checks too (prefill never worse per step, "
+                   "verify-prefill 0.56 points worse on the 70B; docs/aiter.md, \"Residual "
+                   "by token count\", benchmarks/residual_forms_scoreboard.py).")
 @click.option("--from-run", "from_run", type=click.Path(file_okay=False), default=None,
               metavar="RUN_DIR",
               help="Measure nothing: re-centre --base on a live run recorded on a GPU of its "

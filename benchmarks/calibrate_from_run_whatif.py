@@ -206,6 +206,9 @@ SAME_GPU = [
 #: two sources on other H100s
 V2_LONG_07D = [("h100-2026-12-07d", f"fidelity_longv2lite{p}80_calibrated")
                for p in ("", "_split", "_bucket", "_pad")]
+#: the same on the seventeenth H100, which ran two of them
+V2_LONG_07G = [("h100-2026-12-07g", f"fidelity_longv2lite{p}80_calibrated")
+               for p in ("", "_split")]
 #: (model, source's start profile, source run, target's start profile, [targets]): the ratios of
 #: a run on one H100 applied to the calibration made on another H100, in another session, and
 #: scored on that GPU's runs
@@ -381,13 +384,11 @@ OTHER_GPU = [
     ("deepseek-v2-lite", f"{RES}/h100-2026-12-07d/deepseek-v2-lite__H200.calibrated.parquet",
      f"{RES}/h100-2026-12-07d/live_longv2lite_split80",
      f"{RES}/h100-2026-12-07g/deepseek-v2-lite__H200.calibrated.parquet",
-     [("h100-2026-12-07g", "fidelity_longv2lite80_calibrated"),
-      ("h100-2026-12-07g", "fidelity_longv2lite_split80_calibrated")]),
+     V2_LONG_07G),
     ("deepseek-v2-lite", f"{RES}/h100-2026-12-06l/deepseek-v2-lite__H200.calibrated.parquet",
      f"{RES}/h100-2026-12-06l/live_longv2lite_split80",
      f"{RES}/h100-2026-12-07g/deepseek-v2-lite__H200.calibrated.parquet",
-     [("h100-2026-12-07g", "fidelity_longv2lite80_calibrated"),
-      ("h100-2026-12-07g", "fidelity_longv2lite_split80_calibrated")]),
+     V2_LONG_07G),
     ("llama-3.1-70b", f"{RES}/h100-2026-12-07e/llama-3.1-70b__H200.calibrated.parquet",
      f"{RES}/h100-2026-12-07e/live_70b_split150",
      f"{RES}/h100-2026-12-07g/llama-3.1-70b__H200.calibrated.parquet",

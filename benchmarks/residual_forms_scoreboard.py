@@ -29,9 +29,8 @@ from benchmarks.ingest_call import REFIT_FORMS  # noqa: E402
 RESULTS = ROOT / "benchmarks" / "results"
 
 
-def score(path: Path) -> tuple[float, int, int]:
+def score(d: dict) -> tuple[float, int, int]:
     """A fidelity report's per-step MAPE over all steps, checks met, and checks in all."""
-    d = json.loads(path.read_text())
     checks = d["checks"].values()
     return float(d["steps"]["mape_all_pct"]), sum(bool(c["pass"]) for c in checks), len(checks)
 
@@ -45,8 +44,9 @@ def pairs(folders: list[Path], suffix: str) -> list[tuple[str, str, str, tuple, 
             twin = base.with_name(base.stem + suffix + ".json")
             if twin.exists():
                 run = base.stem.removeprefix("fidelity_").removesuffix("_calibrated")
-                model = str(json.loads(base.read_text()).get("model") or "?")
-                out.append((folder.name, run, model, score(base), score(twin)))
+                d = json.loads(base.read_text())
+                out.append((folder.name, run, str(d.get("model") or "?"), score(d),
+                            score(json.loads(twin.read_text()))))
     return out
 
 

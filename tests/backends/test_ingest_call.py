@@ -204,8 +204,8 @@ def test_residual_refit_rescores_each_calibration_in_each_opt_in_form(tmp_path, 
     """``--residual-refit``: the call's calibration gets a ``_residual``, a ``_residual_prefill``
     and a ``_residual_verify_prefill`` twin, the re-fits of its own anchors with ``--residual
     tokens``, ``prefill`` and ``verify-prefill`` (the rows ``refit_calibration`` writes), and
-    the run is scored against all four. A twin that exists is kept: a later call bringing a calibration of the
-    same name re-fits nothing over it."""
+    the run is scored against all four. A twin that exists is kept: a later call bringing a
+    calibration of the same name re-fits nothing over it."""
     import ingest_call
 
     from backends.calibrate_refit import refit_calibration
