@@ -62,7 +62,12 @@ pairings marked "GPU 3b517335"): V2-Lite's conversation ``split`` run 2.76 -> 1.
 step, 6 -> 8-11 of 16, from each of three other H100s' conversation runs. On a seventeenth
 (``2442f29e``, ``h100-2026-12-07g``): per step better on 5 of 7 targets, checks +30 (V2-Lite's
 long context 6 -> 8-14 of 16; the 70B ``split`` 13 -> 15 from ``-07e``'s run but 1.53 -> 1.94%
-per step).
+per step). On an eighteenth (``7d37771f``, ``h100-2026-12-07h``), whose 70B long-context
+``split`` run is the first such source: its own ``fixed`` run 1.91%, 10 -> 1.68%, 14 of 16;
+from two other H100s' conversation runs 1.30-2.13% per step but 6-13 of 16 (10 and 8 before);
+and its ratios applied to ``-07d``'s and ``-07e``'s calibrations worse on both their
+long-context runs (12 -> 11, 14 -> 10 of 16): this GPU's distance from its anchors, which the
+others do not share, travels with them.
 
 CPU only, about 9 minutes (one simulation per target); ``--targets-in FOLDER...`` scores only
 the targets in those folders.
@@ -78,6 +83,7 @@ the targets in those folders.
     python benchmarks/calibrate_from_run_whatif.py --targets-in h100-2026-12-07e
     python benchmarks/calibrate_from_run_whatif.py --targets-in h100-2026-12-07f
     python benchmarks/calibrate_from_run_whatif.py --targets-in h100-2026-12-07g
+    python benchmarks/calibrate_from_run_whatif.py --targets-in h100-2026-12-07h h100-2026-12-07d h100-2026-12-07e
 """
 
 from __future__ import annotations
@@ -201,6 +207,11 @@ SAME_GPU = [
     ("deepseek-v2-lite", f"{RES}/h100-2026-12-07g/deepseek-v2-lite__H200.calibrated.parquet",
      f"{RES}/h100-2026-12-07g/live_longv2lite_split80",
      [("h100-2026-12-07g", "fidelity_longv2lite80_calibrated")]),
+    # recorded after the pairings above were judged (2026-12-07, GPU 7d37771f, h100-2026-12-07h):
+    # out of sample; the first 70B long-context `split` run as a source
+    ("llama-3.1-70b", f"{RES}/h100-2026-12-07h/llama-3.1-70b__H200.calibrated.parquet",
+     f"{RES}/h100-2026-12-07h/live_long70b_split",
+     [("h100-2026-12-07h", "fidelity_long70b_fixed_calibrated")]),
 ]
 #: V2-Lite's long-context runs of the fourteenth H100 under its own calibration, the targets of
 #: two sources on other H100s
@@ -209,6 +220,8 @@ V2_LONG_07D = [("h100-2026-12-07d", f"fidelity_longv2lite{p}80_calibrated")
 #: the same on the seventeenth H100, which ran two of them
 V2_LONG_07G = [("h100-2026-12-07g", f"fidelity_longv2lite{p}80_calibrated")
                for p in ("", "_split")]
+#: the 70B's long-context runs of the eighteenth H100 under its own calibration
+LONG70_07H = [("h100-2026-12-07h", f"fidelity_long70b_{p}_calibrated") for p in ("fixed", "split")]
 #: (model, source's start profile, source run, target's start profile, [targets]): the ratios of
 #: a run on one H100 applied to the calibration made on another H100, in another session, and
 #: scored on that GPU's runs
@@ -397,6 +410,23 @@ OTHER_GPU = [
      f"{RES}/h100-2026-12-06c/live_70b_split150",
      f"{RES}/h100-2026-12-07g/llama-3.1-70b__H200.calibrated.parquet",
      [("h100-2026-12-07g", "fidelity_70b_split150_calibrated")]),
+    # recorded after the pairings above were judged (2026-12-07, GPU 7d37771f, h100-2026-12-07h):
+    # out of sample, both ways: other H100s' conversation runs re-centre this GPU's long-context
+    # runs, and its long-context `split` run re-centres other H100s' long-context `fixed` runs
+    ("llama-3.1-70b", f"{RES}/h100-2026-12-07g/llama-3.1-70b__H200.calibrated.parquet",
+     f"{RES}/h100-2026-12-07g/live_70b_split150",
+     f"{RES}/h100-2026-12-07h/llama-3.1-70b__H200.calibrated.parquet", LONG70_07H),
+    ("llama-3.1-70b", f"{RES}/h100-2026-12-07e/llama-3.1-70b__H200.calibrated.parquet",
+     f"{RES}/h100-2026-12-07e/live_70b_split150",
+     f"{RES}/h100-2026-12-07h/llama-3.1-70b__H200.calibrated.parquet", LONG70_07H),
+    ("llama-3.1-70b", f"{RES}/h100-2026-12-07h/llama-3.1-70b__H200.calibrated.parquet",
+     f"{RES}/h100-2026-12-07h/live_long70b_split",
+     f"{RES}/h100-2026-12-07e/llama-3.1-70b__H200.calibrated.parquet",
+     [("h100-2026-12-07e", "fidelity_long70b_fixed_calibrated")]),
+    ("llama-3.1-70b", f"{RES}/h100-2026-12-07h/llama-3.1-70b__H200.calibrated.parquet",
+     f"{RES}/h100-2026-12-07h/live_long70b_split",
+     f"{RES}/h100-2026-12-07d/llama-3.1-70b__H200.calibrated.parquet",
+     [("h100-2026-12-07d", "fidelity_long70b_fixed_calibrated")]),
 ]
 PAIRINGS = ([(m, start, src, start, targets) for m, start, src, targets in SAME_GPU]
             + OTHER_GPU)
