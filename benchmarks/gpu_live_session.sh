@@ -26,6 +26,11 @@
 #                9-26 requests (the long-context pad run's worst band), widths 4 and 8 beside
 #                (`bench_aiter_straggler.py --tp 8 --eager`; 175 s on 2026-12-02, h200-2026-12-02f;
 #                benchmarks/straggler_vs_profile.py compares it with the profile) -> straggler70b.json
+#   straggler70b-wave2  the same shard's eager verify at width 6 and 22-26 requests, a second 3D
+#                wave 3-22% full, with 4-5 long requests as its long-context runs batch them (and
+#                with them last in the launch): where the partial-wave form errs +12 to +23% on
+#                those runs and +2.5 to +12% on straggler70b's one-straggler cases
+#                (`straggler_3d_waves.py --runs ...` scores it)          -> straggler70b_wave2.json
 #   bswaves70b   eager verify on the 70B tp-8 shard at batch sizes between its eager grid's (13-15
 #                and 17-19 at width 8, 13-15 and 17-21 at width 6, where the 3D kernel's second
 #                wave starts at 16 and 22 requests), each with its uniform batches at five KV:
@@ -317,6 +322,11 @@ CASES70B="verify:9:6:8000:25000:1,verify:10:6:8000:25000:1,verify:11:6:8000:2500
 verify:12:6:8000:25000:1,verify:16:6:8000:25000:1,verify:19:6:8000:25000:1,verify:20:6:8000:25000:1,\
 verify:22:6:8000:25000:1,verify:23:6:8000:25000:1,verify:24:6:8000:25000:1,verify:26:6:8000:25000:1,\
 verify:16:6:8000:16000:2,verify:10:4:8000:25000:1,verify:20:8:8000:25000:1,verify:14:8:8000:25000:1"
+# straggler70b-wave2: 4-5 requests of 17k-25k among about 8.5k at 22-26 requests, width 6, eager
+# (the long-context runs' batches there hold 4-5 requests over 1.5 x the mean), first and last
+CASES_W2_70B="verify:22:6:8500:22000:4,verify:23:6:8500:22000:4,verify:24:6:8500:25000:5,\
+verify:25:6:8500:25000:5,verify:26:6:8500:22000:4,verify:23:6:8500:22000:4:last,\
+verify:24:6:8500:25000:5:last,verify:21:6:8500:22000:4"
 # bswaves70b / bswaves8b: batch sizes between the eager grids' (each case also times its uniform
 # batches at five KV lengths, which straggler_vs_profile.py sets beside the profile's lookups)
 CASES_BSW70B="verify:13:8:8000:25000:1,verify:14:8:8000:16000:1,verify:15:8:8000:25000:1,\
@@ -452,6 +462,9 @@ PY
         --cases "$CASES3D" ;;
     straggler70b) job straggler70b 300 python3 benchmarks/bench_aiter_straggler.py --model llama-3.1-70b \
         --tp 8 --eager --json "$out/straggler70b.json" --cases "$CASES70B" ;;
+    straggler70b-wave2) job straggler70b-wave2 240 python3 benchmarks/bench_aiter_straggler.py \
+        --model llama-3.1-70b --tp 8 --eager --json "$out/straggler70b_wave2.json" \
+        --cases "$CASES_W2_70B" ;;
     bswaves70b) job bswaves70b 300 python3 benchmarks/bench_aiter_straggler.py --model llama-3.1-70b \
         --tp 8 --eager --json "$out/bswaves70b.json" --cases "$CASES_BSW70B" ;;
     bswaves8b) job bswaves8b 300 python3 benchmarks/bench_aiter_straggler.py --model llama-3.1-8b \

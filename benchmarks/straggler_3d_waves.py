@@ -17,7 +17,17 @@ rest, running nearly alone (``phi``). This script scores both rules on every 3D-
 the recorded runs (three runs, two days, three machines), as ``bench_aiter_straggler.py --score``
 does: each case's measured uniform curve read at the rule's KV.
 
+It also scores a what-if on the cases of more than one wave, ``overlap``: the straggler's tail
+running beside a partly filled last wave rather than after it. Written on 2026-12-07 after the
+Llama-3.1-70B tp-8 shard's long-context runs erred +12 to +23% at 23-26 requests, width 6,
+eager (the launch's 1,104-1,248 programs make a second wave 8-22% full); on the one-straggler
+cases of that shape (``h200-2026-12-02f/straggler70b.json``) the engine's form errs +12.0% at 22
+requests, overlap -0.9%; but over the 44 cases of more than one wave in the four runs, overlap
+is 3.88% MAPE against the engine's 1.93% (the 8B's cases with a second wave 25-75% full go -3
+to -9%). Not adopted.
+
     python benchmarks/straggler_3d_waves.py
+    python benchmarks/straggler_3d_waves.py --cases --runs benchmarks/results/h200-2026-12-02f/straggler70b.json
 """
 
 from __future__ import annotations
@@ -52,24 +62,51 @@ def is_3d(case: dict, att: np.ndarray) -> bool:
     return attention_kernel(float(case["bs"]), float(rows), decode, att) == KERNEL_3D
 
 
-def previous_rule_kv(case: dict, att: np.ndarray) -> float:
-    """The KV the 3D rule of 2026-12-02 looked a case up at (the waves and tail rule, kept here
-    only to compare; ``backends.attention_kv.effective_kv`` before the partial-wave form)."""
+def _launch(case: dict, att: np.ndarray) -> dict:
+    """A case's 3D launch as ``backends.attention_kv.effective_kv`` counts it: KV sum, longest
+    and mean, real requests, real and all programs, waves of each, the slots, ``gamma`` and the
+    straggler's tail speed ``phi``."""
     kv = bench.case_kv(case).astype(float)
     nseq, nreal = float(case["bs"]), float(case["real"])
     rows = nseq * (1 if case["kind"] == "draft" else case["width"])
-    kvsum, kvmax = float(kv.sum()), float(kv.max())
-    mean = kvsum / nseq
-    seg = kv_segments(nseq, rows, att)
     slots, gamma, sms = att[ATT_S3D], att[ATT_G3D], att[ATT_SMS]
-    per_seq = np.ceil(rows / nseq / att[ATT_BQ]) * att[ATT_KVH] * seg
-    n_real = nreal * per_seq
-    waves = max(np.ceil(n_real / slots), 1.0)
-    waves_u = max(np.ceil(nseq * per_seq / slots), 1.0)
-    phi = min((max(per_seq / sms, 1.0) / (min(nseq * per_seq, slots) / sms)) ** gamma, 1.0)
-    mreal = kvsum / nreal
-    span = max(waves * mreal, max(n_real / slots, 1.0) * mreal + phi * (kvmax - mreal))
-    return min(max(span / waves_u, mean), max(kvmax, mean))
+    per_seq = np.ceil(rows / nseq / att[ATT_BQ]) * att[ATT_KVH] * kv_segments(nseq, rows, att)
+    n_real, n_all = nreal * per_seq, nseq * per_seq
+    return {"kvsum": float(kv.sum()), "kvmax": float(kv.max()), "mean": float(kv.sum()) / nseq,
+            "nreal": nreal, "n_real": n_real, "n_all": n_all, "slots": slots, "gamma": gamma,
+            "waves": max(np.ceil(n_real / slots), 1.0), "waves_u": max(np.ceil(n_all / slots), 1.0),
+            "phi": min((max(per_seq / sms, 1.0) / (min(n_all, slots) / sms)) ** gamma, 1.0)}
+
+
+def _kept(k: float, x: dict) -> float:
+    return min(max(k, x["mean"]), max(x["kvmax"], x["mean"]))
+
+
+def previous_rule_kv(case: dict, att: np.ndarray) -> float:
+    """The KV the 3D rule of 2026-12-02 looked a case up at (the waves and tail rule, kept here
+    only to compare; ``backends.attention_kv.effective_kv`` before the partial-wave form)."""
+    x = _launch(case, att)
+    mreal = x["kvsum"] / x["nreal"]
+    span = max(x["waves"] * mreal,
+               max(x["n_real"] / x["slots"], 1.0) * mreal + x["phi"] * (x["kvmax"] - mreal))
+    return _kept(span / x["waves_u"], x)
+
+
+def overlap_kv(case: dict, att: np.ndarray) -> float:
+    """The KV of a what-if, never the engine's: the partial-wave form with the straggler's tail
+    running beside the last, partly filled wave instead of after it (``(W - 1) m + max(f **
+    gamma m, phi (kv_max - m))`` where the engine adds the two), as a straggler dispatched in an
+    earlier wave would. One wave or fewer: the case's mean (``None`` is not returned; such cases
+    are not compared)."""
+    x = _launch(case, att)
+    if x["waves_u"] <= 1.0:
+        return x["mean"]
+    m = (x["kvsum"] - x["kvmax"]) / (x["nreal"] - 1.0) if x["nreal"] > 1.0 else x["kvmax"]
+    f = (x["n_real"] - (x["waves"] - 1.0) * x["slots"]) / x["slots"]
+    f_u = (x["n_all"] - (x["waves_u"] - 1.0) * x["slots"]) / x["slots"]
+    g = x["gamma"]
+    t = m * (x["waves"] - 1.0) + max(m * f ** g, x["phi"] * (x["kvmax"] - m))
+    return _kept(t / ((x["waves_u"] - 1.0) + f_u ** g), x)
 
 
 def latency_error(case: dict, k: float) -> float:
@@ -90,7 +127,9 @@ def scored(path: Path) -> list[dict]:
     for c, r in zip(d["cases"], rows):
         if is_3d(c, att):
             out.append({**c, "mean_err": r["mean_err_pct"], "rule_err": r["rule_err_pct"],
-                        "previous_err": latency_error(c, previous_rule_kv(c, att))})
+                        "previous_err": latency_error(c, previous_rule_kv(c, att)),
+                        "overlap_err": latency_error(c, overlap_kv(c, att)),
+                        "multi_wave": _launch(c, att)["waves_u"] > 1.0})
     return out
 
 
@@ -119,10 +158,14 @@ def main() -> None:
         if args.cases:
             for c in cases:
                 print(f"    {c['spec']:<28} mean {c['mean_err']:+6.2f}%  previous "
-                      f"{c['previous_err']:+6.2f}%  now {c['rule_err']:+6.2f}%")
+                      f"{c['previous_err']:+6.2f}%  now {c['rule_err']:+6.2f}%  overlap "
+                      f"{c['overlap_err']:+6.2f}%")
     for key, label in (("mean_err", "mean KV"), ("previous_err", "previous rule"),
                        ("rule_err", "partial-wave form")):
         print(line(f"all runs, {label}", np.array([c[key] for c in everything])))
+    multi = [c for c in everything if c["multi_wave"]]
+    for key, label in (("rule_err", "partial-wave form"), ("overlap_err", "overlap (what-if)")):
+        print(line(f"more than one wave, {label}", np.array([c[key] for c in multi])))
 
 
 if __name__ == "__main__":

@@ -23,8 +23,8 @@ SCRIPT = ROOT / "benchmarks" / "gpu_live_session.sh"
 
 #: one job per case label of the script (arguments where the label takes them)
 JOBS = """info smoke tests prefill-wave-fill prefill-occupancy mla-tests host host-pin host-keep
-graphlaunch replay stability mla straggler straggler2d straggler3d straggler70b bswaves70b
-bswaves8b straggler-mla straggler-mla-draft straggler8b-eager straggler8b-bs4
+graphlaunch replay stability mla straggler straggler2d straggler3d straggler70b straggler70b-wave2
+bswaves70b bswaves8b straggler-mla straggler-mla-draft straggler8b-eager straggler8b-bs4
 straggler-mla-order moe-prefill-sweep prefill-sweep:llama-3.1-8b prefill-protocols
 prefill-protocols-short rates coarse8b profile8b heldout8b prefill-dense:llama-3.1-8b
 prefill-dense:llama-3.1-70b prefill-line:llama-3.1-8b prefill-line:llama-3.1-70b calibrate8b
