@@ -79,6 +79,7 @@ def _launch(case: dict, att: np.ndarray) -> dict:
 
 
 def _kept(k: float, x: dict) -> float:
+    """``k`` kept between the launch's mean KV and its longest, as the engine keeps its lookup."""
     return min(max(k, x["mean"]), max(x["kvmax"], x["mean"]))
 
 
@@ -96,8 +97,8 @@ def overlap_kv(case: dict, att: np.ndarray) -> float:
     """The KV of a what-if, never the engine's: the partial-wave form with the straggler's tail
     running beside the last, partly filled wave instead of after it (``(W - 1) m + max(f **
     gamma m, phi (kv_max - m))`` where the engine adds the two), as a straggler dispatched in an
-    earlier wave would. One wave or fewer: the case's mean (``None`` is not returned; such cases
-    are not compared)."""
+    earlier wave would. A launch of one wave has no partly filled wave to overlap: it gets its
+    mean, and ``main`` compares only cases of more than one."""
     x = _launch(case, att)
     if x["waves_u"] <= 1.0:
         return x["mean"]
