@@ -221,7 +221,8 @@ V2_LONG_07D = [("h100-2026-12-07d", f"fidelity_longv2lite{p}80_calibrated")
 V2_LONG_07G = [("h100-2026-12-07g", f"fidelity_longv2lite{p}80_calibrated")
                for p in ("", "_split")]
 #: the 70B's long-context runs of the eighteenth H100 under its own calibration
-LONG70_07H = [("h100-2026-12-07h", f"fidelity_long70b_{p}_calibrated") for p in ("fixed", "split")]
+LONG70_07H = [("h100-2026-12-07h", f"fidelity_long70b_{p}_calibrated")
+              for p in ("fixed", "split")]
 #: (model, source's start profile, source run, target's start profile, [targets]): the ratios of
 #: a run on one H100 applied to the calibration made on another H100, in another session, and
 #: scored on that GPU's runs

@@ -35,18 +35,27 @@ def score(d: dict) -> tuple[float, int, int]:
     return float(d["steps"]["mape_all_pct"]), sum(bool(c["pass"]) for c in checks), len(checks)
 
 
-def pairs(folders: list[Path], suffix: str) -> list[tuple[str, str, str, tuple, tuple]]:
-    """(folder, run, model, default's score, the form's score) for each calibrated report with
-    a twin of ``suffix`` beside it."""
+def defaults(folders: list[Path]) -> list[tuple[Path, str, str, tuple]]:
+    """(path, run, model, score) of each report against a default-fit calibration, each read
+    once."""
     out = []
     for folder in folders:
         for base in sorted(folder.glob("fidelity_*_calibrated.json")):
-            twin = base.with_name(base.stem + suffix + ".json")
-            if twin.exists():
-                run = base.stem.removeprefix("fidelity_").removesuffix("_calibrated")
-                d = json.loads(base.read_text())
-                out.append((folder.name, run, str(d.get("model") or "?"), score(d),
-                            score(json.loads(twin.read_text()))))
+            d = json.loads(base.read_text())
+            out.append((base, base.stem.removeprefix("fidelity_").removesuffix("_calibrated"),
+                        str(d.get("model") or "?"), score(d)))
+    return out
+
+
+def pairs(bases: list[tuple[Path, str, str, tuple]], suffix: str
+          ) -> list[tuple[str, str, str, tuple, tuple]]:
+    """(folder, run, model, default's score, the form's score) for each report of ``bases``
+    (:func:`defaults`) with a twin of ``suffix`` beside it."""
+    out = []
+    for base, run, model, s0 in bases:
+        twin = base.with_name(base.stem + suffix + ".json")
+        if twin.exists():
+            out.append((base.parent.name, run, model, s0, score(json.loads(twin.read_text()))))
     return out
 
 
@@ -75,10 +84,11 @@ def main(argv: list[str] | None = None) -> int:
             print(f"error: {f}: no such folder", file=sys.stderr)
             return 2
     tallies = []
+    bases = defaults(folders)
     print("| form | folder | live run | default fit | the form |")
     print("|---|---|---|---|---|")
     for form, suffix in REFIT_FORMS:
-        rows = pairs(folders, suffix)
+        rows = pairs(bases, suffix)
         for folder, run, _, (m0, c0, n0), (m1, c1, n1) in rows:
             print(f"| `{form}` | {folder} | {run} | {m0:.2f}%, {c0} of {n0} | "
                   f"{m1:.2f}%, {c1} of {n1} |")
