@@ -67,7 +67,11 @@ per step). On an eighteenth (``7d37771f``, ``h100-2026-12-07h``), whose 70B long
 from two other H100s' conversation runs 1.30-2.13% per step but 6-13 of 16 (10 and 8 before);
 and its ratios applied to ``-07d``'s and ``-07e``'s calibrations worse on both their
 long-context runs (12 -> 11, 14 -> 10 of 16): this GPU's distance from its anchors, which the
-others do not share, travels with them.
+others do not share, travels with them. On a nineteenth (``4a0a2736``, ``h100-2026-12-07i``):
+from its own 8B ``split`` run the other three 8B policies go 0.66 / 1.37 / 1.19% -> 0.70 /
+0.96 / 0.91% per step, checks 41 -> 39; from ``-07g``'s 8B conversation run worse on all three
+(0.67 / 1.44 / 1.27%, 36); V2-Lite about a point better per step from its own ``bucket`` run or
+``-07e``'s (2.42-2.48 -> 1.41-1.56%), checks 8 -> 8 and 10 -> 9.
 
 CPU only, about 9 minutes (one simulation per target); ``--targets-in FOLDER...`` scores only
 the targets in those folders.
@@ -84,6 +88,7 @@ the targets in those folders.
     python benchmarks/calibrate_from_run_whatif.py --targets-in h100-2026-12-07f
     python benchmarks/calibrate_from_run_whatif.py --targets-in h100-2026-12-07g
     python benchmarks/calibrate_from_run_whatif.py --targets-in h100-2026-12-07h h100-2026-12-07d h100-2026-12-07e
+    python benchmarks/calibrate_from_run_whatif.py --targets-in h100-2026-12-07i
 """
 
 from __future__ import annotations
@@ -103,6 +108,10 @@ from benchmarks.regenerate_reports import met, rerun  # noqa: E402
 
 RES = "benchmarks/results"
 SHIPPED_V2 = "backends/profiles/deepseek-v2-lite__H200.parquet"
+#: the 8B's conversation runs of the nineteenth H100 (default, `pad` and `bucket`) under its own
+#: calibration
+CONV8_07I = [("h100-2026-12-07i", f"fidelity_conv{p}150_calibrated")
+             for p in ("", "_pad", "_bucket")]
 #: (model, start profile, source run, [(target run's folder, report stem)]): each target's report
 #: against the start profile is the one re-run
 SAME_GPU = [
@@ -212,6 +221,13 @@ SAME_GPU = [
     ("llama-3.1-70b", f"{RES}/h100-2026-12-07h/llama-3.1-70b__H200.calibrated.parquet",
      f"{RES}/h100-2026-12-07h/live_long70b_split",
      [("h100-2026-12-07h", "fidelity_long70b_fixed_calibrated")]),
+    # recorded after the pairings above were judged (2026-12-07, GPU 4a0a2736, h100-2026-12-07i):
+    # out of sample; the 8B's conversation `split` run re-centres the GPU's other 8B policies
+    ("llama-3.1-8b", f"{RES}/h100-2026-12-07i/llama-3.1-8b__H200.calibrated.parquet",
+     f"{RES}/h100-2026-12-07i/live_split150", CONV8_07I),
+    ("deepseek-v2-lite", f"{RES}/h100-2026-12-07i/deepseek-v2-lite__H200.calibrated.parquet",
+     f"{RES}/h100-2026-12-07i/live_v2lite_bucket150",
+     [("h100-2026-12-07i", "fidelity_v2lite_pad150_calibrated")]),
 ]
 #: V2-Lite's long-context runs of the fourteenth H100 under its own calibration, the targets of
 #: two sources on other H100s
@@ -428,6 +444,16 @@ OTHER_GPU = [
      f"{RES}/h100-2026-12-07h/live_long70b_split",
      f"{RES}/h100-2026-12-07d/llama-3.1-70b__H200.calibrated.parquet",
      [("h100-2026-12-07d", "fidelity_long70b_fixed_calibrated")]),
+    # recorded after the pairings above were judged (2026-12-07, GPU 4a0a2736, h100-2026-12-07i):
+    # out of sample; other H100s' runs re-centre this GPU's calibration
+    ("llama-3.1-8b", f"{RES}/h100-2026-12-07g/llama-3.1-8b__H200.calibrated.parquet",
+     f"{RES}/h100-2026-12-07g/live_conv150",
+     f"{RES}/h100-2026-12-07i/llama-3.1-8b__H200.calibrated.parquet", CONV8_07I),
+    ("deepseek-v2-lite", f"{RES}/h100-2026-12-07e/deepseek-v2-lite__H200.calibrated.parquet",
+     f"{RES}/h100-2026-12-07e/live_v2lite_bucket150",
+     f"{RES}/h100-2026-12-07i/deepseek-v2-lite__H200.calibrated.parquet",
+     [("h100-2026-12-07i", "fidelity_v2lite_pad150_calibrated"),
+      ("h100-2026-12-07i", "fidelity_v2lite_bucket150_calibrated")]),
 ]
 PAIRINGS = ([(m, start, src, start, targets) for m, start, src, targets in SAME_GPU]
             + OTHER_GPU)
