@@ -24,10 +24,15 @@ eager (the launch's 1,104-1,248 programs make a second wave 8-22% full); on the 
 cases of that shape (``h200-2026-12-02f/straggler70b.json``) the engine's form errs +12.0% at 22
 requests, overlap -0.9%; but over the 44 cases of more than one wave in the four runs, overlap
 is 3.88% MAPE against the engine's 1.93% (the 8B's cases with a second wave 25-75% full go -3
-to -9%). Not adopted.
+to -9%). Not adopted. Out of sample, on a nineteenth H100 (``h100-2026-12-07i``, the job
+``straggler70b-wave2``: 21-26 requests at width 6, eager, new KV mixes), the engine's form
+erred +1.9 to +15.3% on the 7 cases of more than one wave (MAPE 6.28%) and overlap -11.2 to
++3.3% (9.21%): overlap again nearer at 22 requests alone, and at 23-26 the GPU between the two
+forms on all six cases, the engine's above it and overlap's below.
 
     python benchmarks/straggler_3d_waves.py
     python benchmarks/straggler_3d_waves.py --cases --runs benchmarks/results/h200-2026-12-02f/straggler70b.json
+    python benchmarks/straggler_3d_waves.py --cases --runs benchmarks/results/h100-2026-12-07i/straggler70b_wave2.json
 """
 
 from __future__ import annotations
