@@ -31,7 +31,10 @@ H200 pairings where the default met 317 (``calibrate_anchor_surface_whatif.py --
 verify_graph verify_eager prefill``). Its first judges, a seventeenth H100's four runs, gave 54
 checks where the default met 39, but cost the 70B 0.56 points per step through its verify line;
 there ``prefill`` was better per step on all four (``benchmarks/residual_forms_scoreboard.py``
-tallies every form's judges). All three forms stay opt-in.
+tallies every form's judges). A nineteenth H100's runs showed what the all-steps figure hid:
+every form's prefill line made the 8B's prefill steps worse on all four of its runs (1.40-2.50
+-> 1.78-3.02%; its anchors' line x0.98 at 32 tokens, x1.01 at 8,192) while halving V2-Lite's
+(9.9 -> 4.7%); the scoreboard now tallies prefill steps apart. All three forms stay opt-in.
 """
 
 from __future__ import annotations

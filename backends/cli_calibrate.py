@@ -85,9 +85,11 @@ __all__ = ["calibrate"]
                    "recorded after it was written, but fewer on its conversation runs and on "
                    "H200s; prefill and verify-prefill, written after those, kept the gain "
                    "in sample without the draft group's losses, and on the runs recorded "
-                   "after them gained checks too (prefill never worse per step, "
-                   "verify-prefill 0.56 points worse on the 70B; docs/aiter.md, \"Residual "
-                   "by token count\", benchmarks/residual_forms_scoreboard.py).")
+                   "after them gained checks too (verify-prefill 0.56 points worse per "
+                   "step on the 70B); every form's prefill line halved V2-Lite's prefill "
+                   "error but made the 8B's prefill steps worse on every run, so keep group "
+                   "on the 8B (docs/aiter.md, \"Residual by token count\", "
+                   "benchmarks/residual_forms_scoreboard.py).")
 @click.option("--from-run", "from_run", type=click.Path(file_okay=False), default=None,
               metavar="RUN_DIR",
               help="Measure nothing: re-centre --base on a live run recorded on a GPU of its "
