@@ -73,16 +73,18 @@ def program_kv(case: dict, att: np.ndarray, kv: np.ndarray | None = None
     return np.tile(slab, int(segs) * int(att[ATT_KVH])), segs, float(per_seq.sum() * segs / nseq)
 
 
-def fluid_kv(case: dict, att: np.ndarray, nsat: float, overhead: float) -> float:
-    """The KV at which the uniform launch's fluid makespan equals the case's own: the mean KV
-    scaled by the two makespans' ratio, attention taken as linear in KV."""
-    work, segs, mean = program_kv(case, att)
+def fluid_kv(case: dict, att: np.ndarray, nsat: float, overhead: float,
+             kv: np.ndarray | None = None) -> tuple[float, int]:
+    """The KV at which the uniform launch's fluid makespan equals the case's own (the mean KV
+    scaled by the two makespans' ratio, attention taken as linear in KV), and the launch's
+    program count; ``kv`` as for :func:`program_kv`."""
+    work, segs, mean = program_kv(case, att, kv)
     n = len(work)
     scratch = np.zeros(2 * (n + 2))
     mix = fluid_makespan(work, n, n, 1, 1.0, overhead, att[ATT_S3D], nsat, scratch)
     uni = uniform_makespan(float(n), 1.0, mean / segs + overhead, att[ATT_S3D], nsat)
     per_token = uni / (mean / segs + overhead)  # the uniform makespan per unit of program work
-    return max((mix / per_token - overhead) * segs, 0.0)
+    return max((mix / per_token - overhead) * segs, 0.0), n
 
 
 def cases(paths) -> list[tuple[dict, np.ndarray, str]]:
@@ -96,7 +98,8 @@ def cases(paths) -> list[tuple[dict, np.ndarray, str]]:
 
 def fluid_errors(cs, nsat: float, overhead: float) -> np.ndarray:
     """Each case's latency error (%) under the fluid."""
-    return np.array([waves.latency_error(c, fluid_kv(c, att, nsat, overhead)) for c, att, _ in cs])
+    return np.array([waves.latency_error(c, fluid_kv(c, att, nsat, overhead)[0])
+                     for c, att, _ in cs])
 
 
 def best_in_sample(cs) -> tuple[float, float, float]:
@@ -154,14 +157,9 @@ def live_errors(run: Path, profile: Path, nsat: float, overhead: float) -> dict[
         if attention_kernel(float(nseq), rows, kind == "draft", att) != KERNEL_3D:
             continue
         case = {"kind": kind, "bs": nseq, "real": len(kv), "width": rows / nseq}
-        work, segs, mean = program_kv(case, att, np.array(kv, dtype=float))
-        n = len(work)
-        scratch = np.zeros(2 * (n + 2))
-        mix = fluid_makespan(work, n, n, 1, 1.0, overhead, att[ATT_S3D], nsat, scratch)
-        uni = uniform_makespan(float(n), 1.0, mean / segs + overhead, att[ATT_S3D], nsat)
-        per_token = uni / (mean / segs + overhead)
+        k, n = fluid_kv(case, att, nsat, overhead, np.array(kv, dtype=float))
         idx.append(i)
-        fluid.append(max((mix / per_token - overhead) * segs, 0.0))
+        fluid.append(k)
         multi.append(n > att[ATT_S3D])
     idx_a = np.array(idx, dtype=int)
     sub = {k: v[idx_a] for k, v in p.items()}
@@ -190,6 +188,8 @@ def main() -> int:
         print(waves.line(f"{label}, all runs, fluid (what-if)", fl))
     print("live steps (mixed-KV verify and draft on the 3D kernel): MAPE (mean signed) at the "
           "mean KV, the engine's and the fluid's; then the launches of more than one wave")
+    print(f"{'run':<39} {'steps':>5} {'mean KV':>17} {'engine':>17} {'fluid':>17} | "
+          f"{'more':>4} {'engine':>17} {'fluid':>17}")
     for run, profile in LIVE:
         e = live_errors(run, profile, nsat, ovh)
         m = e["multi"]
