@@ -151,7 +151,7 @@ def live_errors(run: Path, profile: Path, nsat: float, overhead: float) -> dict[
         kind, graph = str(p["kind"][i]), bool(p["graph"][i])
         if kind not in ("verify", "draft") or not kv or max(kv) <= min(kv):
             continue
-        nseq = int(steps.column("bs_padded")[i].as_py() if graph else len(kv))
+        nseq = int(p["bs"][i])  # the lookup's batch axis: padded for a graph, as launched
         rows = float(attention_rows(kind == "draft", graph, float(nseq), p["width"][i],
                                     p["tokens"][i]))
         if attention_kernel(float(nseq), rows, kind == "draft", att) != KERNEL_3D:
