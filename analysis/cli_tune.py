@@ -20,6 +20,16 @@ def parse_thresholds(text: str) -> tuple[float | None, float | None]:
     for part in filter(None, (p.strip() for p in text.split(","))):
         m = re.fullmatch(r"(ttft|tpot)\s*(?:=|<=)\s*([0-9.eE+-]+)\s*(ms|s)?", part)
         if not m:
+            pct = re.fullmatch(r"(ttft|tpot)_(p[0-9.]+|mean|max)\s*<=?\s*(.*)", part)
+            if pct:
+                raise SpecschedError(
+                    f"--slo: '{part}' is a percentile bound, which `specsched plan --slo` takes; "
+                    f"tune-spec ranks goodput, the share of requests within per-request "
+                    f"thresholds: write {pct.group(1)}={pct.group(3)} and set the share with "
+                    f"--attainment")
+            if re.fullmatch(r"goodput\s*>=?.*", part):
+                raise SpecschedError(f"--slo: '{part}': set the share of good requests with "
+                                     f"--attainment (default 0.9), not in --slo")
             raise SpecschedError(f"--slo: expected ttft=SECONDS and/or tpot=SECONDS (e.g. "
                                  f"ttft=2s,tpot=50ms), got '{part}'")
         try:
@@ -39,7 +49,8 @@ def parse_thresholds(text: str) -> tuple[float | None, float | None]:
               help="Trace parquet with draft/accept lists (or --acceptance).")
 @_config_options
 @click.option("--slo", required=True,
-              help="Per-request thresholds of goodput, e.g. ttft=2s,tpot=50ms.")
+              help="Per-request thresholds of goodput, e.g. ttft=2s,tpot=50ms (not percentiles: "
+                   "--attainment sets the share of requests that must meet them).")
 @click.option("--rate-scale", type=float, help="Arrival-rate multiplier (default 1).")
 @click.option("--max-k", type=int, default=7, show_default=True,
               help="Largest draft count searched.")

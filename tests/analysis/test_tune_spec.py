@@ -86,3 +86,8 @@ def test_slo_thresholds_parse_and_bad_ones_are_refused():
     assert parse_thresholds("tpot<=0.02") == (None, 0.02)
     with pytest.raises(SpecschedError, match="--slo"):
         parse_thresholds("e2e=3s")
+    # `plan --slo` terms that mean something else here name the form tune-spec takes
+    with pytest.raises(SpecschedError, match=r"percentile bound.*write ttft=2s.*--attainment"):
+        parse_thresholds("ttft_p90<=2s,tpot=50ms")
+    with pytest.raises(SpecschedError, match=r"'goodput>=0.9'.*--attainment"):
+        parse_thresholds("ttft=2s,goodput>=0.9")
