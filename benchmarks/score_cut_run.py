@@ -1,0 +1,177 @@
+"""Score a live run that was cut off before it finished, per step, from its journal (CPU).
+
+A live run cut by a call's time limit leaves no results folder, only its journal
+(``KEEP_JOURNAL=1`` in ``benchmarks/gpu_live_session.sh``): every executor call it measured, in
+order. Replayed on a CPU through the engine under the run's configuration, the engine makes the
+same calls again and gets the same times back, so it records the same steps as the live run did,
+up to the call where the journal ends (``benchmarks/journal_member_kv.py`` does the same for a
+finished run). This replays those steps and scores each profile given against their measured
+times, as ``specsched fidelity`` scores a finished run's steps (``analysis.fidelity.stats``):
+per-step MAPE over all steps and off the profile's grid, and per pass kind with the signed mean.
+
+Only the per-step figures: a cut run has no whole-run figures (TTFT, TPOT, throughput), since
+most of its requests never finished, so it meets or misses no whole-run check. Steps are those
+the engine completed before the journal ended.
+
+The configuration is rebuilt from the options the live run was started with (as
+``specsched simulate`` builds it) and checked against the digest in the journal's first line;
+any difference stops with an error, as does a replay that asks for a call the journal does not
+hold in the same order (the journal then belongs to another run).
+
+    python benchmarks/score_cut_run.py --journal DIR/journal_long_pad80.jsonl \\
+        --trace traces/samples/synth_longctx_200.parquet --model llama-3.1-8b --policy pad \\
+        --limit 80 --profile shipped --profile DIR/llama-3.1-8b__H200.calibrated.parquet
+
+``--json FILE`` also writes the figures as JSON. CPU only; seconds for a few thousand calls.
+"""
+
+from __future__ import annotations
+
+import argparse
+import hashlib
+import json
+import shutil
+import sys
+import tempfile
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from traces.errors import SpecschedError  # noqa: E402
+
+KINDS = ("prefill", "draft", "verify", "draft_extend")
+
+
+def config_digest(config) -> str:
+    """The digest ``specsched simulate --journal`` writes in a journal's first line."""
+    return hashlib.sha256(json.dumps(config.to_dict(), sort_keys=True,
+                                     default=str).encode()).hexdigest()
+
+
+def build_config(model: str, policy: str | None, sets: list[str], backend: str = "aiter"):
+    """The configuration ``specsched simulate --backend BACKEND --model M --policy P --set ...``
+    builds."""
+    from simulator.config import SimConfig, parse_overrides
+
+    overrides = {"backend.name": backend, "model.name": model, "engine.policy": policy}
+    overrides.update(parse_overrides(sets))
+    return SimConfig.load(None, overrides)
+
+
+def replay_steps(journal: Path, trace: Path, model: str, policy: str | None, sets: list[str],
+                 limit: int | None, backend: str = "aiter"):
+    """The steps the engine completed before ``journal`` ran out, replayed under the live run's
+    configuration (checked against the journal's digest), and the number of calls replayed."""
+    from backends.journal import JournalExecutor
+    from benchmarks.journal_member_kv import JournalEnd, _NoLiveCalls, _PerCall
+    from simulator import Simulation, StepSink
+    from specsched.setup import load_trace, prepare
+    from traces.context import fit_context
+
+    try:
+        head = json.loads(journal.open().readline())
+    except (OSError, ValueError) as exc:
+        raise SpecschedError(f"cannot read its first line ({exc})", path=journal) from None
+    if "specsched_journal" not in head:
+        raise SpecschedError("not a specsched journal (no header line)", path=journal)
+    live_cfg = build_config(model, policy, sets, backend)
+    prep = prepare(live_cfg.replace({"backend.name": "profile"}))
+    want = config_digest(prep.config.replace({"backend.name": backend}))
+    if head.get("config_sha256") != want:
+        raise SpecschedError(f"its configuration digest {str(head.get('config_sha256'))[:12]} is "
+                             f"not that of --model {model} --policy {policy} {' '.join(sets)} "
+                             f"({want[:12]}): give the options the live run was started with",
+                             path=journal)
+    n = head.get("requests")
+    if limit is not None and n is not None and int(n) != limit:
+        raise SpecschedError(f"the journal is of the first {n} requests, not {limit}",
+                             path=journal)
+    tr = load_trace(trace, seed=prep.config.seed, limit=n if limit is None else limit)
+    tr, _ = fit_context(tr, prep.model.context_len, prep.config.engine.context_overflow)
+    with tempfile.TemporaryDirectory() as tmp:  # the journal is opened for appending: a copy
+        copy = Path(tmp) / "journal.jsonl"
+        shutil.copy(journal, copy)
+        j = JournalExecutor(_NoLiveCalls(prep.executor), copy,
+                            {k: v for k, v in head.items() if k != "specsched_journal"})
+        sink = StepSink(None, request_steps=False,
+                        member_kv=prep.config.engine.record_member_kv)
+        sim = Simulation(tr, prep.config, _PerCall(j), kv_capacity_tokens=prep.kv_capacity_tokens,
+                         sink=sink, context_len=prep.model.context_len)
+        try:
+            sim.compile()
+            sim.run()
+            finished = True
+        except JournalEnd:
+            finished = False
+            sim.buf.flush()  # the steps completed before the call the journal lacks
+        finally:
+            j.close()
+        steps, _ = sink.close()
+    return steps, j.calls - 1 if not finished else j.calls, finished, prep
+
+
+def score(steps, model: str, profile: str) -> dict:
+    """Per-step figures of ``profile`` (a path, or ``shipped``) on ``steps``."""
+    from analysis.fidelity.stats import step_errors, summarize
+    from specsched.setup import prepare
+
+    cfg = build_config(model, None, [], backend="profile")
+    if profile != "shipped":
+        cfg = cfg.replace({"backend.profile": profile})
+    table = prepare(cfg).executor.latency_table()
+    e = step_errors(steps, table, kv_lookup=cfg.backend.kv_lookup, _full=True)
+    arr = e["_arrays"]
+    # per kind over all scored steps, on the grid or off it (the report's by-kind is off it)
+    by_kind = {k: summarize(arr["err"][arr["ok"] & (arr["kind"] == k)]) for k in KINDS}
+    return {"profile": profile, "steps": e["steps"], "mape_all_pct": e["mape_all_pct"],
+            "mape_off_grid_pct": e["mape_off_grid_pct"],
+            "by_kind": {k: {"steps": v["steps"], "mape_pct": v["mape_pct"],
+                            "mean_signed_pct": v["mean_signed_pct"]}
+                        for k, v in by_kind.items()}}
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--journal", required=True, type=Path)
+    ap.add_argument("--trace", required=True, type=Path)
+    ap.add_argument("--model", required=True)
+    ap.add_argument("--policy")
+    ap.add_argument("--limit", type=int)
+    ap.add_argument("--backend", default="aiter", help="the live run's (default aiter)")
+    ap.add_argument("--set", dest="sets", action="append", default=[], metavar="KEY=VALUE")
+    ap.add_argument("--profile", action="append", required=True,
+                    help="a profile parquet, or 'shipped' (repeatable)")
+    ap.add_argument("--json", type=Path)
+    a = ap.parse_args(argv)
+    try:
+        if a.json is not None and a.json.exists():
+            raise SpecschedError("exists; choose a new file", path=a.json)
+        steps, calls, finished, _ = replay_steps(a.journal, a.trace, a.model, a.policy, a.sets,
+                                                 a.limit, a.backend)
+        if steps.num_rows == 0:
+            raise SpecschedError("the journal ends before the engine completed a step",
+                                 path=a.journal)
+        rows = [score(steps, a.model, p) for p in a.profile]
+    except SpecschedError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
+    out = {"journal": str(a.journal), "calls_replayed": calls, "finished": finished,
+           "steps": steps.num_rows, "profiles": rows}
+    print(f"{a.journal}: {calls} calls replayed, {steps.num_rows} steps"
+          f"{' (the run finished)' if finished else ' (cut off: per step only)'}")
+    print("| profile | steps | per step all | off grid | "
+          + " | ".join(f"{k} MAPE / signed" for k in KINDS) + " |")
+    print("|---|---|---|---|" + "---|" * len(KINDS))
+    for r in rows:
+        cells = [f"{r['by_kind'][k]['mape_pct']:.2f}% / {r['by_kind'][k]['mean_signed_pct']:+.2f}%"
+                 f" ({r['by_kind'][k]['steps']})" if k in r["by_kind"] and r["by_kind"][k]["steps"]
+                 else "-" for k in KINDS]
+        print(f"| {r['profile']} | {r['steps']} | {r['mape_all_pct']:.2f}% | "
+              f"{r['mape_off_grid_pct']:.2f}% | " + " | ".join(cells) + " |")
+    if a.json is not None:
+        a.json.write_text(json.dumps(out, indent=1) + "\n")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
