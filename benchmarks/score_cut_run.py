@@ -16,7 +16,10 @@ the engine completed before the journal ended.
 The configuration is rebuilt from the options the live run was started with (as
 ``specsched simulate`` builds it) and checked against the digest in the journal's first line;
 any difference stops with an error, as does a replay that asks for a call the journal does not
-hold in the same order (the journal then belongs to another run).
+hold in the same order (the journal then belongs to another run). A journal recorded under older
+defaults than today's is therefore refused: of the cut journals under ``benchmarks/results/``,
+those of 2026-12-02 to -04 (``h200-2026-12-03e/journal_longv360.jsonl`` among them) are. A
+gzipped journal (``.jsonl.gz``) is read as it is.
 
     python benchmarks/score_cut_run.py --journal DIR/journal_long_pad80.jsonl \\
         --trace traces/samples/synth_longctx_200.parquet --model llama-3.1-8b --policy pad \\
@@ -28,6 +31,7 @@ hold in the same order (the journal then belongs to another run).
 from __future__ import annotations
 
 import argparse
+import gzip
 import hashlib
 import json
 import shutil
@@ -68,9 +72,11 @@ def replay_steps(journal: Path, trace: Path, model: str, policy: str | None, set
     from specsched.setup import load_trace, prepare
     from traces.context import fit_context
 
+    opener = gzip.open if journal.suffix == ".gz" else open
     try:
-        head = json.loads(journal.open().readline())
-    except (OSError, ValueError) as exc:
+        with opener(journal, "rt") as fh:
+            head = json.loads(fh.readline())
+    except (OSError, ValueError, EOFError) as exc:
         raise SpecschedError(f"cannot read its first line ({exc})", path=journal) from None
     if "specsched_journal" not in head:
         raise SpecschedError("not a specsched journal (no header line)", path=journal)
@@ -78,10 +84,11 @@ def replay_steps(journal: Path, trace: Path, model: str, policy: str | None, set
     prep = prepare(live_cfg.replace({"backend.name": "profile"}))
     want = config_digest(prep.config.replace({"backend.name": backend}))
     if head.get("config_sha256") != want:
+        given = " ".join([f"--model {model}", f"--policy {policy}", *(f"--set {x}" for x in sets)])
         raise SpecschedError(f"its configuration digest {str(head.get('config_sha256'))[:12]} is "
-                             f"not that of --model {model} --policy {policy} {' '.join(sets)} "
-                             f"({want[:12]}): give the options the live run was started with",
-                             path=journal)
+                             f"not that of {given} ({want[:12]}) under today's defaults: give the "
+                             f"options the live run was started with (a run recorded under "
+                             f"older defaults cannot be replayed)", path=journal)
     n = head.get("requests")
     if limit is not None and n is not None and int(n) != limit:
         raise SpecschedError(f"the journal is of the first {n} requests, not {limit}",
@@ -90,7 +97,8 @@ def replay_steps(journal: Path, trace: Path, model: str, policy: str | None, set
     tr, _ = fit_context(tr, prep.model.context_len, prep.config.engine.context_overflow)
     with tempfile.TemporaryDirectory() as tmp:  # the journal is opened for appending: a copy
         copy = Path(tmp) / "journal.jsonl"
-        shutil.copy(journal, copy)
+        with opener(journal, "rb") as src, open(copy, "wb") as dst:
+            shutil.copyfileobj(src, dst)
         j = JournalExecutor(_NoLiveCalls(prep.executor), copy,
                             {k: v for k, v in head.items() if k != "specsched_journal"})
         sink = StepSink(None, request_steps=False,

@@ -106,3 +106,17 @@ def test_other_options_or_a_used_json_are_refused(runs, tmp_path, capsys):
     assert m.main(_args(trace, journal, "--policy", "pad", "--profile", "shipped",
                         "--json", str(out))) == 2
     assert out.read_text() == "mine" and capsys.readouterr().err.startswith("error:")
+
+
+def test_a_gzipped_journal_gives_the_same_steps(runs, tmp_path):
+    """Results folders keep long journals gzipped: the same steps come back from one."""
+    import gzip
+
+    import score_cut_run as m
+
+    trace, _, journal = runs
+    gz = tmp_path / "cut.jsonl.gz"
+    gz.write_bytes(gzip.compress(journal.read_bytes()))
+    a = m.replay_steps(journal, trace, "llama-3.1-8b", "pad", [], None, "roofline")[0]
+    b = m.replay_steps(gz, trace, "llama-3.1-8b", "pad", [], None, "roofline")[0]
+    assert b.num_rows == a.num_rows > 0 and _same_values(a, b)
