@@ -64,8 +64,10 @@ def build_config(model: str, policy: str | None, sets: list[str], backend: str =
 
 def replay_steps(journal: Path, trace: Path, model: str, policy: str | None, sets: list[str],
                  limit: int | None, backend: str = "aiter"):
-    """The steps the engine completed before ``journal`` ran out, replayed under the live run's
-    configuration (checked against the journal's digest), and the number of calls replayed."""
+    """``(steps, calls, finished, prep)``: the steps the engine completed before ``journal`` ran
+    out, replayed under the live run's configuration (checked against the journal's digest); the
+    calls the journal answered; whether the run finished; the replay's prepared side (its
+    configuration is the run's, with the profile backend)."""
     from backends.journal import JournalExecutor
     from benchmarks.journal_member_kv import JournalEnd, _NoLiveCalls, _PerCall
     from simulator import Simulation, StepSink
@@ -118,12 +120,13 @@ def replay_steps(journal: Path, trace: Path, model: str, policy: str | None, set
     return steps, j.calls - 1 if not finished else j.calls, finished, prep
 
 
-def score(steps, model: str, profile: str) -> dict:
-    """Per-step figures of ``profile`` (a path, or ``shipped``) on ``steps``."""
+def score(steps, run_config, profile: str) -> dict:
+    """Per-step figures of ``profile`` (a path, or ``shipped``) on ``steps``, looked up under
+    the run's configuration (its model, tensor parallelism and ``backend.kv_lookup``)."""
     from analysis.fidelity.stats import step_errors, summarize
     from specsched.setup import prepare
 
-    cfg = build_config(model, None, [], backend="profile")
+    cfg = run_config.replace({"backend.name": "profile", "backend.profile": ""})
     if profile != "shipped":
         cfg = cfg.replace({"backend.profile": profile})
     table = prepare(cfg).executor.latency_table()
@@ -154,12 +157,12 @@ def main(argv: list[str] | None = None) -> int:
     try:
         if a.json is not None and a.json.exists():
             raise SpecschedError("exists; choose a new file", path=a.json)
-        steps, calls, finished, _ = replay_steps(a.journal, a.trace, a.model, a.policy, a.sets,
+        steps, calls, finished, prep = replay_steps(a.journal, a.trace, a.model, a.policy, a.sets,
                                                  a.limit, a.backend)
         if steps.num_rows == 0:
             raise SpecschedError("the journal ends before the engine completed a step",
                                  path=a.journal)
-        rows = [score(steps, a.model, p) for p in a.profile]
+        rows = [score(steps, prep.config, p) for p in a.profile]
     except SpecschedError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
