@@ -24,10 +24,12 @@ copied as it was.
 from __future__ import annotations
 
 import argparse
+import gzip
 import json
 import shutil
 import sys
 import tempfile
+from contextlib import contextmanager
 from pathlib import Path
 
 import pyarrow as pa
@@ -72,6 +74,43 @@ class _PerCall:
         return getattr(self._j, name)
 
 
+def journal_head(journal: Path) -> dict:
+    """The first line of ``journal`` (``.jsonl`` or ``.jsonl.gz``); refuses a file that cannot
+    be read or is not a specsched journal."""
+    try:
+        with _open_text(journal) as fh:
+            head = json.loads(fh.readline())
+    except (OSError, ValueError, EOFError) as exc:
+        raise SpecschedError(f"cannot read its first line ({exc})", path=journal) from None
+    if not isinstance(head, dict) or "specsched_journal" not in head:
+        raise SpecschedError("not a specsched journal (no header line)", path=journal)
+    return head
+
+
+def _open_text(journal: Path):
+    return gzip.open(journal, "rt") if journal.suffix == ".gz" else open(journal)
+
+
+@contextmanager
+def replaying(journal: Path, executor):
+    """A :class:`~backends.journal.JournalExecutor` answering every call from ``journal`` (a
+    gzipped one read as it is), never from ``executor`` (a call past the journal's end raises
+    :class:`JournalEnd`). It reads a copy, since a journal is opened for appending."""
+    from backends.journal import JournalExecutor
+
+    head = journal_head(journal)
+    with tempfile.TemporaryDirectory() as tmp:
+        copy = Path(tmp) / "journal.jsonl"
+        with _open_text(journal) as src, open(copy, "w") as dst:
+            shutil.copyfileobj(src, dst)
+        j = JournalExecutor(_NoLiveCalls(executor), copy,
+                            {k: v for k, v in head.items() if k != "specsched_journal"})
+        try:
+            yield j
+        finally:
+            j.close()
+
+
 def replay(journal: Path, run: Path, trace: Path, model: str, executor_for, *,
            member_kv: bool = False):
     """Replay ``journal`` through the engine under ``run``'s recorded configuration, each pass
@@ -80,7 +119,6 @@ def replay(journal: Path, run: Path, trace: Path, model: str, executor_for, *,
     profile side (its executor never called) and that executor. ``member_kv``: record each
     pass's members."""
     from analysis.fidelity.runs import config_for_recorded, load_recorded
-    from backends.journal import JournalExecutor
     from specsched.setup import load_trace, prepare, simulate_to
 
     summary, _ = load_recorded(run)
@@ -88,22 +126,14 @@ def replay(journal: Path, run: Path, trace: Path, model: str, executor_for, *,
     cfg = cfg.replace({"backend.name": "profile", "backend.profile": "",
                        "engine.record_member_kv": member_kv})
     prep = prepare(cfg)
-    with open(journal) as fh:
-        head = json.loads(fh.readline())
-    with tempfile.TemporaryDirectory() as tmp:  # the journal is opened for appending: a copy
-        copy = Path(tmp) / "journal.jsonl"
-        shutil.copy(journal, copy)
-        j = JournalExecutor(_NoLiveCalls(prep.executor), copy,
-                            {k: v for k, v in head.items() if k != "specsched_journal"})
+    with replaying(journal, prep.executor) as j:
         ex = executor_for(j)
         try:
             # the run's first N requests (a live run of ``--limit N``; its journal says N)
-            return simulate_to(load_trace(trace, seed=cfg.seed, limit=head.get("requests")),
+            return simulate_to(load_trace(trace, seed=cfg.seed, limit=j.header.get("requests")),
                                cfg, None, executor=ex), prep, ex
         except JournalEnd:
             return None, prep, ex
-        finally:
-            j.close()
 
 
 def with_member_kv(recorded: pa.Table, replayed: pa.Table, where: str) -> pa.Table:

@@ -31,12 +31,8 @@ gzipped journal (``.jsonl.gz``) is read as it is.
 from __future__ import annotations
 
 import argparse
-import gzip
-import hashlib
 import json
-import shutil
 import sys
-import tempfile
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
@@ -46,20 +42,12 @@ from traces.errors import SpecschedError  # noqa: E402
 KINDS = ("prefill", "draft", "verify", "draft_extend")
 
 
-def config_digest(config) -> str:
-    """The digest ``specsched simulate --journal`` writes in a journal's first line."""
-    return hashlib.sha256(json.dumps(config.to_dict(), sort_keys=True,
-                                     default=str).encode()).hexdigest()
-
-
 def build_config(model: str, policy: str | None, sets: list[str], backend: str = "aiter"):
     """The configuration ``specsched simulate --backend BACKEND --model M --policy P --set ...``
     builds."""
-    from simulator.config import SimConfig, parse_overrides
+    from analysis.cli_options import _build_config
 
-    overrides = {"backend.name": backend, "model.name": model, "engine.policy": policy}
-    overrides.update(parse_overrides(sets))
-    return SimConfig.load(None, overrides)
+    return _build_config(None, backend, model, None, None, None, sets, {"engine.policy": policy})
 
 
 def replay_steps(journal: Path, trace: Path, model: str, policy: str | None, sets: list[str],
@@ -68,23 +56,15 @@ def replay_steps(journal: Path, trace: Path, model: str, policy: str | None, set
     out, replayed under the live run's configuration (checked against the journal's digest); the
     calls the journal answered; whether the run finished; the replay's prepared side (its
     configuration is the run's, with the profile backend)."""
-    from backends.journal import JournalExecutor
-    from benchmarks.journal_member_kv import JournalEnd, _NoLiveCalls, _PerCall
+    from benchmarks.journal_member_kv import JournalEnd, _PerCall, journal_head, replaying
     from simulator import Simulation, StepSink
-    from specsched.setup import load_trace, prepare
+    from specsched.setup import journal_config_digest, load_trace, prepare
     from traces.context import fit_context
 
-    opener = gzip.open if journal.suffix == ".gz" else open
-    try:
-        with opener(journal, "rt") as fh:
-            head = json.loads(fh.readline())
-    except (OSError, ValueError, EOFError) as exc:
-        raise SpecschedError(f"cannot read its first line ({exc})", path=journal) from None
-    if "specsched_journal" not in head:
-        raise SpecschedError("not a specsched journal (no header line)", path=journal)
+    head = journal_head(journal)
     live_cfg = build_config(model, policy, sets, backend)
     prep = prepare(live_cfg.replace({"backend.name": "profile"}))
-    want = config_digest(prep.config.replace({"backend.name": backend}))
+    want = journal_config_digest(prep.config.replace({"backend.name": backend}))
     if head.get("config_sha256") != want:
         given = " ".join([f"--model {model}", f"--policy {policy}", *(f"--set {x}" for x in sets)])
         raise SpecschedError(f"its configuration digest {str(head.get('config_sha256'))[:12]} is "
@@ -97,12 +77,7 @@ def replay_steps(journal: Path, trace: Path, model: str, policy: str | None, set
                              path=journal)
     tr = load_trace(trace, seed=prep.config.seed, limit=n if limit is None else limit)
     tr, _ = fit_context(tr, prep.model.context_len, prep.config.engine.context_overflow)
-    with tempfile.TemporaryDirectory() as tmp:  # the journal is opened for appending: a copy
-        copy = Path(tmp) / "journal.jsonl"
-        with opener(journal, "rb") as src, open(copy, "wb") as dst:
-            shutil.copyfileobj(src, dst)
-        j = JournalExecutor(_NoLiveCalls(prep.executor), copy,
-                            {k: v for k, v in head.items() if k != "specsched_journal"})
+    with replaying(journal, prep.executor) as j:
         sink = StepSink(None, request_steps=False,
                         member_kv=prep.config.engine.record_member_kv)
         sim = Simulation(tr, prep.config, _PerCall(j), kv_capacity_tokens=prep.kv_capacity_tokens,
@@ -114,8 +89,6 @@ def replay_steps(journal: Path, trace: Path, model: str, policy: str | None, set
         except JournalEnd:
             finished = False
             sim.buf.flush()  # the steps completed before the call the journal lacks
-        finally:
-            j.close()
         steps, _ = sink.close()
     return steps, j.calls - 1 if not finished else j.calls, finished, prep
 

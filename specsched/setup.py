@@ -134,12 +134,18 @@ def simulate_to(trace, config: SimConfig, out_dir: str | Path | None, *, executo
             prep.executor.close()
 
 
-def _journalled(prep: Prepared, trace, journal: str | Path, out_dir, inputs) -> Prepared:
-    """``prep`` with its executor journalled to ``journal`` (refused inside the results folder,
-    which is replaced whole, and on any file the run reads)."""
+def journal_config_digest(config: SimConfig) -> str:
+    """The digest of a whole configuration that a journal's first line holds."""
     import hashlib
     import json
 
+    return hashlib.sha256(json.dumps(config.to_dict(), sort_keys=True,
+                                     default=str).encode()).hexdigest()
+
+
+def _journalled(prep: Prepared, trace, journal: str | Path, out_dir, inputs) -> Prepared:
+    """``prep`` with its executor journalled to ``journal`` (refused inside the results folder,
+    which is replaced whole, and on any file the run reads)."""
     from backends.journal import JournalExecutor
 
     j = Path(journal).resolve()
@@ -149,9 +155,8 @@ def _journalled(prep: Prepared, trace, journal: str | Path, out_dir, inputs) -> 
                              "run replaces whole; keep the journal beside it")
     if any(j == Path(f).resolve() for f in inputs):
         raise SpecschedError(f"--journal {journal}: a file this run reads")
-    digest = hashlib.sha256(json.dumps(prep.config.to_dict(), sort_keys=True,
-                                       default=str).encode()).hexdigest()
-    header = {"model": prep.model.name, "backend": prep.executor.name, "config_sha256": digest,
+    header = {"model": prep.model.name, "backend": prep.executor.name,
+              "config_sha256": journal_config_digest(prep.config),
               "requests": int(len(trace.arrival_s))}
     return replace(prep, executor=JournalExecutor(prep.executor, j, header))
 
